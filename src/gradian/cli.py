@@ -1,0 +1,59 @@
+"""The `gradian` command line. Each command's options and body live beside the code they drive
+(``gradian.diagnose.cli``, ``gradian.attribute.cli``, ...); this module only assembles them and turns
+``GradianError`` into one line on stderr with exit code 2."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gradian import __version__
+from gradian.errors import GradianError
+
+app = typer.Typer(
+    name="gradian",
+    help="Debug a LoRA fine-tune that got worse: bad data (attribute) and bad setup (diagnose).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gradian {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    """Attach every command. Command modules must not import torch at import time (keeps --help fast)."""
+    from gradian.commands import register
+
+    register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    _register()
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        app(args=argv, standalone_mode=True)
+    except GradianError as err:
+        if debug:
+            raise
+        typer.echo(f"error: {err.one_line()}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)

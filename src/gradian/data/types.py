@@ -1,0 +1,85 @@
+"""The row types every layer shares: a loaded training/eval row, and the row as the trainer saw it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RowFormat = Literal["prompt_completion", "messages", "text", "alpaca", "sharegpt"]
+MaskMode = Literal["completion_only", "assistant_only", "full"]
+
+
+@dataclass
+class Example:
+    """One row of a train or eval file, normalized but not tokenized.
+
+    Exactly one representation is filled in: ``prompt``/``completion`` (prompt/completion and Alpaca rows; Alpaca is
+    rendered with its standard template), ``messages`` (chat rows and ShareGPT, as ``{"role", "content"}`` dicts with
+    roles system/user/assistant/tool), or ``text``. For a conversational prompt/completion row, ``messages`` holds the
+    whole conversation and ``n_prompt_messages`` how many of them are the prompt.
+    """
+
+    index: int  # 0-based position in its source file
+    source: str  # the file it came from
+    format: RowFormat
+    id: str | None = None
+    prompt: str | None = None
+    completion: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    n_prompt_messages: int | None = None
+    text: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def plain_text(self) -> str:
+        """All of the row's text in one string (for overlap, duplicates, labels and display)."""
+        if self.text is not None:
+            return self.text
+        if self.messages is not None:
+            return "\n".join(str(m.get("content") or "") for m in self.messages)
+        return (self.prompt or "") + (self.completion or "")
+
+    def target_text(self) -> str:
+        """The part the loss is meant for: completion, assistant turns, or the whole text."""
+        if self.text is not None:
+            return self.text
+        if self.messages is not None:
+            start = self.n_prompt_messages or 0
+            return "\n".join(
+                str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "assistant"
+            )
+        return self.completion or ""
+
+
+@dataclass
+class FormatSettings:
+    """How the user's trainer turned rows into tokens. Defaults follow TRL >= 0.16 SFTTrainer."""
+
+    max_length: int | None = 1024  # None: no truncation
+    mask: MaskMode = "completion_only"  # for prompt/completion rows; text rows always get full loss
+    assistant_only: bool = False  # for messages rows: loss only on assistant turns (TRL assistant_only_loss)
+    add_eos: bool = True  # append EOS when the formatted row does not end with it (TRL >= 0.16)
+    drop_long: bool = False  # drop over-long rows instead of truncating them (Axolotl)
+    sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
+
+
+@dataclass
+class FormattedExample:
+    """A row tokenized exactly as the trainer would, with every formatting decision recorded."""
+
+    index: int
+    input_ids: list[int]
+    loss_mask: list[bool]  # per position of input_ids: True where that token is a label (HF labels != -100)
+    n_tokens_before_truncation: int
+    n_prompt_tokens: int  # tokens before the first label token (after truncation)
+    n_label_tokens: int
+    truncated: bool = False
+    cut_in_completion: bool = False  # the truncation removed label tokens (the end of the completion)
+    dropped: bool = False  # the trainer would drop this row (e.g. Axolotl over-long rows)
+    eos_appended: bool = False
+    ends_with_eos: bool = False  # the last label token is EOS (or the template's end-of-turn)
+    prefix_mismatch: bool = False  # tokens(prompt) is not a prefix of tokens(prompt + completion)
+    decisions: list[str] = field(default_factory=list)  # human-readable record of what was done
+
+    def labels(self) -> list[int]:
+        """HF-style labels: the token id where it counts toward the loss, -100 elsewhere."""
+        return [t if m else -100 for t, m in zip(self.input_ids, self.loss_mask)]
