@@ -82,4 +82,4 @@ class FormattedExample:
 
     def labels(self) -> list[int]:
         """HF-style labels: the token id where it counts toward the loss, -100 elsewhere."""
-        return [t if m else -100 for t, m in zip(self.input_ids, self.loss_mask)]
+        return [t if m else -100 for t, m in zip(self.input_ids, self.loss_mask, strict=True)]

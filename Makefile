@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` (the main job on the bundled example) and `make test`.
+# Each creates its own virtualenv in .venv and installs Gradian into it. No GPU, no model hub.
+VENV ?= .venv
+PYTHON ?= python3
+# The CPU build of torch; on a GPU machine use e.g. `make TORCH_SPEC=torch demo`.
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+OUT ?= gradian-out
+
+.PHONY: demo test lint install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/gradian demo --out $(OUT)
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -1,0 +1,335 @@
+"""Tokenize rows exactly as the trainer did (TRL >= 0.16 SFTTrainer semantics), recording every decision.
+
+- String prompt/completion rows (also Alpaca, rendered by its template, and question/answer rows): with
+  ``add_eos`` the EOS token *text* is appended to the completion unless it already ends with it (TRL's ``add_eos``);
+  ``ids = tok(prompt + completion)``, and the first ``len(tok(prompt))`` positions are the prompt. With
+  ``mask="completion_only"`` (TRL ``completion_only_loss``, the default) only the rest carries loss; with
+  ``mask="full"`` every token does. When ``tok(prompt)`` is not a prefix of ``tok(prompt + completion)`` the row is
+  flagged ``prefix_mismatch`` (TRL warns and uses the prompt length anyway).
+- Text rows: EOS text appended as above; loss on every token.
+- Chat rows (messages, ShareGPT): ``tokenizer.apply_chat_template`` (which tokenizes without adding special tokens,
+  so a template that writes BOS gets exactly one). TRL adds no EOS to conversational rows; the template's own
+  end-of-turn is used. Loss on every token, or with ``assistant_only`` on the tokens the template wraps in
+  ``{% generation %}``; a template without those markers cannot do that, which is recorded and the loss falls back to
+  every token (diagnose flags it; TRL itself errors).
+- Conversational prompt/completion rows: the prompt messages with ``add_generation_prompt=True`` give the prompt
+  length; the whole conversation gives the ids.
+- Truncation keeps the first ``max_length`` tokens (TRL ``truncation_mode="keep_start"``); ``drop_long`` instead
+  marks over-long rows dropped (Axolotl drops rows longer than ``sequence_len``) and leaves them untruncated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
+from gradian.data.types import Example, FormatSettings, FormattedExample
+from gradian.errors import GradianError
+
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|eom_id|>")
+
+
+def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``tokenizer(texts)["input_ids"]``, through the Rust batch encoder when it gives the same ids (much faster)."""
+    if not texts:
+        return []
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        try:
+            fast = [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
+        except Exception:
+            fast = None
+        if fast is not None:
+            probe = list(range(min(2, len(texts)))) + ([len(texts) - 1] if len(texts) > 2 else [])
+            slow = tokenizer([texts[i] for i in probe])["input_ids"]
+            if all(fast[i] == list(s) for i, s in zip(probe, slow, strict=True)):
+                return fast
+    return [list(x) for x in tokenizer(texts)["input_ids"]]
+
+
+def _end_ids(tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    for t in END_OF_TURN_TOKENS:
+        if t in vocab:
+            ids.add(vocab[t])
+    return ids
+
+
+def _where(ex: Example) -> str:
+    return f"{ex.source} row index {ex.index}"
+
+
+def _finalize(
+    ex: Example,
+    ids: list[int],
+    mask: list[bool],
+    settings: FormatSettings,
+    decisions: list[str],
+    *,
+    end_ids: set[int],
+    bos_id: int | None,
+    chat: bool,
+    eos_appended: bool = False,
+    prefix_mismatch: bool = False,
+) -> FormattedExample:
+    n_before = len(ids)
+    truncated = cut = dropped = False
+    max_len = settings.max_length
+    if bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
+        decisions.append("starts with two BOS tokens (the text or template writes one and the tokenizer adds one)")
+    if max_len is not None and n_before > max_len:
+        if settings.drop_long:
+            dropped = True
+            decisions.append(f"dropped: {n_before} tokens > max_length {max_len} (Axolotl drops over-long rows)")
+        else:
+            truncated = True
+            lost = sum(mask[max_len:])
+            cut = lost > 0
+            ids, mask = ids[:max_len], mask[:max_len]
+            decisions.append(
+                f"truncated from {n_before} to {max_len} tokens (keep the start, as TRL does)"
+                + (f"; {lost} label tokens cut" if cut else "")
+            )
+    n_label = sum(mask)
+    try:
+        n_prompt = mask.index(True)
+    except ValueError:
+        n_prompt = len(ids)
+    ends = False
+    if n_label:
+        last = max(i for i, m in enumerate(mask) if m) if mask[-1] is not True else len(mask) - 1
+        tail = [ids[last]]
+        if chat and last > 0 and mask[last - 1]:
+            tail.append(ids[last - 1])  # ChatML-style templates end a turn with "<|im_end|>\n"
+        ends = any(t in end_ids for t in tail)
+    else:
+        decisions.append("no tokens carry loss")
+    return FormattedExample(
+        index=ex.index,
+        input_ids=ids,
+        loss_mask=mask,
+        n_tokens_before_truncation=n_before,
+        n_prompt_tokens=n_prompt,
+        n_label_tokens=n_label,
+        truncated=truncated,
+        cut_in_completion=cut,
+        dropped=dropped,
+        eos_appended=eos_appended,
+        ends_with_eos=ends,
+        prefix_mismatch=prefix_mismatch,
+        decisions=decisions,
+    )
+
+
+def _source_decision(ex: Example) -> str | None:
+    if ex.format == "alpaca":
+        has_input = bool(ex.raw.get("input"))
+        return f"Alpaca row rendered with the standard Alpaca template ({'with' if has_input else 'no'}-input variant)"
+    if "question" in ex.raw and "prompt" not in ex.raw and ex.prompt is not None:
+        return "question/answer row: prompt = question, completion = answer, no template"
+    return None
+
+
+def _apply_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    tools = ex.raw.get("tools")
+    if isinstance(tools, str):
+        try:
+            tools = json.loads(tools)
+        except ValueError:
+            tools = None
+    extra = ex.raw.get("chat_template_kwargs") or {}
+    try:
+        out = tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=True, return_dict=True, **extra, **kwargs
+        )
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise GradianError(
+            f"the chat template failed on this row ({first[:200]})",
+            where=_where(ex),
+            fix="fix the row's messages or pass a template that accepts them with --chat-template FILE",
+        ) from None
+    return {k: list(v) for k, v in out.items()}
+
+
+def _format_chat(
+    ex: Example, tokenizer: Any, settings: FormatSettings, end_ids: set[int], markers: bool
+) -> FormattedExample:
+    assert ex.messages is not None
+    decisions = [_source_decision(ex) or "chat template applied (TRL adds no EOS to conversational rows)"]
+    assistant_only = settings.assistant_only or settings.mask == "assistant_only"
+    use_markers = assistant_only and markers
+    if assistant_only and not markers:
+        decisions.append(
+            "assistant-only loss requested but the chat template has no {% generation %} markers; "
+            "loss falls back to every token"
+        )
+    prefix_mismatch = False
+    if ex.n_prompt_messages:
+        prompt_ids = _apply_template(tokenizer, ex, ex.messages[: ex.n_prompt_messages], add_generation_prompt=True)[
+            "input_ids"
+        ]
+        out = _apply_template(tokenizer, ex, ex.messages, return_assistant_tokens_mask=use_markers)
+        ids = out["input_ids"]
+        n_p = len(prompt_ids)
+        prefix_mismatch = ids[:n_p] != prompt_ids
+        if settings.mask == "full":
+            mask = [True] * len(ids)
+            decisions.append("conversational prompt/completion: loss on every token (mask=full)")
+        else:
+            mask = [False] * min(n_p, len(ids)) + [True] * max(0, len(ids) - n_p)
+            decisions.append("conversational prompt/completion: loss on the completion only (TRL)")
+        if prefix_mismatch:
+            decisions.append("the templated prompt is not a prefix of the templated conversation")
+    else:
+        out = _apply_template(tokenizer, ex, ex.messages, return_assistant_tokens_mask=use_markers)
+        ids = out["input_ids"]
+        mask = [True] * len(ids)
+        if not use_markers:
+            decisions.append("loss on every token of the conversation")
+    if use_markers:
+        am = out.get("assistant_masks") or [0] * len(ids)
+        mask = [bool(m) and a == 1 for m, a in zip(mask, am, strict=False)]
+        decisions.append("assistant-only loss from the template's {% generation %} markers")
+        if not any(am):
+            decisions.append("no assistant tokens marked; TRL raises an error for such a row")
+    return _finalize(
+        ex,
+        ids,
+        mask,
+        settings,
+        decisions,
+        end_ids=end_ids,
+        bos_id=tokenizer.bos_token_id,
+        chat=True,
+        prefix_mismatch=prefix_mismatch,
+    )
+
+
+def format_examples(
+    examples: Sequence[Example], tokenizer: Any, settings: FormatSettings | None = None
+) -> list[FormattedExample]:
+    """Tokenize many rows as the trainer would; string rows go through one batched tokenizer call.
+
+    Raises :class:`GradianError` when a chat row meets a tokenizer without a chat template, or the template fails.
+    """
+    settings = settings or FormatSettings()
+    end_ids = _end_ids(tokenizer)
+    eos = tokenizer.eos_token
+    results: list[FormattedExample | None] = [None] * len(examples)
+
+    chat_idx = [i for i, ex in enumerate(examples) if ex.messages is not None]
+    if chat_idx:
+        if chat_template_text(tokenizer) is None:
+            ex = examples[chat_idx[0]]
+            raise GradianError(
+                f"tokenizer {tokenizer_name(tokenizer)} has no chat template, needed for chat rows",
+                where=ex.source,
+                fix="pass --chat-template FILE (a .jinja template) or use the tokenizer of the chat model you trained",
+            )
+        markers = has_generation_markers(tokenizer)
+        for i in chat_idx:
+            results[i] = _format_chat(examples[i], tokenizer, settings, end_ids, markers)
+
+    # String rows: prompt/completion (incl. Alpaca, question/answer) and text.
+    pc_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is None]
+    text_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is not None]
+
+    def with_eos(s: str) -> tuple[str, bool]:
+        if settings.add_eos and eos and not s.endswith(eos):
+            return s + eos, True
+        return s, False
+
+    if eos is None and settings.add_eos:
+        eos_note = "the tokenizer has no EOS token; none appended"
+    else:
+        eos_note = None
+
+    if pc_idx:
+        prompts = [examples[i].prompt or "" for i in pc_idx]
+        completions = [with_eos(examples[i].completion or "") for i in pc_idx]
+        p_ids = _encode_texts(tokenizer, prompts)
+        f_ids = _encode_texts(tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
+        completion_only = settings.mask != "full"
+        mask_note = (
+            "loss on the completion only (TRL completion_only_loss)"
+            if completion_only
+            else "loss on every token (mask=full)"
+        )
+        for k, i in enumerate(pc_idx):
+            ex = examples[i]
+            pids, ids = p_ids[k], f_ids[k]
+            appended = completions[k][1]
+            n_p = len(pids)
+            mismatch = ids[:n_p] != pids
+            decisions = []
+            src = _source_decision(ex)
+            if src:
+                decisions.append(src)
+            decisions.append(mask_note)
+            if appended:
+                decisions.append(f"EOS {eos!r} appended to the completion (TRL >= 0.16)")
+            elif eos_note:
+                decisions.append(eos_note)
+            elif not settings.add_eos:
+                decisions.append("no EOS appended (add_eos off)")
+            else:
+                decisions.append("completion already ends with EOS")
+            if mismatch:
+                decisions.append(
+                    "tokens of the prompt are not a prefix of the tokens of prompt+completion; "
+                    "the loss mask starts at the prompt's token count, as in TRL"
+                )
+            if completion_only:
+                mask = [False] * min(n_p, len(ids)) + [True] * max(0, len(ids) - n_p)
+            else:
+                mask = [True] * len(ids)
+            results[i] = _finalize(
+                ex,
+                ids,
+                mask,
+                settings,
+                decisions,
+                end_ids=end_ids,
+                bos_id=tokenizer.bos_token_id,
+                chat=False,
+                eos_appended=appended,
+                prefix_mismatch=mismatch,
+            )
+
+    if text_idx:
+        texts = [with_eos(examples[i].text or "") for i in text_idx]
+        t_ids = _encode_texts(tokenizer, [t for t, _ in texts])
+        for k, i in enumerate(text_idx):
+            ex = examples[i]
+            appended = texts[k][1]
+            decisions = ["text row: loss on every token"]
+            if appended:
+                decisions.append(f"EOS {eos!r} appended to the text (TRL >= 0.16)")
+            elif eos_note:
+                decisions.append(eos_note)
+            elif not settings.add_eos:
+                decisions.append("no EOS appended (add_eos off)")
+            ids = t_ids[k]
+            results[i] = _finalize(
+                ex,
+                ids,
+                [True] * len(ids),
+                settings,
+                decisions,
+                end_ids=end_ids,
+                bos_id=tokenizer.bos_token_id,
+                chat=False,
+                eos_appended=appended,
+            )
+    return [r for r in results if r is not None]
+
+
+def format_example(ex: Example, tokenizer: Any, settings: FormatSettings | None = None) -> FormattedExample:
+    """Tokenize one row as the trainer would (see :func:`format_examples`)."""
+    return format_examples([ex], tokenizer, settings)[0]

@@ -1,0 +1,293 @@
+"""`gradian doctor`: is this machine, and are these inputs, ready for a run?
+
+Checks the dependency window, the device, free disk for the gradient store and, when inputs are given, that the
+adapter fits the base (names and shapes), that the tokenizer has what training needed, and that data files parse.
+Each problem names its fix. Exit code 1 when something blocks a run.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+
+import typer
+
+from gradian.errors import GradianError
+
+# The supported dependency window: (minimum, newest tested). docs/install.md states the same table.
+WINDOW: dict[str, tuple[str, str]] = {
+    "torch": ("2.3", "2.13.0"),
+    "transformers": ("4.45", "5.24.0"),
+    "peft": ("0.13", "0.21.2"),
+    "safetensors": ("0.4", "0.8.0"),
+    "numpy": ("1.24", "2.4.6"),
+    "tokenizers": ("0.19", "0.23.3"),
+}
+MIN_FREE_DISK_GB = 1.0
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "error" | "skip"
+    detail: str
+    fix: str = ""
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def check_versions() -> list[Check]:
+    out = [
+        Check(
+            "python",
+            "ok" if sys.version_info >= (3, 10) else "error",
+            platform.python_version(),
+            "" if sys.version_info >= (3, 10) else "use Python 3.10 or newer",
+        )
+    ]
+    for pkg, (minimum, tested) in WINDOW.items():
+        try:
+            have = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out.append(Check(pkg, "error", "not installed", f"pip install '{pkg}>={minimum}'"))
+            continue
+        if _version_tuple(have) < _version_tuple(minimum):
+            out.append(Check(pkg, "error", f"{have} < minimum {minimum}", f"pip install -U '{pkg}>={minimum}'"))
+        elif _version_tuple(have) > _version_tuple(tested):
+            out.append(Check(pkg, "warn", f"{have} is newer than the newest tested ({tested})", ""))
+        else:
+            out.append(Check(pkg, "ok", f"{have} (window {minimum} – {tested})"))
+    return out
+
+
+def check_device() -> list[Check]:
+    import torch
+
+    if torch.cuda.is_available():
+        out = []
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            bf16 = torch.cuda.is_bf16_supported()
+            out.append(
+                Check(
+                    f"device cuda:{i}",
+                    "ok",
+                    f"{torch.cuda.get_device_name(i)}, {free / 2**30:.1f} of {total / 2**30:.1f} GiB free, "
+                    f"bf16 {'yes' if bf16 else 'no (fp32 will be used)'}",
+                )
+            )
+        return out
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return [Check("device", "ok", "Apple MPS")]
+    return [
+        Check(
+            "device",
+            "ok",
+            f"CPU only ({torch.get_num_threads()} threads, fp32); fine for small models, slow for 1B+",
+        )
+    ]
+
+
+def check_disk(out_dir: Path) -> Check:
+    probe = out_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free_gb = shutil.disk_usage(probe).free / 2**30
+    if free_gb < MIN_FREE_DISK_GB:
+        return Check("disk", "error", f"{free_gb:.1f} GiB free at {probe}", "free disk space or pass another --out")
+    return Check("disk", "ok", f"{free_gb:.1f} GiB free at {probe} for the gradient store")
+
+
+def _adapter_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    with safe_open(str(weights), framework="pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _module_name(key: str) -> tuple[str, str] | None:
+    """'base_model.model.model.layers.0.q_proj.lora_A.weight' -> ('model.layers.0.q_proj', 'lora_A')."""
+    m = re.match(r"^(?:base_model\.model\.)?(.*)\.(lora_A|lora_B)(?:\.[^.]+)?\.weight$", key)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, trust_remote_code: bool) -> list[Check]:
+    """Does every LoRA tensor name a Linear in the base, with matching shapes? Builds the base on the meta device."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # transformers raises several types for a missing/invalid model
+        return [Check("base model", "error", f"{base}: {str(exc).splitlines()[0][:160]}", "pass --base DIR")]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    modules = dict(model.named_modules())
+    out = [
+        Check(
+            "base model", "ok", f"{base} ({config.model_type}, {sum(p.numel() for p in model.parameters()):,} params)"
+        )
+    ]
+    if weights is None:
+        out.append(
+            Check("adapter weights", "error", f"no adapter_model.safetensors in {adapter_dir}", "pass --adapter DIR")
+        )
+        return out
+    bad: list[str] = []
+    n = 0
+    for key, shape in _adapter_shapes(weights).items():
+        parsed = _module_name(key)
+        if parsed is None:
+            continue
+        name, part = parsed
+        mod = modules.get(name)
+        if mod is None or not hasattr(mod, "in_features"):
+            bad.append(f"{name} (not a Linear in the base)")
+            continue
+        n += 1
+        r = shape[0] if part == "lora_A" else shape[1]
+        want = (r, mod.in_features) if part == "lora_A" else (mod.out_features, r)
+        if tuple(shape) != want:
+            bad.append(f"{key} has shape {list(shape)}, the base needs {list(want)}")
+    if bad:
+        out.append(
+            Check(
+                "adapter ↔ base",
+                "error",
+                f"{len(bad)} LoRA tensors do not fit {base}: {bad[0]}",
+                "pass the base model the adapter was trained on (adapter_config.json: base_model_name_or_path)",
+            )
+        )
+    else:
+        out.append(Check("adapter ↔ base", "ok", f"{n} LoRA tensors match the base's Linear shapes"))
+    return out
+
+
+def check_tokenizer(path: str) -> list[Check]:
+    from gradian.data import load_tokenizer
+
+    tok = load_tokenizer(path)
+    out = [Check("tokenizer", "ok", f"{path} ({len(tok)} tokens)")]
+    if tok.eos_token is None:
+        out.append(Check("tokenizer EOS", "error", "no eos_token", "set eos_token in tokenizer_config.json"))
+    if tok.pad_token is None:
+        out.append(Check("tokenizer pad", "warn", "no pad_token (Gradian pads with EOS and masks it)", ""))
+    elif tok.pad_token_id == tok.eos_token_id:
+        out.append(Check("tokenizer pad", "warn", "pad_token == eos_token: EOS may never get a label in training", ""))
+    has_template = bool(getattr(tok, "chat_template", None))
+    out.append(
+        Check(
+            "chat template",
+            "ok" if has_template else "skip",
+            "present" if has_template else "none: messages rows cannot be formatted with this tokenizer",
+        )
+    )
+    return out
+
+
+def check_data(label: str, path: Path) -> Check:
+    from gradian.data import load_examples
+
+    examples = load_examples(path)
+    formats = sorted({e.format for e in examples})
+    return Check(f"{label} data", "ok", f"{path}: {len(examples)} rows ({', '.join(formats)})")
+
+
+def run_doctor(
+    *,
+    run: Path | None = None,
+    base: str | None = None,
+    adapter: Path | None = None,
+    train: Path | None = None,
+    eval_path: Path | None = None,
+    tokenizer: str | None = None,
+    out: Path = Path("."),
+    trust_remote_code: bool = False,
+) -> list[Check]:
+    checks = check_versions() + check_device() + [check_disk(out)]
+    if not any([run, base, adapter, train, eval_path, tokenizer]):
+        return checks
+    from gradian.run import discover
+
+    art = discover(run, adapter=adapter, base=base, train=train, eval=eval_path, tokenizer=tokenizer)
+
+    def guarded(label: str, fn, *args) -> list[Check]:
+        try:
+            res = fn(*args)
+        except GradianError as err:
+            return [Check(label, "error", err.one_line(), err.fix or "")]
+        return res if isinstance(res, list) else [res]
+
+    if art.adapter_dir is not None:
+        if art.base is None:
+            checks.append(Check("base model", "error", "unknown", "pass --base (adapter_config.json names none)"))
+        else:
+            checks += guarded(
+                "adapter ↔ base",
+                check_adapter_vs_base,
+                art.adapter_dir,
+                art.adapter_weights,
+                art.base,
+                trust_remote_code,
+            )
+    tok_path = str(art.tokenizer_dir) if art.tokenizer_dir else art.base
+    if tok_path:
+        checks += guarded("tokenizer", check_tokenizer, tok_path)
+    for label, path in (("train", art.train_file), ("eval", art.eval_file)):
+        if path is not None:
+            checks += guarded(f"{label} data", check_data, label, path)
+    checks += [Check("run", "skip", note) for note in art.notes]
+    return checks
+
+
+def render(checks: list[Check]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    style = {"ok": "green", "warn": "yellow", "error": "bold red", "skip": "dim"}
+    table = Table(title="gradian doctor", show_lines=False)
+    for col in ("check", "status", "detail", "fix"):
+        table.add_column(col, overflow="fold")
+    for c in checks:
+        table.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail, c.fix)
+    Console().print(table)
+
+
+def doctor_command(
+    run: Path | None = typer.Option(None, "--run", help="HF output dir or checkpoint-* dir of the fine-tune."),
+    base: str | None = typer.Option(None, "--base", help="Base model dir (default: from adapter_config.json)."),
+    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT adapter dir (overrides --run discovery)."),
+    train: Path | None = typer.Option(None, "--train", help="Training data file."),
+    eval_path: Path | None = typer.Option(None, "--eval", help="Eval data file."),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: run dir, then base)."),
+    out: Path = typer.Option(Path("."), "--out", help="Where the gradient store will go (free-disk check)."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the base's custom code."),
+) -> None:
+    """Check the environment (versions, device, disk) and, when given, the inputs of a run."""
+    if fmt not in ("table", "json"):
+        raise GradianError(f"unknown --format {fmt!r}", where="--format", fix="use table or json")
+    checks = run_doctor(
+        run=run,
+        base=base,
+        adapter=adapter,
+        train=train,
+        eval_path=eval_path,
+        tokenizer=tokenizer,
+        out=out,
+        trust_remote_code=trust_remote_code,
+    )
+    if fmt == "json":
+        typer.echo(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        render(checks)
+    if any(c.status == "error" for c in checks):
+        raise typer.Exit(1)
