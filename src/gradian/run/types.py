@@ -49,6 +49,7 @@ class TrainingSetup:
     deprecated_keys: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
     config_files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # config files skipped, conflicts between sources, defaults used
 
     @property
     def effective_batch_size(self) -> int | None:
@@ -95,11 +96,13 @@ class RunArtifacts:
     run_dir: Path | None = None
     adapter_dir: Path | None = None
     adapter_config: dict[str, Any] = field(default_factory=dict)
-    adapter_weights: Path | None = None
+    adapter_weights: Path | None = None  # adapter_model.safetensors only
+    adapter_weights_pickle: Path | None = None  # adapter_model.bin: recorded, never unpickled
     trainer_state: Path | None = None
     checkpoints: list[Path] = field(default_factory=list)  # checkpoint-* dirs, oldest first
     config_files: list[Path] = field(default_factory=list)
     log_file: Path | None = None  # trainer_state.json, trainer_log.jsonl or a TensorBoard events file
+    tensorboard_files: list[Path] = field(default_factory=list)  # events.out.tfevents.* found under the run
     tokenizer_dir: Path | None = None
     base: str | None = None  # --base, else adapter_config.base_model_name_or_path
     train_file: Path | None = None

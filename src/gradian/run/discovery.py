@@ -1,0 +1,328 @@
+"""Find what a training run left on disk: adapter, checkpoints, trainer state, config, logs and tokenizer.
+
+``discover(run)`` accepts an HF/TRL output dir, an Axolotl or LLaMA-Factory output dir, or one ``checkpoint-*`` dir.
+Explicit flags override what is found. Anything missing becomes a note; only a path the user named that does not
+exist (or an adapter_config.json that is broken) is an error. Nothing here unpickles anything: adapter_model.bin
+is recorded, never loaded, and training_args.bin is only listed (read safely later by ``gradian.run.pickled_args``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gradian.errors import GradianError
+from gradian.run.configs import is_candidate_json, load_json_file, looks_like_hf_args, yaml_framework
+from gradian.run.types import RunArtifacts
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+_LORA_TYPES = {None, "LORA", "ADALORA", "LOHA", "LOKR"}
+
+
+def _explicit(flag: str, value: str | Path | None, *, want_dir: bool | None = None) -> Path | None:
+    """The path behind an explicit flag; GradianError when it does not exist."""
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise GradianError(f"{path} does not exist", where=f"--{flag}", fix=f"check the path given to --{flag}")
+    if want_dir is True and not path.is_dir():
+        raise GradianError(f"{path} is a file, not a folder", where=f"--{flag}", fix=f"pass the folder to --{flag}")
+    if want_dir is False and path.is_dir():
+        raise GradianError(f"{path} is a folder, not a file", where=f"--{flag}", fix=f"pass a file to --{flag}")
+    return path
+
+
+def checkpoint_step(path: Path) -> int | None:
+    m = _CHECKPOINT.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    """checkpoint-* dirs of ``folder``, oldest (lowest step) first."""
+    found = [p for p in folder.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0)
+
+
+def read_adapter_config(path: Path) -> dict[str, Any]:
+    """adapter_config.json, checked for the keys a LoRA adapter must have."""
+    data = load_json_file(path)
+    if not isinstance(data, dict):
+        raise GradianError(
+            f"expected a JSON object, got a {type(data).__name__}",
+            where=str(path),
+            fix="pass the adapter folder PEFT saved with save_pretrained",
+        )
+    peft_type = data.get("peft_type")
+    if peft_type not in _LORA_TYPES:
+        return data  # prompt tuning, IA3, ...: no r / target_modules to check
+    missing = [k for k in ("r", "target_modules") if k not in data]
+    if missing:
+        raise GradianError(
+            f"missing {' and '.join(missing)}, so this is not a complete LoRA adapter config",
+            where=str(path),
+            fix="pass the adapter folder PEFT saved with save_pretrained (it writes r and target_modules)",
+        )
+    return data
+
+
+def _has_adapter(folder: Path) -> bool:
+    return (folder / "adapter_config.json").is_file()
+
+
+def _tensorboard_files(folder: Path) -> list[Path]:
+    files = list(folder.glob("events.out.tfevents.*"))
+    runs = folder / "runs"
+    if runs.is_dir():
+        files += list(runs.rglob("events.out.tfevents.*"))
+    files = [f for f in files if f.is_file()]
+    return sorted(files, key=lambda f: (f.stat().st_mtime, str(f)))
+
+
+def _config_candidates(folder: Path, notes: list[str]) -> list[Path]:
+    """Config files directly in ``folder``, in ascending precedence: training_args.bin, JSON dumps, YAML."""
+    found: list[Path] = []
+    if (folder / "training_args.bin").is_file():
+        found.append(folder / "training_args.bin")
+    for path in sorted(folder.glob("*.json")):
+        if not is_candidate_json(path) or path.stat().st_size > 1_000_000:
+            continue
+        try:
+            data = load_json_file(path)
+        except GradianError:
+            notes.append(f"skipped {path.name}: not valid JSON")
+            continue
+        if isinstance(data, dict) and (looks_like_hf_args(data) or looks_like_hf_args(data.get("args") or {})):
+            found.append(path)
+    for path in sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]):
+        if path.stat().st_size > 1_000_000:
+            continue
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, OSError):
+            notes.append(f"skipped {path.name}: not valid YAML (pass it with --config to see why)")
+            continue
+        if isinstance(data, dict) and yaml_framework(data) is not None:
+            found.append(path)
+    return found
+
+
+def _peek_base(config_files: list[Path]) -> tuple[str | None, str | None]:
+    for path in reversed(config_files):
+        if path.suffix.lower() not in (".yml", ".yaml", ".json"):
+            continue
+        try:
+            data = (
+                yaml.safe_load(path.read_text(encoding="utf-8"))
+                if path.suffix.lower() != ".json"
+                else load_json_file(path)
+            )
+        except Exception:  # noqa: BLE001 - peeking only; load_setup reports errors
+            continue
+        if isinstance(data, dict):
+            for key in ("base_model", "model_name_or_path"):
+                if isinstance(data.get(key), str) and data[key]:
+                    return data[key], f"{path.name}: {key}"
+    return None, None
+
+
+def _dataset_file(config_files: list[Path], split: str) -> Path | None:
+    """A local train / eval file named in an Axolotl YAML (datasets / test_datasets path), when it exists."""
+    key = "datasets" if split == "train" else "test_datasets"
+    for path in reversed(config_files):
+        if path.suffix.lower() not in (".yml", ".yaml"):
+            continue
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except Exception:  # noqa: BLE001
+            continue
+        entries = data.get(key) if isinstance(data, dict) else None
+        if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
+            continue
+        ds_path = entries[0].get("path")
+        if not isinstance(ds_path, str):
+            continue
+        for candidate in (Path(ds_path), path.parent / ds_path):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def discover(
+    run: str | Path | None = None,
+    *,
+    adapter: str | Path | None = None,
+    base: str | None = None,
+    train: str | Path | None = None,
+    eval: str | Path | None = None,  # noqa: A002 - the CLI flag's name
+    config: str | Path | None = None,
+    logs: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+) -> RunArtifacts:
+    """Resolve a run directory plus explicit flags into :class:`RunArtifacts`."""
+    art = RunArtifacts()
+    notes = art.notes
+
+    run_path = _explicit("run", run)
+    adapter_path = _explicit("adapter", adapter)
+    config_path = _explicit("config", config)
+    logs_path = _explicit("logs", logs)
+    tokenizer_path = _explicit("tokenizer", tokenizer, want_dir=True)
+    art.train_file = _explicit("train", train)
+    art.eval_file = _explicit("eval", eval)
+
+    # --- the run dir and its checkpoints
+    search_dirs: list[Path] = []  # where config / logs may be, most specific first
+    if run_path is not None:
+        if run_path.is_file():
+            if run_path.name == "adapter_config.json":
+                run_path = run_path.parent
+            else:
+                raise GradianError(
+                    f"{run_path} is a file", where="--run", fix="pass the training output folder (or a checkpoint-*)"
+                )
+        art.run_dir = run_path
+        if checkpoint_step(run_path) is not None:
+            step = checkpoint_step(run_path) or 0
+            art.checkpoints = [p for p in list_checkpoints(run_path.parent) if (checkpoint_step(p) or 0) <= step]
+            search_dirs = [run_path, run_path.parent]
+        else:
+            art.checkpoints = list_checkpoints(run_path)
+            search_dirs = [run_path]
+    newest = art.checkpoints[-1] if art.checkpoints else None
+
+    # --- adapter
+    if adapter_path is not None:
+        if adapter_path.is_file():
+            adapter_path = adapter_path.parent
+        if not _has_adapter(adapter_path):
+            raise GradianError(
+                f"no adapter_config.json in {adapter_path}",
+                where="--adapter",
+                fix="pass the folder PEFT's save_pretrained wrote (adapter_config.json + adapter_model.safetensors)",
+            )
+        art.adapter_dir = adapter_path
+    elif art.run_dir is not None:
+        if _has_adapter(art.run_dir):
+            art.adapter_dir = art.run_dir
+        elif newest is not None and _has_adapter(newest):
+            art.adapter_dir = newest
+            notes.append(f"no adapter in {art.run_dir}; using the newest checkpoint's, {newest.name}")
+        else:
+            notes.append(f"no adapter_config.json in {art.run_dir} or its checkpoints")
+    if art.adapter_dir is not None:
+        art.adapter_config = read_adapter_config(art.adapter_dir / "adapter_config.json")
+        weights = art.adapter_dir / "adapter_model.safetensors"
+        pickled = art.adapter_dir / "adapter_model.bin"
+        if weights.is_file():
+            art.adapter_weights = weights
+        elif pickled.is_file():
+            art.adapter_weights_pickle = pickled
+            notes.append(
+                f"{pickled} is a pickle, which gradian never loads; convert it to adapter_model.safetensors "
+                "(load it once yourself with PeftModel.from_pretrained and save_pretrained(safe_serialization=True))"
+            )
+        else:
+            notes.append(f"no adapter_model.safetensors in {art.adapter_dir}")
+
+    # --- trainer state
+    if art.run_dir is not None:
+        if (art.run_dir / "trainer_state.json").is_file():
+            art.trainer_state = art.run_dir / "trainer_state.json"
+        elif newest is not None and (newest / "trainer_state.json").is_file():
+            art.trainer_state = newest / "trainer_state.json"
+        else:
+            notes.append(f"no trainer_state.json in {art.run_dir} or its checkpoints")
+
+    # --- config files, lowest precedence first
+    found: list[Path] = []
+    for folder in reversed(search_dirs):
+        found += _config_candidates(folder, notes)
+    if newest is not None and not any(p.name == "training_args.bin" for p in found):
+        if (newest / "training_args.bin").is_file():
+            found.insert(0, newest / "training_args.bin")
+    for folder in search_dirs:
+        tb = _tensorboard_files(folder)
+        if tb:
+            art.tensorboard_files = tb
+            break
+    if config_path is not None:
+        found = [p for p in found if p.resolve() != config_path.resolve()] + [config_path]
+    art.config_files = found
+    if not found and not art.tensorboard_files and (art.run_dir is not None or config_path is not None):
+        notes.append("no training config found (pass the YAML or training_args.json with --config)")
+
+    # --- logs: --logs, else trainer_state.json, else trainer_log.jsonl, else TensorBoard
+    if logs_path is not None:
+        if logs_path.is_dir():
+            tb = _tensorboard_files(logs_path)
+            if (logs_path / "trainer_state.json").is_file():
+                logs_path = logs_path / "trainer_state.json"
+            elif (logs_path / "trainer_log.jsonl").is_file():
+                logs_path = logs_path / "trainer_log.jsonl"
+            elif tb:
+                art.tensorboard_files = tb
+                logs_path = tb[-1]
+            else:
+                raise GradianError(
+                    f"no trainer_state.json, trainer_log.jsonl or TensorBoard events in {logs_path}",
+                    where="--logs",
+                    fix="pass the log file itself",
+                )
+        elif logs_path.name.startswith("events.out.tfevents"):
+            art.tensorboard_files = [logs_path]
+        art.log_file = logs_path
+    else:
+        jsonl = next((d / "trainer_log.jsonl" for d in search_dirs if (d / "trainer_log.jsonl").is_file()), None)
+        if art.trainer_state is not None:
+            art.log_file = art.trainer_state
+        elif jsonl is not None:
+            art.log_file = jsonl
+        elif art.tensorboard_files:
+            art.log_file = art.tensorboard_files[-1]
+        elif art.run_dir is not None:
+            notes.append("no trainer logs found (trainer_state.json, trainer_log.jsonl or TensorBoard events)")
+    if len(art.tensorboard_files) > 1 and art.log_file == art.tensorboard_files[-1]:
+        notes.append(f"{len(art.tensorboard_files)} TensorBoard event files; reading the newest, {art.log_file}")
+
+    # --- base model
+    if base is not None:
+        art.base = str(base)
+    elif isinstance(art.adapter_config.get("base_model_name_or_path"), str):
+        art.base = art.adapter_config["base_model_name_or_path"]
+    else:
+        art.base, where = _peek_base(found)
+        if art.base is not None:
+            notes.append(f"base model {art.base} from {where}")
+        else:
+            notes.append("base model unknown (pass --base)")
+
+    # --- tokenizer: --tokenizer, else the run dir (or adapter dir), else a local base folder
+    if tokenizer_path is not None:
+        art.tokenizer_dir = tokenizer_path
+    else:
+        for folder in [d for d in (art.adapter_dir, *search_dirs[:1]) if d is not None]:
+            if any((folder / f).is_file() for f in _TOKENIZER_FILES):
+                art.tokenizer_dir = folder
+                break
+        if art.tokenizer_dir is None and art.base is not None:
+            base_dir = Path(art.base).expanduser()
+            if base_dir.is_dir() and any((base_dir / f).is_file() for f in _TOKENIZER_FILES):
+                art.tokenizer_dir = base_dir
+            elif not base_dir.is_dir():
+                notes.append(f"no tokenizer in the run; the base {art.base} is not a local folder (pass --tokenizer)")
+
+    # --- train / eval files named in an Axolotl config
+    if art.train_file is None:
+        art.train_file = _dataset_file(found, "train")
+        if art.train_file is not None:
+            notes.append(f"train file {art.train_file} from the config's datasets")
+    if art.eval_file is None:
+        art.eval_file = _dataset_file(found, "eval")
+        if art.eval_file is not None:
+            notes.append(f"eval file {art.eval_file} from the config's test_datasets")
+    return art
