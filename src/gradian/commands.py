@@ -43,7 +43,9 @@ def register(app: typer.Typer) -> None:
 
         app.command("train")(train.train_command)
 
-    app.command("report")(_not_built("report", "the report issue: re-render a report from saved results"))
+    from gradian.report import cli as report_cli
+
+    app.command("report")(report_cli.report_command)
 
     from gradian import demo
 

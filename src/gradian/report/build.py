@@ -1,0 +1,283 @@
+"""Join attribute's ranking, diagnose's findings, the clusters and the verdict into the final report.json content.
+
+``build_report`` is idempotent: given a report it built before (and no embeddings), it keeps the saved cluster
+assignment, labels and 2-D map and recomputes everything else, so ``gradian report OUT_DIR`` can re-render.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gradian.errors import GradianError
+from gradian.report.clusters import MAP_POINTS, finding_train_rows, fit_clusters, summarize_clusters
+from gradian.report.verdict import make_verdict
+
+SCHEMA = "gradian.report/1"
+DERIVED_KEYS = ("clusters", "clustering", "findings", "verdict", "logs", "n_rows")
+DERIVED_EXAMPLE_KEYS = ("cluster", "findings", "text", "contributions")
+TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
+    """(index -> text, index -> id) from Example objects, ``{"index", "id", "text"}`` dicts or an index -> text map."""
+    if not examples:
+        return {}, {}
+    if isinstance(examples, Mapping):
+        return {int(k): str(v) for k, v in examples.items()}, {}
+    texts, ids = {}, {}
+    for e in examples:
+        if isinstance(e, Mapping):
+            idx, text, rid = e.get("index"), e.get("text"), e.get("id")
+        else:
+            idx, text, rid = e.index, e.plain_text(), e.id
+        if idx is None:
+            continue
+        texts[int(idx)] = "" if text is None else str(text)
+        if rid is not None:
+            ids[int(idx)] = rid
+    return texts, ids
+
+
+def logs_to_dict(logs: Any) -> dict[str, Any] | None:
+    """TrainerLogs (or its dict form) -> ``{"source", "total_steps", "points": [{"step", "loss", ...}]}``."""
+    if logs is None:
+        return None
+    if isinstance(logs, Mapping):
+        points = logs.get("points") or []
+        source, total = logs.get("source"), logs.get("total_steps")
+    else:
+        points, source, total = logs.points, logs.source, logs.total_steps
+    out = []
+    for p in points:
+        get = p.get if isinstance(p, Mapping) else lambda k, _p=p: getattr(_p, k, None)
+        step = get("step")
+        if step is None:
+            continue
+        d: dict[str, Any] = {"step": int(step)}
+        for key in ("epoch", "loss", "eval_loss", "grad_norm", "learning_rate"):
+            v = _num(get(key))
+            if v is not None:
+                d[key] = v
+        out.append(d)
+    return {"source": source, "total_steps": total, "points": out}
+
+
+def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int, float]]:
+    """Row index -> {regressed item index -> score}, from any of the accepted ``per_item`` shapes:
+
+    - on an example: ``"per_item": [score per regressed item, in report["regressed"] order]`` or
+      ``{"<item index>": score}``;
+    - top level: ``"per_item": {"rows": [row indices], "items": [item indices], "scores": [[...] per row]}`` or
+      ``{"<row index>": [scores in regressed order] | {"<item index>": score}}``.
+    """
+    items = [int(r["index"]) for r in attribution.get("regressed") or []]
+
+    def parse(v: Any) -> dict[int, float]:
+        if isinstance(v, Mapping):
+            return {int(k): float(s) for k, s in v.items() if _num(s) is not None}
+        if isinstance(v, Sequence) and not isinstance(v, str):
+            return {items[i]: float(s) for i, s in enumerate(v) if i < len(items) and _num(s) is not None}
+        return {}
+
+    out: dict[int, dict[int, float]] = {}
+    top = attribution.get("per_item")
+    if isinstance(top, Mapping):
+        if "rows" in top and "scores" in top:
+            cols = [int(i) for i in (top.get("items") or items)]
+            for r, row_scores in zip(top["rows"], top["scores"], strict=False):
+                out[int(r)] = {c: float(s) for c, s in zip(cols, row_scores, strict=False) if _num(s) is not None}
+        else:
+            for r, v in top.items():
+                try:
+                    out[int(r)] = parse(v)
+                except (TypeError, ValueError):
+                    continue
+    for e in attribution.get("examples") or []:
+        if "per_item" in e and e.get("index") is not None:
+            out[int(e["index"])] = parse(e["per_item"])
+    return out
+
+
+def _check(attribution: Mapping[str, Any]) -> None:
+    if not isinstance(attribution, Mapping) or not isinstance(attribution.get("examples"), list):
+        raise GradianError(
+            "not an attribute report (no 'examples' list)",
+            where="report.json",
+            fix="pass the report.json that `gradian attribute` wrote",
+        )
+    for i, e in enumerate(attribution["examples"]):
+        if not isinstance(e, Mapping) or e.get("index") is None:
+            raise GradianError(f"example {i} has no 'index'", where="report.json: examples")
+
+
+def build_report(
+    attribution: Mapping[str, Any],
+    *,
+    findings: Sequence[Mapping[str, Any]] | None = None,
+    embeddings: np.ndarray | None = None,
+    embedding_index: Sequence[int] | None = None,
+    train_examples: Sequence[Any] | Mapping[int, str] | None = None,
+    eval_examples: Sequence[Any] | Mapping[int, str] | None = None,
+    logs: Any = None,
+    k: int | None = None,
+    seed: int = 0,
+    top_n: int = 25,
+) -> dict[str, Any]:
+    """The final report.json content.
+
+    ``attribution``: attribute's report.json (``examples`` with ``index``/``id``/``score``/``rank``, ``regressed``,
+    ``method``, ``settings``, optional ``per_item``), or a report this function built before.
+    ``findings``: diagnose's finding dicts (default: the ones already in ``attribution``).
+    ``embeddings``: ``(n_rows, k)`` gradient embeddings; row j belongs to training row ``embedding_index[j]``
+    (default: training row j). Without embeddings a previous assignment is reused, else there are no clusters.
+    ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
+    labels and the text shown. ``logs``: TrainerLogs or its dict form.
+
+    Adds ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
+    ``cluster`` (id or None) and ``findings`` (codes); shown rows gain ``text`` and ``contributions``.
+    """
+    _check(attribution)
+    report: dict[str, Any] = {k_: v for k_, v in attribution.items() if k_ not in DERIVED_KEYS}
+    report.setdefault("schema", SCHEMA)
+    previous = attribution if "clusters" in attribution else None
+    if findings is None:
+        findings = list(attribution.get("findings") or [])
+    findings = [dict(f) for f in findings]
+
+    old_examples = [dict(e) for e in attribution["examples"]]
+    examples = [{k_: v for k_, v in e.items() if k_ not in DERIVED_EXAMPLE_KEYS} for e in old_examples]
+    examples.sort(key=lambda e: (e.get("rank") if e.get("rank") is not None else math.inf, -(e.get("score") or 0)))
+    for r, e in enumerate(examples, start=1):
+        e.setdefault("rank", r)
+    scores = {int(e["index"]): float(_num(e.get("score")) or 0.0) for e in examples}
+
+    texts, ids = texts_of(train_examples)
+    for e in old_examples:  # keep text saved by an earlier build
+        if e.get("text") is not None:
+            texts.setdefault(int(e["index"]), str(e["text"]))
+    for e in examples:
+        if e.get("id") is None and int(e["index"]) in ids:
+            e["id"] = ids[int(e["index"])]
+    eval_texts, eval_ids = texts_of(eval_examples)
+
+    # ------------------------------------------------------------------ clusters
+    clusters: list[dict[str, Any]] = []
+    clustering: dict[str, Any] = {"how": "no gradient embeddings were given, so rows were not clustered", "k": 0}
+    row_cluster: dict[int, int] = {}
+    if embeddings is not None:
+        emb = np.asarray(embeddings, dtype=np.float64)
+        if emb.ndim != 2:
+            raise GradianError(f"embeddings must be 2-D (n_rows, k), got shape {emb.shape}", where="embeddings")
+        index = [int(i) for i in (embedding_index if embedding_index is not None else range(emb.shape[0]))]
+        if len(index) != emb.shape[0]:
+            raise GradianError(
+                f"{len(index)} embedding row indices for {emb.shape[0]} embedding rows", where="embeddings index"
+            )
+        fit = fit_clusters(emb, k=k, seed=seed)
+        clusters, row_cluster = summarize_clusters(
+            fit.assignment, index, scores, texts=texts or None, findings=findings, top_rows=10
+        )
+        clustering = {"how": fit.how, "k": fit.k, "silhouette": fit.silhouette}
+        clustering["silhouette_by_k"] = {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()}
+        clustering["map"] = _map(index, fit.coords, row_cluster, scores, seed)
+    elif previous is not None and previous.get("clusters"):
+        saved = {int(e["index"]): e.get("cluster") for e in old_examples if e.get("cluster") is not None}
+        index = sorted(saved)
+        labels = {int(c["id"]): str(c.get("label") or "") for c in previous["clusters"]}
+        clusters, row_cluster = summarize_clusters(
+            [int(saved[i]) for i in index],
+            index,
+            scores,
+            texts=texts if len(texts) >= len(index) else None,
+            findings=findings,
+            top_rows=10,
+            labels=labels,
+        )
+        old = dict(previous.get("clustering") or {})
+        clustering = {**old, "how": str(old.get("how") or "saved cluster assignment")}
+        if old.get("map"):
+            m = old["map"]
+            clustering["map"] = {**m, "cluster": [row_cluster.get(int(i)) for i in m.get("index", [])]}
+
+    # ------------------------------------------------------------------ findings per row
+    row_codes: dict[int, list[str]] = {}
+    for f in findings:
+        for r in finding_train_rows(f):
+            codes = row_codes.setdefault(r, [])
+            if f.get("code") not in codes:
+                codes.append(str(f.get("code")))
+    contributions = per_item_contributions(attribution)
+    for e in examples:
+        i = int(e["index"])
+        e["cluster"] = row_cluster.get(i)
+        e["findings"] = row_codes.get(i, [])
+        if e["rank"] <= top_n:
+            if i in texts:
+                e["text"] = texts[i][:TEXT_CHARS]
+            if i in contributions:
+                e["contributions"] = [
+                    {"item": item, "score": s} for item, s in sorted(contributions[i].items(), key=lambda t: -t[1])
+                ]
+
+    regressed = []
+    for r in attribution.get("regressed") or []:
+        r = {k_: v for k_, v in dict(r).items()}
+        i = int(r["index"])
+        if i in eval_texts:
+            r["text"] = eval_texts[i][:TEXT_CHARS]
+        if r.get("id") is None and i in eval_ids:
+            r["id"] = eval_ids[i]
+        regressed.append(r)
+
+    n_rows = max(len(examples), len(row_cluster))
+    report["examples"] = examples
+    report["regressed"] = regressed
+    report["n_rows"] = n_rows
+    report["clusters"] = clusters
+    report["clustering"] = clustering
+    report["findings"] = findings
+    report["verdict"] = make_verdict(clusters, findings, examples, regressed, n_rows=n_rows)
+    log_dict = logs_to_dict(logs) if logs is not None else (attribution.get("logs") or None)
+    if log_dict:
+        report["logs"] = log_dict
+    return report
+
+
+def _map(
+    index: Sequence[int],
+    coords: np.ndarray | None,
+    row_cluster: Mapping[int, int],
+    scores: Mapping[int, float],
+    seed: int,
+) -> dict[str, Any]:
+    """The 2-D map points, at most MAP_POINTS (the most harmful rows always kept, the rest a seeded sample)."""
+    if coords is None or len(index) == 0:
+        return {}
+    n = len(index)
+    keep = np.arange(n)
+    if n > MAP_POINTS:
+        by_harm = np.argsort([-scores.get(int(i), 0.0) for i in index], kind="stable")
+        top = set(by_harm[: MAP_POINTS // 10].tolist())
+        rest = np.array([j for j in range(n) if j not in top])
+        rng = np.random.default_rng(seed)
+        pick = rng.choice(rest, size=MAP_POINTS - len(top), replace=False)
+        keep = np.sort(np.concatenate([np.array(sorted(top)), pick]))
+    return {
+        "how": "first two principal components (SVD) of the L2-normalised embeddings",
+        "index": [int(index[j]) for j in keep],
+        "x": [round(float(coords[j, 0]), 5) for j in keep],
+        "y": [round(float(coords[j, 1]), 5) for j in keep],
+        "cluster": [row_cluster.get(int(index[j])) for j in keep],
+    }

@@ -1,0 +1,178 @@
+"""`gradian report OUT_DIR`: re-render report.html / report.md / report.json from saved results, without computing
+any gradient.
+
+What ``gradian attribute --out OUT_DIR`` must save for this (``save_report_inputs`` writes all but report.json):
+
+- ``report.json`` (required): attribute's result, schema ``gradian.report/1`` — ``examples`` (``index``, ``id``,
+  ``score``, ``rank``; optional ``per_item``), ``regressed`` (``index``, ``base_nll``, ``finetuned_nll``),
+  ``method``, ``settings``, optional top-level ``per_item``. After a first render it is the full report; this
+  command accepts that too (derived keys are rebuilt).
+- ``embeddings.npy`` — float ``(n_rows, k)`` array, row j = training row j; or ``embeddings.safetensors`` with a
+  tensor ``embeddings`` (and optionally an int tensor ``index``: the training row of each embedding row). An
+  ``embeddings_index.npy`` next to ``embeddings.npy`` plays the same role. Optional: without it the saved cluster
+  assignment in report.json is reused.
+- ``rows.jsonl`` — one ``{"index", "id", "text"}`` per training row (text = ``Example.plain_text()``), for cluster
+  labels and the text of the top rows. Optional once report.json holds a built report (it keeps the shown rows' text).
+- ``eval_rows.jsonl`` — the same for eval rows (text of the regressed items). Optional.
+- ``findings.json`` — diagnose's findings: a JSON list, or ``{"findings": [...]}``. Optional (falls back to the
+  findings in report.json).
+- ``trainer_logs.json`` — ``{"source", "total_steps", "points": [{"step", "loss", "eval_loss", "grad_norm",
+  "learning_rate", "epoch"}]}``. Optional (falls back to ``logs`` in report.json).
+
+In code, attribute can do::
+
+    from gradian.report import build_report, render_all, save_report_inputs
+    save_report_inputs(out, embeddings=emb, train_examples=train, eval_examples=evals, findings=fs, logs=logs)
+    render_all(build_report(result, findings=fs, embeddings=emb, train_examples=train, eval_examples=evals,
+                            logs=logs), out)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gradian.errors import GradianError
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise GradianError(
+            f"not valid JSON (line {err.lineno}: {err.msg})", where=str(path), fix="re-run the command that wrote it"
+        ) from None
+    except OSError as err:
+        raise GradianError(f"cannot read it ({err.strerror})", where=str(path)) from None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise GradianError(f"line {n} is not valid JSON ({err.msg})", where=str(path)) from None
+    return rows
+
+
+def _rows(examples: Sequence[Any]) -> list[dict[str, Any]]:
+    out = []
+    for e in examples:
+        if isinstance(e, Mapping):
+            out.append({"index": int(e["index"]), "id": e.get("id"), "text": str(e.get("text") or "")})
+        else:
+            out.append({"index": int(e.index), "id": e.id, "text": e.plain_text()})
+    return out
+
+
+def save_report_inputs(
+    out_dir: str | Path,
+    *,
+    embeddings: Any = None,
+    embedding_index: Sequence[int] | None = None,
+    train_examples: Sequence[Any] | None = None,
+    eval_examples: Sequence[Any] | None = None,
+    findings: Sequence[Mapping[str, Any]] | None = None,
+    logs: Any = None,
+) -> None:
+    """Save what `gradian report` needs besides report.json (see the module docstring). Skips what is None."""
+    import numpy as np
+
+    from gradian.report.build import logs_to_dict
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if embeddings is not None:
+        np.save(out / "embeddings.npy", np.asarray(embeddings, dtype=np.float32))
+        if embedding_index is not None:
+            np.save(out / "embeddings_index.npy", np.asarray(embedding_index, dtype=np.int64))
+    for name, ex in (("rows.jsonl", train_examples), ("eval_rows.jsonl", eval_examples)):
+        if ex is not None:
+            with (out / name).open("w", encoding="utf-8") as f:
+                for r in _rows(ex):
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    if findings is not None:
+        (out / "findings.json").write_text(json.dumps(list(findings), indent=2, default=str) + "\n", encoding="utf-8")
+    if logs is not None:
+        (out / "trainer_logs.json").write_text(json.dumps(logs_to_dict(logs), indent=2) + "\n", encoding="utf-8")
+
+
+def load_embeddings(out_dir: Path) -> tuple[Any, list[int] | None]:
+    """(embeddings, embedding_index) from embeddings.npy or embeddings.safetensors in out_dir, or (None, None)."""
+    import numpy as np
+
+    npy, st = out_dir / "embeddings.npy", out_dir / "embeddings.safetensors"
+    if npy.is_file():
+        try:
+            emb = np.load(npy, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise GradianError(f"cannot read it ({err})", where=str(npy)) from None
+        idx_path = out_dir / "embeddings_index.npy"
+        idx = np.load(idx_path, allow_pickle=False).astype(int).tolist() if idx_path.is_file() else None
+        return emb, idx
+    if st.is_file():
+        from safetensors.numpy import load_file
+
+        try:
+            tensors = load_file(str(st))
+        except Exception as err:  # safetensors raises its own error types
+            raise GradianError(f"cannot read it ({err})", where=str(st)) from None
+        if "embeddings" not in tensors:
+            raise GradianError("no tensor named 'embeddings'", where=str(st), fix="save the embeddings as 'embeddings'")
+        idx = tensors["index"].astype(int).tolist() if "index" in tensors else None
+        return tensors["embeddings"], idx
+    return None, None
+
+
+def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
+    """Rebuild and re-render the report in out_dir from what is saved there."""
+    from gradian.report.build import build_report
+    from gradian.report.render import render_all
+
+    out = Path(out_dir)
+    report_path = out / "report.json"
+    if not report_path.is_file():
+        raise GradianError(
+            "no report.json here",
+            where=str(out),
+            fix="pass the --out dir of `gradian attribute` (it writes report.json)",
+        )
+    attribution = _read_json(report_path)
+    findings = None
+    if (out / "findings.json").is_file():
+        raw = _read_json(out / "findings.json")
+        findings = raw.get("findings", []) if isinstance(raw, Mapping) else raw
+        if not isinstance(findings, list):
+            raise GradianError("expected a list of findings", where=str(out / "findings.json"))
+    emb, idx = load_embeddings(out)
+    train = _read_jsonl(out / "rows.jsonl") if (out / "rows.jsonl").is_file() else None
+    evals = _read_jsonl(out / "eval_rows.jsonl") if (out / "eval_rows.jsonl").is_file() else None
+    logs = _read_json(out / "trainer_logs.json") if (out / "trainer_logs.json").is_file() else None
+    report = build_report(
+        attribution,
+        findings=findings,
+        embeddings=emb,
+        embedding_index=idx,
+        train_examples=train,
+        eval_examples=evals,
+        logs=logs,
+        seed=seed,
+    )
+    return render_all(report, out)
+
+
+def report_command(
+    out_dir: Path = typer.Argument(..., help="The --out dir of `gradian attribute` (holds report.json)."),
+) -> None:
+    """Re-render report.html, report.md and report.json from saved results (no gradients are recomputed)."""
+    paths = rerender(out_dir)
+    for p in paths.values():
+        typer.echo(str(p))

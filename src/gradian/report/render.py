@@ -1,0 +1,626 @@
+"""Render a built report (the dict ``build_report`` returns) as report.html, report.md and report.json.
+
+report.html is one self-contained file: inline CSS, inline SVG plots, no JavaScript, no network (a
+Content-Security-Policy forbids scripts and remote loads). Every piece of dataset text is escaped with
+``html.escape(quote=True)``; report.md escapes it for Markdown (``&``, ``<``, ``>``, pipes, backticks, emphasis and
+link brackets).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gradian.report import svg
+from gradian.report.svg import esc
+
+SUMMARY_CHARS = 160
+MD_TEXT_CHARS = 300
+TOP_ROWS_SHOWN = 25
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return "—"
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) >= 1e4 or abs(x) < 10 ** (-digits)):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}f}"
+
+
+def _pct(v: Any) -> str:
+    try:
+        return f"{100.0 * float(v):.0f}%"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def _shown_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return sorted(report.get("examples") or [], key=lambda e: e.get("rank") or math.inf)[:TOP_ROWS_SHOWN]
+
+
+def _evidence_summary(ev: Any) -> str:
+    if not isinstance(ev, Mapping):
+        return ""
+    parts = []
+    if ev.get("count") is not None:
+        parts.append(
+            f"{ev['count']} rows" + (f" ({float(ev['percent']):.1f}%)" if ev.get("percent") is not None else "")
+        )
+    elif ev.get("percent") is not None:
+        parts.append(f"{float(ev['percent']):.1f}%")
+    if ev.get("key") is not None:
+        parts.append(f"{ev['key']} = {ev.get('value')!s}")
+    if ev.get("source"):
+        parts.append(f"source: {ev['source']}")
+    if ev.get("steps"):
+        steps = list(ev["steps"])
+        parts.append("steps " + ", ".join(str(s) for s in steps[:8]) + (" …" if len(steps) > 8 else ""))
+    rows = ev.get("rows") or []
+    if rows:
+        parts.append("rows " + ", ".join(str(r) for r in list(rows)[:10]) + (" …" if len(rows) > 10 else ""))
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------------------ plots
+
+
+CAPTIONS = {
+    "plot-loss": "Trainer loss by step. Dashed orange lines mark diagnose's log findings at their steps (hover for "
+    "the finding).",
+    "plot-nll": "Negative log-likelihood of each regressed eval item before (base) and after (fine-tuned) training.",
+    "plot-harm": "Harm score of every training row; orange bars (harm >= 0) moved the model toward the regression.",
+    "plot-cluster-harm": "A culprit cluster's orange bar (share of harm) is at least twice its grey bar (share of "
+    "rows).",
+    "plot-map": "Each dot is a training row, placed by the first two principal components of its normalised "
+    "gradient and coloured by cluster (hover for the row).",
+}
+
+
+def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(anchor, heading, svg) for every plot the report can draw."""
+    out = []
+    logs = report.get("logs") or {}
+    points = logs.get("points") or []
+    if points:
+        train = [p for p in points if p.get("loss") is not None]
+        ev = [p for p in points if p.get("eval_loss") is not None]
+        series = []
+        if train:
+            series.append(("train loss", [p["step"] for p in train], [p["loss"] for p in train]))
+        if ev:
+            series.append(("eval loss", [p["step"] for p in ev], [p["eval_loss"] for p in ev]))
+        markers = []
+        for f in report.get("findings") or []:
+            steps = (f.get("evidence") or {}).get("steps") if isinstance(f.get("evidence"), Mapping) else None
+            for s in steps or []:
+                try:
+                    markers.append((float(s), f"{f.get('code')} {f.get('name')}: {f.get('message', '')}"))
+                except (TypeError, ValueError):
+                    continue
+        title = "Loss curve"
+        out.append(
+            ("plot-loss", "Loss curve", svg.line_chart(title, series, xlabel="step", ylabel="loss", markers=markers))
+        )
+    reg = report.get("regressed") or []
+    if reg:
+        cats = [str(r.get("id") if r.get("id") is not None else f"#{r['index']}") for r in reg]
+        out.append(
+            (
+                "plot-nll",
+                "Base vs fine-tuned NLL per regressed eval item",
+                svg.bar_chart(
+                    "NLL per regressed eval item",
+                    cats,
+                    [("base", [r.get("base_nll") for r in reg]), ("fine-tuned", [r.get("finetuned_nll") for r in reg])],
+                    ylabel="NLL",
+                    xlabel="eval item",
+                ),
+            )
+        )
+    scores = [e.get("score") for e in report.get("examples") or [] if e.get("score") is not None]
+    if scores:
+        out.append(
+            (
+                "plot-harm",
+                "Harm distribution",
+                svg.histogram("Harm per training row", scores, xlabel="harm"),
+            )
+        )
+    clusters = report.get("clusters") or []
+    if clusters:
+        cats = [f"C{c['id']}" for c in clusters]
+        out.append(
+            (
+                "plot-cluster-harm",
+                "Harm by cluster",
+                svg.bar_chart(
+                    "Share of harm vs share of rows, by cluster",
+                    cats,
+                    [
+                        ("harm share", [c.get("harm_share", 0.0) for c in clusters]),
+                        ("row share", [c.get("size_share", 0.0) for c in clusters]),
+                    ],
+                    ylabel="share",
+                    colors=["#D55E00", "#9AA5B1"],
+                ),
+            )
+        )
+    m = (report.get("clustering") or {}).get("map") or {}
+    if m.get("x"):
+        ids = {int(e["index"]): e for e in report.get("examples") or []}
+        order = {int(c["id"]): i for i, c in enumerate(clusters)}
+        pts = []
+        for i, x, y, c in zip(m["index"], m["x"], m["y"], m.get("cluster") or [None] * len(m["x"]), strict=False):
+            e = ids.get(int(i), {})
+            tip = f"row {i}" + (f" ({e.get('id')})" if e.get("id") is not None else "")
+            tip += f", cluster {c}, harm {_f(e.get('score'))}"
+            pts.append((x, y, order.get(c, len(clusters)) if c is not None else len(clusters), tip))
+        names = [f"C{c['id']}" for c in clusters]
+        out.append(
+            (
+                "plot-map",
+                "Training rows in gradient space",
+                svg.scatter(
+                    "Training rows in gradient space, by cluster",
+                    pts,
+                    group_names=names,
+                    xlabel="PC 1",
+                    ylabel="PC 2",
+                ),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------- HTML
+
+CSS = """
+:root { color-scheme: light; }
+* { box-sizing: border-box; }
+body { margin: 0; background: #f6f7f9; color: #1f2328;
+  font: 16px/1.55 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", "DejaVu Sans", Arial, sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 64px; }
+h1 { font-size: 28px; margin: 8px 0 4px; }
+h2 { font-size: 22px; margin: 40px 0 12px; padding-bottom: 6px; border-bottom: 2px solid #d0d7de; }
+h3 { font-size: 17px; margin: 20px 0 8px; }
+p.sub { color: #57606a; margin: 0 0 16px; }
+nav { font-size: 14px; margin: 0 0 8px; }
+nav a { margin-right: 14px; color: #0969da; text-decoration: none; }
+.verdict { background: #fff; border: 1px solid #d0d7de; border-left: 6px solid #0969da; border-radius: 8px;
+  padding: 18px 22px; margin-top: 12px; }
+.verdict.concentrated { border-left-color: #cf222e; }
+.verdict.unreliable { border-left-color: #bf8700; }
+.verdict .headline { font-size: 21px; font-weight: 650; margin: 0 0 8px; }
+.verdict p { margin: 6px 0; max-width: 80ch; }
+.verdict ol { margin: 8px 0 0 0; padding-left: 22px; }
+.verdict li { margin: 4px 0; max-width: 80ch; }
+.warn { background: #fff8c5; border: 1px solid #d4a72c; border-radius: 6px; padding: 8px 12px; margin: 0 0 10px; }
+.meta { color: #57606a; font-size: 13px; margin-top: 10px; }
+table { border-collapse: collapse; width: 100%; background: #fff; font-size: 14px; border: 1px solid #d0d7de; }
+th, td { text-align: left; vertical-align: top; padding: 7px 10px; border-bottom: 1px solid #e3e6ea; }
+th { background: #eef1f4; font-weight: 600; white-space: nowrap; }
+tr:nth-child(even) td { background: #fafbfc; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.text { max-width: 520px; white-space: pre-wrap; overflow-wrap: anywhere; }
+details summary { cursor: pointer; color: #24292f; }
+details[open] summary { color: #57606a; margin-bottom: 4px; }
+code, .code { font-family: ui-monospace, "SFMono-Regular", "DejaVu Sans Mono", Menlo, Consolas, monospace;
+  font-size: 13px; }
+.badge { display: inline-block; padding: 0 7px; border-radius: 10px; font-size: 12px; font-weight: 600;
+  margin: 1px 2px 1px 0; background: #eaeef2; white-space: nowrap; }
+.sev-error { background: #ffebe9; color: #a40e26; }
+.sev-warning { background: #fff8c5; color: #7d4e00; }
+.sev-info { background: #ddf4ff; color: #0a3069; }
+.swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 6px;
+  vertical-align: -1px; }
+.bar { background: #eaeef2; border-radius: 3px; height: 8px; width: 120px; margin-top: 4px; }
+.bar > span { display: block; height: 8px; border-radius: 3px; background: #D55E00; }
+.culprit td { background: #fff5f3 !important; }
+.plots { display: grid; grid-template-columns: repeat(auto-fit, minmax(520px, 1fr)); gap: 16px; }
+figure { margin: 0; background: #fff; border: 1px solid #d0d7de; border-radius: 8px; padding: 10px; }
+figure svg { width: 100%; height: auto; display: block; }
+figcaption { font-size: 13px; color: #57606a; margin-top: 4px; }
+ul.contrib { list-style: none; padding: 0; margin: 0; font-size: 13px; white-space: nowrap; }
+.muted { color: #57606a; }
+"""
+
+
+def _text_cell(text: Any) -> str:
+    if text is None:
+        return '<td class="text muted">(text not saved)</td>'
+    s = str(text)
+    if len(s) <= SUMMARY_CHARS and "\n" not in s:
+        return f'<td class="text">{esc(s)}</td>'
+    head = " ".join(s[:SUMMARY_CHARS].split())
+    return (
+        f'<td class="text"><details><summary>{esc(head)}… <span class="muted">({len(s)} chars)</span></summary>'
+        f"{esc(s)}</details></td>"
+    )
+
+
+def _sev(sev: Any) -> str:
+    s = str(sev or "info").lower()
+    s = s if s in ("error", "warning", "info") else "info"
+    return f'<span class="badge sev-{s}">{esc(s)}</span>'
+
+
+def _verdict_html(report: Mapping[str, Any]) -> str:
+    v = report.get("verdict") or {}
+    classes = ["verdict", esc(v.get("kind", ""))]
+    if not v.get("reliable", True):
+        classes.append("unreliable")
+    parts = [f'<div class="{" ".join(classes)}" id="verdict-box">']
+    if not v.get("reliable", True):
+        parts.append('<p class="warn"><strong>Attribution may be unreliable:</strong> setup errors below.</p>')
+    parts.append(f'<p class="headline">{esc(v.get("headline", ""))}</p>')
+    for s in v.get("sentences") or []:
+        parts.append(f"<p>{esc(s)}</p>")
+    steps = v.get("next_steps") or []
+    if steps:
+        parts.append("<h3>Next steps</h3><ol>" + "".join(f"<li>{esc(s)}</li>" for s in steps) + "</ol>")
+    drop = v.get("drop_rows") or []
+    if drop:
+        shown = ", ".join(esc(r) for r in drop[:30]) + (" …" if len(drop) > 30 else "")
+        parts.append(
+            f'<p class="meta">Rows to drop ({len(drop)}, also in <code>drop_rows.txt</code> and '
+            f"<code>drop_rows.json</code>): {shown}</p>"
+        )
+    parts.append(f'<p class="meta">Criterion: {esc(v.get("criterion", ""))}.</p>')
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _regressed_html(report: Mapping[str, Any]) -> str:
+    reg = report.get("regressed") or []
+    if not reg:
+        return "<p>No eval item got worse after fine-tuning.</p>"
+    rows = []
+    for r in sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0))):
+        delta = (r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)
+        rows.append(
+            f"<tr><td class=num>{esc(r['index'])}</td><td>{esc(r.get('id') if r.get('id') is not None else '')}</td>"
+            f"<td class=num>{_f(r.get('base_nll'))}</td><td class=num>{_f(r.get('finetuned_nll'))}</td>"
+            f"<td class=num>+{_f(delta)}</td>{_text_cell(r.get('text'))}</tr>"
+        )
+    return (
+        f"<p>{len(reg)} eval item{'s' if len(reg) != 1 else ''} got worse (fine-tuned NLL above base NLL).</p>"
+        "<table><thead><tr><th>eval row</th><th>id</th><th>base NLL</th><th>fine-tuned NLL</th><th>change</th>"
+        "<th>text</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def _clusters_html(report: Mapping[str, Any]) -> str:
+    clusters = report.get("clusters") or []
+    how = (report.get("clustering") or {}).get("how", "")
+    if not clusters:
+        return f"<p>{esc(how or 'No clusters.')}</p>"
+    culprits = set((report.get("verdict") or {}).get("culprit_clusters") or [])
+    ids = {int(e["index"]): e.get("id") for e in report.get("examples") or []}
+    rows = []
+    for i, c in enumerate(clusters):
+        f_html = (
+            "".join(f"<div>{esc(f['text'])}</div>" for f in c.get("findings") or [])
+            or '<span class="muted">none</span>'
+        )
+        top = ", ".join(
+            esc(r) + (f" <span class=muted>({esc(ids[r])})</span>" if ids.get(r) is not None else "")
+            for r in (c.get("top_rows") or [])[:5]
+        )
+        share = max(0.0, min(1.0, float(c.get("harm_share", 0.0))))
+        rows.append(
+            f'<tr class="{"culprit" if c["id"] in culprits else ""}">'
+            f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c["id"])}</td>'
+            f"<td>{esc(c.get('label') or '')}</td>"
+            f"<td class=num>{esc(c['size'])} <span class=muted>({_pct(c.get('size_share'))})</span></td>"
+            f'<td class=num>{_pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
+            f"<td class=num>{_f(c.get('mean_harm'))}</td><td>{f_html}</td><td>{top}</td></tr>"
+        )
+    return (
+        f'<p class="sub">{esc(how)}.</p>'
+        '<table id="cluster-table"><thead><tr><th>cluster</th><th>label (distinctive terms)</th><th>rows</th>'
+        "<th>share of harm</th><th>mean harm</th><th>diagnose findings</th><th>top rows</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _top_rows_html(report: Mapping[str, Any]) -> str:
+    shown = _shown_rows(report)
+    if not shown:
+        return "<p>No rows were scored.</p>"
+    reg_ids = {int(r["index"]): r.get("id") for r in report.get("regressed") or []}
+    rows = []
+    for e in shown:
+        contrib = e.get("contributions") or []
+        c_html = (
+            '<ul class="contrib">'
+            + "".join(
+                f"<li>item {esc(reg_ids.get(int(c['item'])) or c['item'])}: {_f(c['score'])}</li>" for c in contrib[:6]
+            )
+            + ("<li>…</li>" if len(contrib) > 6 else "")
+            + "</ul>"
+            if contrib
+            else '<span class="muted">—</span>'
+        )
+        codes = "".join(f'<span class="badge">{esc(c)}</span>' for c in e.get("findings") or []) or ""
+        cl = e.get("cluster")
+        rows.append(
+            f"<tr><td class=num>{esc(e.get('rank'))}</td><td class=num>{esc(e['index'])}</td>"
+            f"<td>{esc(e.get('id') if e.get('id') is not None else '')}</td><td class=num>{_f(e.get('score'))}</td>"
+            f"<td>{'C' + esc(cl) if cl is not None else '—'}</td><td>{codes}</td>{_text_cell(e.get('text'))}"
+            f"<td>{c_html}</td></tr>"
+        )
+    n = len(report.get("examples") or [])
+    return (
+        f'<p class="sub">The {len(shown)} most harmful of {n} rows (harm &gt; 0: the row moved the model toward the '
+        "regression).</p>"
+        '<table id="top-rows"><thead><tr><th>rank</th><th>row</th><th>id</th><th>harm</th><th>cluster</th>'
+        "<th>findings</th><th>text</th><th>per regressed item</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _findings_html(report: Mapping[str, Any]) -> str:
+    findings = report.get("findings") or []
+    if not findings:
+        return "<p>diagnose reported no findings (or was not run).</p>"
+    order = {"error": 0, "warning": 1, "info": 2}
+    rows = []
+    for f in sorted(findings, key=lambda f: (order.get(str(f.get("severity")).lower(), 3), str(f.get("code")))):
+        rows.append(
+            f"<tr><td>{_sev(f.get('severity'))}</td><td><code>{esc(f.get('code', ''))}</code></td>"
+            f"<td>{esc(f.get('name', ''))}</td><td class=text>{esc(f.get('message', ''))}</td>"
+            f"<td class=text>{esc(_evidence_summary(f.get('evidence')))}</td>"
+            f"<td class=text>{esc(f.get('fix') or '')}</td></tr>"
+        )
+    return (
+        '<table id="findings"><thead><tr><th>severity</th><th>code</th><th>name</th><th>message</th><th>evidence</th>'
+        "<th>fix</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """The whole report.html as a string."""
+    sections = [
+        ("verdict", "Verdict", _verdict_html(report)),
+        ("regressed", "Regressed items", _regressed_html(report)),
+        ("clusters", "Clusters", _clusters_html(report)),
+        ("top-rows-section", "Top rows", _top_rows_html(report)),
+        ("setup-findings", "Setup findings", _findings_html(report)),
+    ]
+    figs = plots(report)
+    plot_html = (
+        '<div class="plots">'
+        + "".join(
+            f'<figure id="{a}">{s}<figcaption><strong>{esc(h)}.</strong> {esc(CAPTIONS.get(a, ""))}</figcaption>'
+            "</figure>"
+            for a, h, s in figs
+        )
+        + "</div>"
+        if figs
+        else "<p>Nothing to plot.</p>"
+    )
+    sections.append(("plots", "Plots", plot_html))
+    method = report.get("method")
+    settings = report.get("settings")
+    meta = f"method: {method}" if method else ""
+    if settings:
+        meta += (" · " if meta else "") + "settings: " + json.dumps(settings, sort_keys=True, default=str)
+    nav = "<nav>" + "".join(f'<a href="#{a}">{esc(h)}</a>' for a, h, _ in sections) + "</nav>"
+    body = "".join(f'<section id="{a}"><h2>{esc(h)}</h2>{content}</section>' for a, h, content in sections)
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "img-src data:; base-uri 'none'; form-action 'none'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>Gradian report</title>"
+        f"<style>{CSS}</style></head><body><main>"
+        "<h1>Gradian report</h1>"
+        f'<p class="sub">Why the fine-tune got worse: {len(report.get("regressed") or [])} regressed eval items, '
+        f"{report.get('n_rows', len(report.get('examples') or []))} training rows ranked by harm. {esc(meta)}</p>"
+        f"{nav}{body}</main></body></html>\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------------------- Markdown
+
+
+def md_escape(text: Any, limit: int | None = None) -> str:
+    """Dataset text for a Markdown table cell: one line, HTML-escaped, pipes/backticks/emphasis/links neutralised."""
+    s = " ".join(str(text).split())
+    if limit is not None and len(s) > limit:
+        s = s[:limit] + "…"
+    s = s.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("|", "&#124;").replace("`", "&#96;")
+    for ch in "*_[]~#!":
+        s = s.replace(ch, "\\" + ch)
+    return s
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """report.md: the same content as text tables (no plots)."""
+    v = report.get("verdict") or {}
+    lines = ["# Gradian report", "", "## Verdict", ""]
+    if not v.get("reliable", True):
+        lines += ["> **Attribution may be unreliable:** setup errors below.", ""]
+    lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
+    lines += [md_escape(s) for s in v.get("sentences") or []]
+    lines.append("")
+    if v.get("next_steps"):
+        lines += ["Next steps:", ""] + [f"{i}. {md_escape(s)}" for i, s in enumerate(v["next_steps"], 1)] + [""]
+    if v.get("drop_rows"):
+        lines += [
+            f"Rows to drop ({len(v['drop_rows'])}, in `drop_rows.txt` / `drop_rows.json`): "
+            + ", ".join(str(r) for r in v["drop_rows"][:50])
+            + (" …" if len(v["drop_rows"]) > 50 else ""),
+            "",
+        ]
+    lines += [f"_Criterion: {md_escape(v.get('criterion', ''))}._", ""]
+
+    lines += ["## Regressed items", ""]
+    reg = report.get("regressed") or []
+    if reg:
+        lines.append(
+            _md_table(
+                ["eval row", "id", "base NLL", "fine-tuned NLL", "change", "text"],
+                [
+                    [
+                        str(r["index"]),
+                        md_escape(r.get("id") if r.get("id") is not None else ""),
+                        _f(r.get("base_nll")),
+                        _f(r.get("finetuned_nll")),
+                        "+" + _f((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)),
+                        md_escape(r.get("text") or "", MD_TEXT_CHARS),
+                    ]
+                    for r in reg
+                ],
+            )
+        )
+    else:
+        lines.append("No eval item got worse after fine-tuning.")
+    lines += ["", "## Clusters", ""]
+    clusters = report.get("clusters") or []
+    lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
+    if clusters:
+        lines.append(
+            _md_table(
+                ["cluster", "label", "rows", "share of harm", "mean harm", "findings", "top rows"],
+                [
+                    [
+                        f"C{c['id']}",
+                        md_escape(c.get("label") or ""),
+                        f"{c['size']} ({_pct(c.get('size_share'))})",
+                        _pct(c.get("harm_share")),
+                        _f(c.get("mean_harm")),
+                        "; ".join(md_escape(f["text"]) for f in c.get("findings") or []) or "none",
+                        ", ".join(str(r) for r in (c.get("top_rows") or [])[:5]),
+                    ]
+                    for c in clusters
+                ],
+            )
+        )
+    lines += ["", "## Top rows", ""]
+    shown = _shown_rows(report)
+    if shown:
+        lines.append(
+            _md_table(
+                ["rank", "row", "id", "harm", "cluster", "findings", "text", "per regressed item"],
+                [
+                    [
+                        str(e.get("rank")),
+                        str(e["index"]),
+                        md_escape(e.get("id") if e.get("id") is not None else ""),
+                        _f(e.get("score")),
+                        f"C{e['cluster']}" if e.get("cluster") is not None else "—",
+                        md_escape(", ".join(e.get("findings") or [])),
+                        md_escape(e.get("text") if e.get("text") is not None else "(text not saved)", MD_TEXT_CHARS),
+                        "; ".join(f"{c['item']}: {_f(c['score'])}" for c in (e.get("contributions") or [])[:6]),
+                    ]
+                    for e in shown
+                ],
+            )
+        )
+    lines += ["", "## Setup findings", ""]
+    findings = report.get("findings") or []
+    if findings:
+        lines.append(
+            _md_table(
+                ["severity", "code", "name", "message", "evidence", "fix"],
+                [
+                    [
+                        md_escape(f.get("severity", "")),
+                        md_escape(f.get("code", "")),
+                        md_escape(f.get("name", "")),
+                        md_escape(f.get("message", "")),
+                        md_escape(_evidence_summary(f.get("evidence"))),
+                        md_escape(f.get("fix") or ""),
+                    ]
+                    for f in findings
+                ],
+            )
+        )
+    else:
+        lines.append("diagnose reported no findings (or was not run).")
+    lines += ["", "## Plots", "", "The plots are in report.html.", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------ files
+
+
+def _json_default(o: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)
+
+
+def _clean(o: Any) -> Any:
+    """NaN/inf -> None so report.json is strict JSON."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def render_all(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+    """Write report.html, report.md, report.json (and drop_rows.txt / drop_rows.json when the verdict names rows to
+    drop; stale drop files are removed otherwise) into ``out_dir``. Returns name -> path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"html": out / "report.html", "md": out / "report.md", "json": out / "report.json"}
+    paths["html"].write_text(render_html(report), encoding="utf-8")
+    paths["md"].write_text(render_markdown(report), encoding="utf-8")
+    data = json.loads(json.dumps(report, default=_json_default))
+    paths["json"].write_text(json.dumps(_clean(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    v = report.get("verdict") or {}
+    drop = [int(r) for r in v.get("drop_rows") or []]
+    txt, js = out / "drop_rows.txt", out / "drop_rows.json"
+    if drop:
+        txt.write_text("".join(f"{r}\n" for r in drop), encoding="utf-8")
+        js.write_text(
+            json.dumps(
+                {
+                    "rows": drop,
+                    "ids": list(v.get("drop_ids") or []),
+                    "reason": v.get("headline"),
+                    "clusters": v.get("culprit_clusters") or [],
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        paths["drop_txt"], paths["drop_json"] = txt, js
+    else:
+        for p in (txt, js):
+            p.unlink(missing_ok=True)
+    return paths
+
+
+__all__ = ["render_all", "render_html", "render_markdown", "md_escape", "plots"]
