@@ -1,0 +1,210 @@
+"""The normalized inputs every rule reads (`DiagnoseContext`), and `build_context`, which fills one from files
+with the shared loaders (gradian.run for the run, config and logs; gradian.data for rows, tokenizer, formatting)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradian.data.types import Example, FormatSettings, FormattedExample
+from gradian.errors import GradianError
+from gradian.run.types import RunArtifacts, TrainerLogs, TrainingSetup
+
+# Max length a framework uses when the config sets none.
+FRAMEWORK_DEFAULT_MAX_LENGTH = {"trl": 1024, "transformers": None, "axolotl": 512, "llamafactory": 2048}
+
+
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    parts = []
+    for p in str(v).split("."):
+        m = re.match(r"\d+", p)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    return tuple(parts) or None
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(package)
+    except Exception:
+        return None
+
+
+@dataclass
+class DiagnoseContext:
+    """Everything the rules look at. Every field may be empty: rules that need a missing input are skipped with a
+    note. Unit tests build these directly from the shared types."""
+
+    train: list[Example] = field(default_factory=list)
+    eval: list[Example] = field(default_factory=list)
+    problems: list[Any] = field(default_factory=list)  # unreadable rows from load_examples_with_problems
+    formatted: list[FormattedExample] | None = None  # train rows tokenized exactly as the trainer would
+    formatted_note: str | None = None  # why `formatted` is None
+    format_settings: FormatSettings | None = None
+    tokenizer: Any = None
+    setup: TrainingSetup = field(default_factory=TrainingSetup)
+    setup_known: bool = False  # a config was read (else config rules are skipped)
+    logs: TrainerLogs = field(default_factory=TrainerLogs)
+    artifacts: RunArtifacts = field(default_factory=RunArtifacts)
+    base_config: dict[str, Any] = field(default_factory=dict)  # the base model's config.json, when local
+    generation_config: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule name -> threshold -> value
+    train_file: str | None = None
+    eval_file: str | None = None
+
+    # ---- helpers shared by rules -------------------------------------------------------------------------------
+    def src(self, key: str) -> str | None:
+        return self.setup.sources.get(key)
+
+    def is_adapter_run(self) -> bool:
+        s = self.setup
+        if s.lora_r is not None or self.artifacts.adapter_config:
+            return True
+        raw = s.raw
+        return (
+            str(raw.get("adapter", "")).lower() in ("lora", "qlora")
+            or str(raw.get("finetuning_type", "")).lower() in ("lora", "qlora")
+            or bool(raw.get("use_peft") or raw.get("peft_config"))
+        )
+
+    def framework(self) -> str:
+        return (self.setup.framework or "").lower()
+
+    def library_version(self, package: str) -> tuple[tuple[int, ...] | None, str]:
+        """The version the run recorded, else the installed one (training usually ran in this environment)."""
+        v = self.setup.versions.get(package)
+        if v:
+            return parse_version(v), f"recorded by the run: {package} {v}"
+        v = installed_version(package)
+        if v:
+            return parse_version(v), f"not recorded by the run; installed here: {package} {v}"
+        return None, f"{package} version unknown (not recorded by the run, not installed here)"
+
+    def effective_max_length(self) -> tuple[int | None, str]:
+        if self.format_settings is not None and self.format_settings.max_length is not None:
+            src = self.format_settings.sources.get("max_length") or self.src("max_length") or "format settings"
+            return self.format_settings.max_length, src
+        if self.setup.max_length is not None:
+            return self.setup.max_length, self.src("max_length") or "config"
+        fw = self.framework()
+        if fw in FRAMEWORK_DEFAULT_MAX_LENGTH and FRAMEWORK_DEFAULT_MAX_LENGTH[fw]:
+            return FRAMEWORK_DEFAULT_MAX_LENGTH[fw], f"{fw} default"
+        return None, "unset"
+
+    def masking(self) -> str | None:
+        if self.setup.masking:
+            return self.setup.masking
+        if self.format_settings is not None and self.setup_known:
+            return self.format_settings.mask
+        return None
+
+    def train_size(self) -> int | None:
+        return len(self.train) if self.train else None
+
+    def vocab_size(self) -> int | None:
+        if self.tokenizer is not None:
+            try:
+                return len(self.tokenizer)
+            except TypeError:
+                pass
+        v = self.base_config.get("vocab_size")
+        return int(v) if v else None
+
+    def chat_template(self) -> str:
+        t = getattr(self.tokenizer, "chat_template", None) if self.tokenizer is not None else None
+        if isinstance(t, dict):
+            t = t.get("default") or next(iter(t.values()), "")
+        return t or ""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def build_context(
+    *,
+    run: str | Path | None = None,
+    train: str | Path | None = None,
+    eval: str | Path | None = None,
+    config: str | Path | None = None,
+    logs: str | Path | None = None,
+    adapter: str | Path | None = None,
+    base: str | None = None,
+    tokenizer: str | Path | None = None,
+    thresholds: dict[str, dict[str, Any]] | None = None,
+) -> DiagnoseContext:
+    """Read every input from files with the shared loaders; what cannot be found stays empty."""
+    try:
+        from gradian import data as gdata
+        from gradian import run as grun
+
+        discover = grun.discover
+        load_setup, load_logs, format_settings = grun.load_setup, grun.load_logs, grun.format_settings
+        load_with_problems = gdata.load_examples_with_problems
+        load_tokenizer, format_examples = gdata.load_tokenizer, gdata.format_examples
+    except (ImportError, AttributeError) as err:  # the loaders are built in parallel
+        raise GradianError(f"the run/data loaders are not available ({err})", fix="update gradian") from err
+
+    p = lambda x: Path(x) if x is not None else None  # noqa: E731
+    artifacts = discover(
+        run=p(run), adapter=p(adapter), base=base, train=p(train), eval=p(eval), config=p(config), logs=p(logs),
+        tokenizer=p(tokenizer),
+    )  # fmt: skip
+    ctx = DiagnoseContext(artifacts=artifacts, thresholds=thresholds or {})
+    ctx.setup = load_setup(artifacts)
+    ctx.setup_known = bool(ctx.setup.config_files or artifacts.config_files or artifacts.adapter_config)
+    ctx.logs = load_logs(artifacts) if artifacts.log_file is not None else TrainerLogs()
+    if artifacts.train_file is not None:
+        ctx.train, ctx.problems = load_with_problems(artifacts.train_file)
+        ctx.train_file = str(artifacts.train_file)
+    if artifacts.eval_file is not None:
+        ctx.eval, _eval_problems = load_with_problems(artifacts.eval_file)
+        ctx.eval_file = str(artifacts.eval_file)
+
+    base_dir = Path(artifacts.base) if artifacts.base and Path(artifacts.base).is_dir() else None
+    if base_dir is not None:
+        ctx.base_config = _read_json(base_dir / "config.json")
+        ctx.generation_config = _read_json(base_dir / "generation_config.json")
+
+    tok_path = p(tokenizer) or artifacts.tokenizer_dir or base_dir
+    ctx.format_settings = format_settings(ctx.setup)
+    _adjust_eos(ctx)
+    if tok_path is None:
+        why = "no tokenizer: pass --tokenizer DIR or --base DIR (a local model directory)"
+        if artifacts.base:
+            why = f"the base model {artifacts.base!r} is not a local directory (no model hub access); pass --tokenizer"
+        ctx.formatted_note = why
+    else:
+        ctx.tokenizer = load_tokenizer(tok_path)
+        if ctx.train:
+            ctx.formatted = format_examples(ctx.train, ctx.tokenizer, ctx.format_settings)
+        else:
+            ctx.formatted_note = "no train rows to tokenize"
+    return ctx
+
+
+def _adjust_eos(ctx: DiagnoseContext) -> None:
+    """Trainers that append no EOS: the plain transformers Trainer (the user's own tokenization; HF tokenizers add
+    no EOS) and TRL < 0.16. Only where the config did not decide it explicitly."""
+    fs, s = ctx.format_settings, ctx.setup
+    if fs is None or s.add_eos is not None and "default" not in (s.sources.get("add_eos") or "default"):
+        return
+    fw = (s.framework or "").lower()
+    v = parse_version(s.versions.get("trl"))
+    if fw == "transformers":
+        fs.add_eos = False
+        fs.sources["add_eos"] = "transformers Trainer: the tokenizer appends no EOS"
+    elif fw == "trl" and v is not None and v < (0, 16):
+        fs.add_eos = False
+        fs.sources["add_eos"] = f"TRL {s.versions.get('trl')} (< 0.16 appends no EOS)"

@@ -1,0 +1,584 @@
+"""Every rule: a planted fault where it fires with the right rows / key / steps in its evidence, and the clean
+context where it stays silent. Parametrized over the registry, so a new rule without a planted fixture fails."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+import pytest
+
+from gradian.data.types import Example
+from gradian.diagnose.engine import missing_need, params_for, run_rule
+from gradian.diagnose.registry import all_rules
+from gradian.run.types import LogPoint
+from test_diagnose_helpers import EOS, clean_context, formatted_for, pc_example, refmt
+
+RULES = all_rules()
+P: dict[str, object] = {}
+
+
+def planted(code):
+    def deco(fn):
+        P[code] = fn
+        return fn
+
+    return deco
+
+
+def set_completion(ctx, rows, text):
+    for i in rows:
+        ctx.train[i].completion = text
+        ctx.train[i].raw["completion"] = text
+    refmt(ctx)
+
+
+def set_loss(ctx, fn):
+    for p in ctx.logs.points:
+        if p.loss is not None:
+            p.loss = fn(p)
+
+
+# ---- dataset -------------------------------------------------------------------------------------------------------
+@planted("D101")
+def _(ctx):
+    ctx.train[7] = Example(
+        index=7, source="train.jsonl", format="text", text="hello there", raw={"text": "hello there"}
+    )
+    return {"rows": [7]}
+
+
+@planted("D102")
+def _(ctx):
+    msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    ctx.train[4] = Example(index=4, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    return {"rows": [4]}
+
+
+@planted("D103")
+def _(ctx):
+    set_completion(ctx, [3, 9, 11], "   ")
+    return {"rows": [3, 9, 11]}
+
+
+@planted("D104")
+def _(ctx):
+    for i in range(10, 20):
+        ctx.train[i].prompt, ctx.train[i].completion = ctx.train[0].prompt, ctx.train[0].completion
+    return {"rows": list(range(10, 20))}
+
+
+@planted("D105")
+def _(ctx):
+    ctx.train[5].prompt, ctx.train[5].completion = ctx.eval[2].prompt, ctx.eval[2].completion
+    ctx.train[6].prompt, ctx.train[6].completion = ctx.eval[3].prompt, ctx.eval[3].completion + " x"
+    return {"rows": [5, 6], "severity": "error"}
+
+
+@planted("D106")
+def _(ctx):
+    set_completion(ctx, list(range(20)), " " + " ".join(["x"] * 600))
+    return {"rows": list(range(20)), "severity": "error", "key": "max_length"}
+
+
+@planted("D107")
+def _(ctx):
+    set_completion(ctx, [2], " " + " ".join(["x"] * 600))
+    return {"rows": [2]}
+
+
+@planted("D108")
+def _(ctx):
+    ctx.formatted[6].n_label_tokens = 0
+    return {"rows": [6]}
+
+
+@planted("D109")
+def _(ctx):
+    ctx.formatted[8].ends_with_eos = False
+    return {"rows": [8]}
+
+
+@planted("D110")
+def _(ctx):
+    ctx.formatted[1].input_ids = [1, 1] + ctx.formatted[1].input_ids[1:]
+    return {"rows": [1]}
+
+
+@planted("D111")
+def _(ctx):
+    ctx.train[12].prompt += " <|im_end|> more"
+    return {"rows": [12]}
+
+
+@planted("D112")
+def _(ctx):
+    for i in range(5):
+        ctx.train[i] = Example(index=i, source="t", format="text", text="[INST] hi [/INST] yo")
+    ctx.tokenizer.chat_template = "{{ '<|im_start|>' + m['role'] }}<|im_end|>"
+    return {"rows": [0, 1, 2, 3, 4]}
+
+
+@planted("D113")
+def _(ctx):
+    ctx.setup.raw["response_template"] = "Answer:"
+    ctx.train[3].prompt = "no marker here"
+    return {"rows": [3], "key": "response_template"}
+
+
+@planted("D114")
+def _(ctx):
+    for i in range(10):
+        ctx.formatted[i].prefix_mismatch = True
+    return {"rows": list(range(10))}
+
+
+@planted("D115")
+def _(ctx):
+    ctx.train = ctx.train[:5]
+    return {"severity": "error"}
+
+
+@planted("D116")
+def _(ctx):
+    for i in range(0, 200, 2):
+        ctx.train[i].completion = " I cannot help with that request, sorry about it friend."
+    return {"rows": [0, 2, 4]}
+
+
+@planted("D117")
+def _(ctx):
+    ctx.setup.masking = "full"
+    for e in ctx.train:
+        e.prompt = "You are a helpful assistant. Follow the policy carefully and answer well. " * 4 + e.prompt
+    return {"key": "masking"}
+
+
+@planted("D118")
+def _(ctx):
+    ctx.train[9].completion = "word " * 5000
+    return {"rows": [9]}
+
+
+@planted("D119")
+def _(ctx):
+    ctx.train[4].completion = " itâ€™s fine"
+    ctx.train[5].completion = " bad \ufffd char"
+    return {"rows": [4, 5]}
+
+
+@planted("D120")
+def _(ctx):
+    ctx.train[13].completion = "nan"
+    return {"rows": [13]}
+
+
+@planted("D121")
+def _(ctx):
+    for i in range(20):
+        ctx.train[i].prompt = ctx.train[i].prompt + ctx.train[i].completion
+    return {"rows": list(range(20))}
+
+
+@planted("D122")
+def _(ctx):
+    for i, e in enumerate(ctx.train):
+        e.completion = " positive" if i % 10 else " negative"
+    return {}
+
+
+@planted("D123")
+def _(ctx):
+    for i in range(5):
+        ctx.train[i].completion = " As an AI language model, I cannot do that."
+    return {"rows": [0, 1, 2, 3, 4]}
+
+
+@planted("D124")
+def _(ctx):
+    ctx.formatted, ctx.formatted_note = None, "no tokenizer"
+    for i in (3, 4, 5):
+        ctx.train[i].completion = "x" * 5000
+    return {"rows": [3, 4, 5], "key": "max_length"}
+
+
+@planted("D125")
+def _(ctx):
+    ctx.eval = ctx.eval[:5]
+    return {}
+
+
+@planted("D126")
+def _(ctx):
+    ctx.formatted[10].input_ids = ctx.formatted[10].input_ids + [EOS]
+    return {"rows": [10]}
+
+
+# ---- config --------------------------------------------------------------------------------------------------------
+@planted("C201")
+def _(ctx):
+    ctx.setup.learning_rate = 2e-5
+    return {"key": "learning_rate"}
+
+
+@planted("C202")
+def _(ctx):
+    ctx.setup.learning_rate = 3e-3
+    return {"key": "learning_rate"}
+
+
+@planted("C203")
+def _(ctx):
+    ctx.setup.num_epochs = 12
+    return {"key": "num_epochs", "severity": "error"}
+
+
+@planted("C204")
+def _(ctx):
+    ctx.setup.gradient_accumulation_steps = 32
+    return {"key": "gradient_accumulation_steps"}
+
+
+@planted("C205")
+def _(ctx):
+    ctx.setup.packing = True
+    ctx.setup.versions["trl"] = "0.19.1"
+    return {"key": "packing"}
+
+
+@planted("C206")
+def _(ctx):
+    ctx.setup.packing = True
+    ctx.setup.attn_implementation = "sdpa"
+    return {"key": "attn_implementation"}
+
+
+@planted("C207")
+def _(ctx):
+    ctx.setup.max_length_key = "max_seq_length"
+    return {"key": "max_seq_length"}
+
+
+@planted("C208")
+def _(ctx):
+    ctx.setup.precision = "fp16"
+    return {"key": "precision"}
+
+
+@planted("C209")
+def _(ctx):
+    ctx.setup.target_modules = ["q_proj", "v_proj"]
+    return {"key": "target_modules"}
+
+
+@planted("C210")
+def _(ctx):
+    ctx.setup.lora_alpha = 256
+    return {"key": "lora_alpha"}
+
+
+@planted("C211")
+def _(ctx):
+    ctx.setup.raw["tokens"] = ["<|tool|>"]
+    return {"key": "modules_to_save"}
+
+
+@planted("C212")
+def _(ctx):
+    ctx.setup.base_model = "meta-llama/Meta-Llama-3-8B"
+    ctx.tokenizer.chat_template = "<|start_header_id|>{{ m }}<|eot_id|>"
+    msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    ctx.train[0] = Example(index=0, source="t", format="messages", messages=msgs)
+    return {"key": "base_model"}
+
+
+@planted("C213")
+def _(ctx):
+    ctx.setup.framework = "transformers"
+    ctx.tokenizer.pad_token_id = ctx.tokenizer.eos_token_id
+    return {"key": "pad_token"}
+
+
+@planted("C214")
+def _(ctx):
+    ctx.tokenizer.chat_template = "<|im_start|>{{ m }}<|im_end|>"
+    return {"key": "eos_token"}
+
+
+@planted("C215")
+def _(ctx):
+    ctx.setup.masking = "assistant_only"
+    ctx.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    return {"key": "masking"}
+
+
+@planted("C216")
+def _(ctx):
+    ctx.setup.masking = "full"
+    ctx.setup.sources["masking"] = "axolotl.yml: train_on_inputs"
+    return {"key": "masking"}
+
+
+@planted("C217")
+def _(ctx):
+    ctx.setup.use_reentrant = True
+    return {"key": "use_reentrant"}
+
+
+@planted("C218")
+def _(ctx):
+    ctx.setup.versions["transformers"] = "4.44.2"
+    return {"key": "gradient_accumulation_steps"}
+
+
+@planted("C219")
+def _(ctx):
+    ctx.eval = []
+    ctx.logs.points = [p for p in ctx.logs.points if p.eval_loss is None]
+    ctx.setup.eval_strategy = None
+    return {"key": "eval_size"}
+
+
+@planted("C220")
+def _(ctx):
+    ctx.setup.deprecated_keys = ["evaluation_strategy"]
+    return {"key": "evaluation_strategy"}
+
+
+@planted("C221")
+def _(ctx):
+    ctx.setup.gradient_accumulation_steps = 16
+    return {"key": "gradient_accumulation_steps"}
+
+
+@planted("C222")
+def _(ctx):
+    ctx.setup.unknown_keys = ["lora_dropuot"]
+    return {"key": "lora_dropuot"}
+
+
+@planted("C223")
+def _(ctx):
+    ctx.setup.lora_dropout = 0.5
+    return {"key": "lora_dropout"}
+
+
+@planted("C224")
+def _(ctx):
+    ctx.setup.max_length = 8192
+    return {"key": "max_length"}
+
+
+@planted("C225")
+def _(ctx):
+    ctx.setup.max_steps = 500
+    return {"key": "max_steps"}
+
+
+@planted("C226")
+def _(ctx):
+    ctx.setup.max_length = None
+    ctx.format_settings = None
+    return {"key": "max_length"}
+
+
+# ---- logs ----------------------------------------------------------------------------------------------------------
+@planted("L301")
+def _(ctx):
+    ctx.logs.points[5].loss = math.nan
+    return {"steps": [ctx.logs.points[5].step]}
+
+
+@planted("L302")
+def _(ctx):
+    set_loss(ctx, lambda p: 1e-4 if p.step >= 30 else 2.0)
+    return {"steps": [30, 32, 34]}
+
+
+@planted("L303")
+def _(ctx):
+    for p in ctx.logs.train:
+        p.grad_norm = 0.0
+    return {"steps": [2, 4]}
+
+
+@planted("L304")
+def _(ctx):
+    set_loss(ctx, lambda p: 1.9 + 0.01 * (p.step % 3))
+    return {}
+
+
+@planted("L305")
+def _(ctx):
+    for i in (8, 14, 20):
+        ctx.logs.train[i].grad_norm = 50.0
+    return {"steps": [ctx.logs.train[i].step for i in (8, 14, 20)], "severity": "error"}
+
+
+@planted("L306")
+def _(ctx):
+    ctx.logs.points = [p for p in ctx.logs.points if p.eval_loss is None]
+    for s, v in ((10, 1.5), (20, 1.2), (30, 1.4), (40, 1.6), (50, 1.8)):
+        ctx.logs.points.append(LogPoint(step=s, eval_loss=v))
+    return {"steps": [20, 30, 40, 50]}
+
+
+@planted("L307")
+def _(ctx):
+    set_loss(ctx, lambda p: 2.0 * (0.5 ** math.floor(p.epoch - 1e-9)))
+    return {"steps": [26]}
+
+
+@planted("L308")
+def _(ctx):
+    for p in ctx.logs.eval:
+        p.eval_loss = 0.3
+    return {"steps": [25, 50]}
+
+
+@planted("L309")
+def _(ctx):
+    ctx.logs.train[0].loss = 40.0
+    return {"steps": [2]}
+
+
+@planted("L310")
+def _(ctx):
+    ctx.logs.points = ctx.logs.points[:3]
+    return {}
+
+
+@planted("L311")
+def _(ctx):
+    for p in ctx.logs.train:
+        p.learning_rate = p.learning_rate / 10
+    return {"key": "learning_rate"}
+
+
+@planted("L312")
+def _(ctx):
+    ctx.logs.points = [p for p in ctx.logs.points if p.step <= 20]
+    return {"steps": [20]}
+
+
+@planted("L313")
+def _(ctx):
+    for p in ctx.logs.train:
+        p.learning_rate = 0.0
+    return {}
+
+
+# ---- cross-cutting -------------------------------------------------------------------------------------------------
+@planted("X401")
+def _(ctx):
+    ctx.artifacts.adapter_config["use_rslora"] = True
+    return {"key": "use_rslora"}
+
+
+@planted("X402")
+def _(ctx, tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ other }}"}))
+    ctx.artifacts.adapter_dir = tmp_path
+    ctx.tokenizer.chat_template = "{{ trained }}"
+    return {"key": "chat_template"}
+
+
+@planted("X403")
+def _(ctx, tmp_path):
+    ctx.setup.raw["load_in_4bit"] = True
+    m = tmp_path / "merged"
+    m.mkdir()
+    (m / "config.json").write_text("{}")
+    (m / "model.safetensors").write_bytes(b"")
+    ctx.artifacts.run_dir = tmp_path
+    return {"key": "load_in_4bit"}
+
+
+@planted("X404")
+def _(ctx, tmp_path):
+    header = json.dumps({"base_model.model.layers.0.self_attn.q_proj.lora_A.weight":
+                         {"dtype": "F32", "shape": [16, 128], "data_offsets": [0, 0]}}).encode()  # fmt: skip
+    w = tmp_path / "adapter_model.safetensors"
+    w.write_bytes(struct.pack("<Q", len(header)) + header)
+    ctx.artifacts.adapter_weights = w
+    ctx.artifacts.base = "other-model"
+    return {"key": "base_model_name_or_path"}
+
+
+@planted("X405")
+def _(ctx):
+    ctx.logs.total_steps = 3000
+    return {"steps": [3000]}
+
+
+@planted("X406")
+def _(ctx):
+    ctx.base_config["vocab_size"] = 900
+    return {"key": "vocab_size"}
+
+
+@planted("X407")
+def _(ctx):
+    ctx.train = [Example(index=i, source="t", format="text", text=e.plain_text()) for i, e in enumerate(ctx.train)]
+    return {"key": "masking"}
+
+
+# ---- the tests -----------------------------------------------------------------------------------------------------
+def test_every_rule_has_a_planted_fixture():
+    assert sorted(P) == sorted(r.code for r in RULES)
+    assert len(RULES) >= 50
+
+
+def test_codes_names_docs_unique():
+    assert len({r.name for r in RULES}) == len(RULES)
+    for r in RULES:
+        assert r.code[0] in "DCLX" and r.name.islower() and " " not in r.name
+        assert r.summary and r.why and r.example and r.fix
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.code}-{r.name}")
+def test_silent_on_clean(rule):
+    ctx = clean_context()
+    assert missing_need(rule, ctx) is None
+    assert run_rule(rule, ctx) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.code}-{r.name}")
+def test_fires_on_planted(rule, tmp_path: Path):
+    ctx = clean_context()
+    fn = P[rule.code]
+    expect = fn(ctx, tmp_path) if fn.__code__.co_argcount == 2 else fn(ctx)
+    assert missing_need(rule, ctx) is None
+    findings = run_rule(rule, ctx)
+    assert findings, f"{rule.code} did not fire"
+    for f in findings:
+        assert f.code == rule.code and f.name == rule.name and f.message and f.fix is not None
+    if "rows" in expect:
+        got = {i for f in findings for i in f.evidence.get("rows") or []}
+        assert set(expect["rows"]) <= got, (expect["rows"], sorted(got)[:20])
+    if "key" in expect:
+        keys = {f.evidence.get("key") for f in findings} | {k for f in findings for k in f.evidence.get("keys") or []}
+        assert expect["key"] in keys, keys
+    if "steps" in expect:
+        got = {s for f in findings for s in f.evidence.get("steps") or []}
+        assert set(expect["steps"]) <= got, (expect["steps"], got)
+    if "severity" in expect:
+        assert expect["severity"] in {f.severity.value for f in findings}
+
+
+def test_thresholds_override_changes_result():
+    from gradian.diagnose.registry import find_rule
+
+    ctx = clean_context()
+    P["D106"](ctx)
+    r = find_rule("truncation")
+    ctx.thresholds = {"truncation": {"warn_percent": 50.0, "error_percent": 60.0}}
+    assert params_for(r, ctx).warn_percent == 50.0
+    assert run_rule(r, ctx) == []
+
+
+def test_formatted_helper_sane():
+    f = formatted_for(pc_example(0, "a b", " c"))
+    assert f.ends_with_eos and f.n_label_tokens == 2
