@@ -582,3 +582,18 @@ def test_thresholds_override_changes_result():
 def test_formatted_helper_sane():
     f = formatted_for(pc_example(0, "a b", " c"))
     assert f.ends_with_eos and f.n_label_tokens == 2
+
+
+def test_lr_too_high_exempts_tiny_bases_only():
+    """3e-3 is an error on a real-size base, and expected on a 260K-parameter one (the bundled stories260K)."""
+    from gradian.diagnose.registry import find_rule
+
+    rule = find_rule("lr_too_high")
+    ctx = clean_context()
+    ctx.setup.learning_rate = 3e-3
+    ctx.base_config = json.loads((Path(__file__).parents[1] / "examples/stories260k/base/config.json").read_text())
+    assert ctx.base_params_estimate() < 1e6
+    assert run_rule(rule, ctx) == []
+    ctx.base_config = {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192, "vocab_size": 128256}
+    assert ctx.base_params_estimate() > 1e9
+    assert [f.code for f in run_rule(rule, ctx)] == ["C202"]

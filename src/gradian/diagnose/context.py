@@ -118,6 +118,16 @@ class DiagnoseContext:
         v = self.base_config.get("vocab_size")
         return int(v) if v else None
 
+    def base_params_estimate(self) -> int | None:
+        """Rough parameter count of a decoder-only base from its config.json (None when unknown)."""
+        c = self.base_config
+        h, n_layers = c.get("hidden_size"), c.get("num_hidden_layers")
+        if not h or not n_layers:
+            return None
+        ffn = c.get("intermediate_size") or 4 * h
+        vocab = c.get("vocab_size") or 0
+        return int(n_layers * (4 * h * h + 3 * h * ffn) + vocab * h)
+
     def chat_template(self) -> str:
         t = getattr(self.tokenizer, "chat_template", None) if self.tokenizer is not None else None
         if isinstance(t, dict):

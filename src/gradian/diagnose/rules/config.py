@@ -70,8 +70,11 @@ def lr_for_full_ft(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 @rule(
     "C202", "lr_too_high", "error", needs=("setup",),
-    thresholds={"min_lr": (1e-3, "adapter learning rates at or above this are too high")},
-    summary="LoRA learning rate >= 1e-3.",
+    thresholds={
+        "min_lr": (1e-3, "adapter learning rates at or above this are too high"),
+        "min_model_params": (50e6, "bases known to be smaller than this are exempt (tiny models need high rates)"),
+    },
+    summary="LoRA learning rate >= 1e-3 on a real-size model (base >= 50M parameters, or of unknown size).",
     why="The adapter diverges or collapses into repetition within a few hundred steps.",
     example="learning_rate: 0.003 with lora_r 16.",
     fix="Lower it to 1e-4 - 2e-4.",
@@ -79,6 +82,9 @@ def lr_for_full_ft(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 )  # fmt: skip
 def lr_too_high(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     lr = _lr(ctx)
+    params = ctx.base_params_estimate()
+    if params is not None and params < t.min_model_params:
+        return
     if lr is not None and ctx.is_adapter_run() and lr >= t.min_lr:
         yield Hit(
             f"learning_rate {fmt_num(lr)} is too high for LoRA",
