@@ -189,8 +189,15 @@ def _check_messages(value: Any, key: str, *, sharegpt: bool = False) -> list[dic
         elif role not in ROLES:
             raise RowError(key, f"{at} has unknown role {role!r}", "use one of system, user, assistant, tool")
         has_tool_calls = bool(msg.get("tool_calls"))
-        if content_key not in msg or (msg[content_key] is None and not has_tool_calls):
+        if content_key not in msg:
             raise RowError(key, f"{at} has no '{content_key}'", f"give every message a '{content_key}' string")
+        if msg[content_key] is None and not has_tool_calls:
+            raise RowError(
+                key,
+                f"{at} '{content_key}' is null",
+                f"give every message a '{content_key}' string"
+                + ("" if sharegpt else " (null is allowed only with tool_calls)"),
+            )
         content = msg[content_key]
         if content is not None and not isinstance(content, str):
             raise RowError(

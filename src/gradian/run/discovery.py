@@ -252,6 +252,7 @@ def discover(
             break
     if config_path is not None:
         found = [p for p in found if p.resolve() != config_path.resolve()] + [config_path]
+        art.config_explicit = config_path
     art.config_files = found
     if not found and not art.tensorboard_files and (art.run_dir is not None or config_path is not None):
         notes.append("no training config found (pass the YAML or training_args.json with --config)")

@@ -381,12 +381,11 @@ def _apply_adapter_config(b: _Builder, config: dict[str, Any], name: str = "adap
 
 def _read_all(artifacts: RunArtifacts, notes: list[str]) -> list[ConfigFile]:
     files: list[ConfigFile] = []
-    explicit_last = artifacts.config_files[-1] if artifacts.config_files else None
     for path in artifacts.config_files:
         try:
             files.append(read_config(path))
         except GradianError as exc:
-            if path.name == "training_args.bin" and path != explicit_last:
+            if path.name == "training_args.bin" and path != artifacts.config_explicit:
                 notes.append(f"skipped {path}: {exc.message}")  # a discovered pickle is a bonus, not a must
                 continue
             raise

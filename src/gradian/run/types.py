@@ -101,6 +101,7 @@ class RunArtifacts:
     trainer_state: Path | None = None
     checkpoints: list[Path] = field(default_factory=list)  # checkpoint-* dirs, oldest first
     config_files: list[Path] = field(default_factory=list)
+    config_explicit: Path | None = None  # the one given with --config (always last in config_files)
     log_file: Path | None = None  # trainer_state.json, trainer_log.jsonl or a TensorBoard events file
     tensorboard_files: list[Path] = field(default_factory=list)  # events.out.tfevents.* found under the run
     tokenizer_dir: Path | None = None
