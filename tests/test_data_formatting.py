@@ -158,7 +158,7 @@ def test_messages_need_a_chat_template(tok):
         format_example(ex, tok, FormatSettings())
     assert str(info.value) == (
         f"chat.jsonl: tokenizer {tok.name_or_path} has no chat template, needed for chat rows. "
-        "Fix: pass --chat-template FILE (a .jinja template) or use the tokenizer of the chat model you trained."
+        "Fix: pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)."
     )
 
 

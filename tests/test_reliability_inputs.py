@@ -141,23 +141,15 @@ DATA_CASES = [
     DataCase("unknown_role", "unknown_role.jsonl", "finding", ("unknown role 'wizard'",), row=0),
     DataCase("message_content_null", "content_null.jsonl", "finding", ("'content' is null",), row=0),
     DataCase("sharegpt_unknown_from", "sharegpt_unknown_from.jsonl", "finding", ("unknown 'from' value",), row=0),
-    pytest.param(
-        DataCase(
-            "eval_truncated_line",
-            "truncated_line.jsonl",
-            "finding",
-            ("invalid JSON",),
-            row=1,
-            flag="--eval",
-            extra=("--train", str(FIX / "one_row.jsonl")),
-        ),
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="diagnose/context.py drops the eval file's unreadable rows "
-            "(_eval_problems is never reported): a truncated eval line vanishes silently",
-        ),
-        id="eval_truncated_line",
-    ),  # fmt: skip
+    DataCase(
+        "eval_truncated_line",
+        "truncated_line.jsonl",
+        "finding",
+        ("invalid JSON",),
+        row=1,
+        flag="--eval",
+        extra=("--train", str(FIX / "one_row.jsonl")),
+    ),
     # file-level faults: exit 2, one line
     DataCase("empty_file", "empty.jsonl", "error", ("empty.jsonl", "file is empty")),
     DataCase("whitespace_only_file", "whitespace_only.jsonl", "error", ("whitespace_only.jsonl", "no data rows")),
@@ -182,7 +174,7 @@ def test_data_file_through_diagnose(case: DataCase):
     res, findings = diagnose_json(*args)
     if case.kind == "accepted":
         assert "D101" not in findings, findings.get("D101")
-        assert res.stderr.strip() == "", res.stderr
+        assert "error:" not in res.stderr and "Traceback" not in res.stderr, res.stderr
         return
     d101 = findings.get("D101")
     assert d101 is not None, sorted(findings)
@@ -225,11 +217,6 @@ def test_messages_with_tokenizer_without_chat_template_diagnose():
     assert "--chat-template" in line or "--tokenizer" in line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="doctor.py (owner: lead) checks the tokenizer and the data separately: chat rows with a tokenizer that "
-    "has no chat template pass as 'train data ok' and 'chat template skip', exit 0",
-)
 def test_messages_with_tokenizer_without_chat_template_doctor():
     res, checks = doctor_json("--train", FIX / "messages_ok.jsonl", "--base", BASE_DIR)
     assert res.returncode == 1

@@ -153,21 +153,12 @@ def test_malicious_adapter_model_bin_diagnose(tmp_path, adapter):
     assert not marker.exists()
 
 
-_NOTES_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="diagnose (owner: diagnose) never prints discovery/setup notes (RunArtifacts.notes, RunSetup.notes), "
-    "so it says nothing about a refused pickle; doctor does",
-)
-
-
-@_NOTES_XFAIL
 def test_diagnose_says_why_adapter_model_bin_was_not_loaded(tmp_path, adapter):
     a = _evil_adapter(adapter, tmp_path, tmp_path / "PWNED")
     res = gradian("diagnose", "--adapter", a)
     assert "adapter_model.bin" in res.stdout + res.stderr
 
 
-@_NOTES_XFAIL
 def test_diagnose_says_why_training_args_bin_was_skipped(tmp_path):
     run = tmp_path / "run"
     run.mkdir()

@@ -193,12 +193,23 @@ def check_tokenizer(path: str) -> list[Check]:
     return out
 
 
-def check_data(label: str, path: Path) -> Check:
-    from gradian.data import load_examples
+def check_data(label: str, path: Path, tokenizer_path: str | None) -> list[Check]:
+    from gradian.data import load_examples, load_tokenizer
 
     examples = load_examples(path)
     formats = sorted({e.format for e in examples})
-    return Check(f"{label} data", "ok", f"{path}: {len(examples)} rows ({', '.join(formats)})")
+    out = [Check(f"{label} data", "ok", f"{path}: {len(examples)} rows ({', '.join(formats)})")]
+    n_chat = sum(e.messages is not None for e in examples)
+    if n_chat and tokenizer_path and not getattr(load_tokenizer(tokenizer_path), "chat_template", None):
+        out.append(
+            Check(
+                f"{label} data × tokenizer",
+                "error",
+                f"{n_chat} chat rows in {path.name}, but the tokenizer {tokenizer_path} has no chat template",
+                "pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)",
+            )
+        )
+    return out
 
 
 def run_doctor(
@@ -243,7 +254,7 @@ def run_doctor(
         checks += guarded("tokenizer", check_tokenizer, tok_path)
     for label, path in (("train", art.train_file), ("eval", art.eval_file)):
         if path is not None:
-            checks += guarded(f"{label} data", check_data, label, path)
+            checks += guarded(f"{label} data", check_data, label, path, tok_path)
     checks += [Check("run", "skip", note) for note in art.notes]
     return checks
 

@@ -152,7 +152,7 @@ def _apply_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]],
         raise GradianError(
             f"the chat template failed on this row ({first[:200]})",
             where=_where(ex),
-            fix="fix the row's messages or pass a template that accepts them with --chat-template FILE",
+            fix="fix the row's messages, or pass --tokenizer DIR of a chat model whose template accepts them",
         ) from None
     return {k: list(v) for k, v in out.items()}
 
@@ -230,7 +230,7 @@ def format_examples(
             raise GradianError(
                 f"tokenizer {tokenizer_name(tokenizer)} has no chat template, needed for chat rows",
                 where=ex.source,
-                fix="pass --chat-template FILE (a .jinja template) or use the tokenizer of the chat model you trained",
+                fix="pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)",
             )
         markers = has_generation_markers(tokenizer)
         for i in chat_idx:

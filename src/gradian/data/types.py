@@ -44,9 +44,7 @@ class Example:
             return self.text
         if self.messages is not None:
             start = self.n_prompt_messages or 0
-            return "\n".join(
-                str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "assistant"
-            )
+            return "\n".join(str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "assistant")
         return self.completion or ""
 
 

@@ -85,6 +85,8 @@ def diagnose_command(
         run=run, train=train, eval=eval_, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
         select=sel or None, ignore=_split(ignore), settings=settings, overrides=list(set_ or []),
     )  # fmt: skip
+    for note in [*_ctx.artifacts.notes, *_ctx.setup.notes]:
+        typer.echo(f"note: {note}", err=True)  # what discovery skipped or refused, and why
     if fmt == "json":
         text = to_json(findings)
     elif fmt == "markdown":

@@ -46,6 +46,7 @@ class DiagnoseContext:
     train: list[Example] = field(default_factory=list)
     eval: list[Example] = field(default_factory=list)
     problems: list[Any] = field(default_factory=list)  # unreadable rows from load_examples_with_problems
+    eval_problems: list[Any] = field(default_factory=list)  # the same for the eval file
     formatted: list[FormattedExample] | None = None  # train rows tokenized exactly as the trainer would
     formatted_note: str | None = None  # why `formatted` is None
     format_settings: FormatSettings | None = None
@@ -179,7 +180,7 @@ def build_context(
         ctx.train, ctx.problems = load_with_problems(artifacts.train_file)
         ctx.train_file = str(artifacts.train_file)
     if artifacts.eval_file is not None:
-        ctx.eval, _eval_problems = load_with_problems(artifacts.eval_file)
+        ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file)
         ctx.eval_file = str(artifacts.eval_file)
 
     base_dir = Path(artifacts.base) if artifacts.base and Path(artifacts.base).is_dir() else None

@@ -48,21 +48,29 @@ def _tfile(ctx: DiagnoseContext) -> str | None:
     seen_in="Together check_file",
 )  # fmt: skip
 def schema(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    total = len(ctx.train) + len(ctx.problems)
-    if ctx.problems:
+    for split, problems, n_ok, path in (
+        ("train", ctx.problems, len(ctx.train), _tfile(ctx)),
+        ("eval", ctx.eval_problems, len(ctx.eval or []), ctx.eval_file),
+    ):
+        if not problems:
+            continue
         rows, reasons = [], Counter()
-        for p in ctx.problems:
+        for p in problems:
             idx = getattr(p, "index", getattr(p, "row", getattr(p, "line", None)))
             if isinstance(idx, int):
                 rows.append(idx)
-            reasons[str(getattr(p, "message", getattr(p, "reason", getattr(p, "problem", p))))[:80]] += 1
+            reasons[str(getattr(p, "message", getattr(p, "reason", getattr(p, "problem", p))))[:160]] += 1
+        evidence = rows_ev(rows, n_ok + len(problems), path, reasons=dict(reasons.most_common(5)))
+        if split == "eval":
+            evidence["split"] = "eval"
         yield Hit(
-            f"{len(ctx.problems)} row(s) could not be read (bad JSON, UTF-8 or unknown format)",
-            evidence=rows_ev(rows, total, _tfile(ctx), reasons=dict(reasons.most_common(5))),
-            fix=drop_fix("Repair or drop the unreadable rows", rows, _tfile(ctx), "D101"),
+            f"{len(problems)} {split} row(s) could not be read (bad JSON, UTF-8 or unknown format)",
+            evidence=evidence,
+            fix=drop_fix("Repair or drop the unreadable rows", rows, path, "D101"),
         )
     if not ctx.train:
         return
+    total = len(ctx.train) + len(ctx.problems)
     fmts = Counter(e.format for e in ctx.train)
     if len(fmts) > 1:
         main = fmts.most_common(1)[0][0]

@@ -1,0 +1,92 @@
+"""`gradian attribute`: options and the terminal output. No torch import at module import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def attribute_command(
+    run: Path | None = typer.Option(None, "--run", help="Training output dir (adapter, configs, trainer_state)."),
+    base: str | None = typer.Option(None, "--base", help="Base model dir or hub id (default: from adapter_config)."),
+    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT adapter dir (adapter_model.safetensors)."),
+    train: Path | None = typer.Option(None, "--train", help="Training data file."),
+    eval: Path | None = typer.Option(None, "--eval", help="Eval items (prompt/completion) to check for regressions."),  # noqa: A002
+    out: Path = typer.Option(
+        Path("gradian-attribute"), "--out", help="Output dir: report.json and the gradient store."
+    ),
+    method: str = typer.Option("ekfac", "--method", help="ekfac | kfac | datainf | exact | identity | cosine."),
+    damping: float | None = typer.Option(None, "--damping", help="Absolute damping (default 0.1 x mean eigenvalue)."),
+    proj_dim: int | None = typer.Option(
+        None, "--proj-dim", help="Random projection of each block's wide side (0 = exact; default: auto by size)."
+    ),
+    query: str = typer.Option("regressed", "--query", help="regressed (default) or all eval items."),
+    weighting: str = typer.Option("uniform", "--weighting", help="uniform or regression (weight items by NLL rise)."),
+    threshold: float = typer.Option(0.05, "--threshold", help="Regressed if NLL rises by more (nats/token)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: auto)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="auto | fp32 | bf16 | fp64 (default: bf16 on GPU)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1),
+    max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
+    eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: adapter, then base)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the base model's own code."),
+    top: int = typer.Option(20, "--top", help="Rows shown and explained per item."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
+) -> None:
+    """Find the training rows that made the fine-tune worse on eval items the base model did well on."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from gradian.attribute.api import attribute
+
+    res = attribute(
+        run,
+        base=base,
+        adapter=adapter,
+        train=train,
+        eval=eval,
+        out=out,
+        method=method,
+        damping=damping,
+        proj_dim=proj_dim,
+        query=query,
+        weighting=weighting,
+        threshold=threshold,
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        max_length=max_length,
+        eval_eos=eval_eos,
+        tokenizer=tokenizer,
+        trust_remote_code=trust_remote_code,
+        top=top,
+        progress=not no_progress,
+    )
+    con = Console()
+    for note in res.notes:
+        con.print(f"[dim]note:[/] {note}", highlight=False)
+    if res.no_regression:
+        con.print(
+            f"No eval item regressed; nothing to attribute (rerun with --query all to rank rows anyway). "
+            f"Wrote {out / 'report.json'}.",
+            highlight=False,
+        )
+        raise typer.Exit(0)
+    n_reg = len(res.regressed)
+    con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed (completion NLL up > {threshold} nats/token).")
+    ids = {r["index"]: r for r in res.examples}
+    t = Table(title=f"Most harmful training rows ({res.method}; positive = pushed toward the regression)")
+    for col in ("rank", "row", "id", "harm", "worst item"):
+        t.add_column(col, justify="right" if col in ("rank", "row", "harm") else "left")
+    for c in res.contributions[:top]:
+        worst = max(c["per_item"], key=lambda p: p["score"]) if c["per_item"] else None
+        t.add_row(
+            str(ids[c["index"]]["rank"]),
+            str(c["index"]),
+            str(c["id"] or ""),
+            f"{c['score']:.4g}",
+            f"{worst['eval_id'] or worst['eval_index']}" if worst else "",
+        )
+    con.print(t)
+    con.print(f"Wrote {out / 'report.json'}.", highlight=False)

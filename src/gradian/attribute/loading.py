@@ -1,0 +1,166 @@
+"""Load the base model and the PEFT adapter the way the fine-tune used them; pick device and dtype.
+
+* device: ``--device`` or cuda when available (else mps, else cpu).
+* dtype: bf16 on a GPU that supports it, fp32 otherwise; curvature factors are always accumulated in fp64 and
+  per-example gradients kept in fp32 whatever the model dtype.
+* adapter: LoRA and rsLoRA. DoRA is refused with one line. Weights are read only from ``adapter_model.safetensors``:
+  ``adapter_model.bin`` is a pickle and is never loaded. ``modules_to_save`` (fully trained copies of modules) and
+  LoRA on embeddings are trained by the fine-tune but not attributed; the loader says so in its notes.
+* No remote code unless ``trust_remote_code=True``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gradian.errors import GradianError
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # peft.PeftModel in eval mode, LoRA weights requiring grad
+    tokenizer: Any
+    adapter_config: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+    base: str
+    adapter_dir: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    if device:
+        try:
+            dev = torch.device(device)
+        except RuntimeError as e:
+            raise GradianError(f"unknown device {device!r}", fix="use cpu, cuda or cuda:N") from e
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise GradianError("--device cuda was asked for but no CUDA GPU is visible", fix="use --device cpu")
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype:
+    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    names |= {"fp16": torch.float16, "float16": torch.float16, "fp64": torch.float64, "float64": torch.float64}
+    if dtype and dtype != "auto":
+        if dtype not in names:
+            raise GradianError(f"unknown dtype {dtype!r}", fix="use auto, fp32, bf16, fp16 or fp64")
+        return names[dtype]
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def read_adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
+    path = Path(adapter_dir) / "adapter_config.json"
+    if not path.is_file():
+        raise GradianError("no adapter_config.json", where=str(adapter_dir), fix="pass the PEFT adapter directory")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise GradianError(f"invalid JSON ({e.msg}, line {e.lineno})", where=str(path)) from e
+
+
+def check_adapter(adapter_dir: str | Path, cfg: dict[str, Any]) -> list[str]:
+    """Refuse what cannot be attributed; return notes about what is trained but not attributed."""
+    adapter_dir = Path(adapter_dir)
+    where = str(adapter_dir / "adapter_config.json")
+    peft_type = str(cfg.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise GradianError(f"peft_type {peft_type} is not LoRA", where=where, fix="attribute a LoRA adapter")
+    if cfg.get("use_dora"):
+        raise GradianError(
+            "DoRA adapters (use_dora: true) are not supported yet", where=where, fix="attribute a LoRA/rsLoRA adapter"
+        )
+    if not (adapter_dir / "adapter_model.safetensors").is_file():
+        if (adapter_dir / "adapter_model.bin").is_file():
+            raise GradianError(
+                "adapter_model.bin is a pickle and gradian never unpickles it",
+                where=str(adapter_dir / "adapter_model.bin"),
+                fix="re-save the adapter with save_pretrained(..., safe_serialization=True) to get "
+                "adapter_model.safetensors",
+            )
+        raise GradianError("no adapter_model.safetensors", where=str(adapter_dir), fix="pass the PEFT adapter dir")
+    notes = []
+    if cfg.get("modules_to_save"):
+        notes.append(f"modules_to_save {cfg['modules_to_save']} were trained fully; they are not attributed")
+    targets = cfg.get("target_modules")
+    tlist = [targets] if isinstance(targets, str) else list(targets or [])
+    if any("embed" in t or "lm_head" in t for t in tlist):
+        notes.append("LoRA on embeddings/lm_head is not attributed (only Linear LoRA blocks are)")
+    if cfg.get("use_rslora"):
+        notes.append("rsLoRA scaling alpha/sqrt(r)")
+    if cfg.get("lora_dropout"):
+        notes.append(f"lora_dropout {cfg['lora_dropout']} is off while attributing (eval mode)")
+    return notes
+
+
+def load(
+    base: str | None,
+    adapter_dir: str | Path,
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    trust_remote_code: bool = False,
+    tokenizer_dir: str | Path | None = None,
+) -> LoadedModel:
+    """Load ``base`` (a local dir or hub id; default: the adapter's base_model_name_or_path) with the adapter."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter_dir = Path(adapter_dir)
+    cfg = read_adapter_config(adapter_dir)
+    notes = check_adapter(adapter_dir, cfg)
+    base = base or cfg.get("base_model_name_or_path")
+    if not base:
+        raise GradianError("no base model given and adapter_config.json names none", fix="pass --base")
+    dev = resolve_device(device)
+    dt = resolve_dtype(dev, dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base, dtype=dt, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise GradianError(
+            f"cannot load base model {base!r} ({str(e).splitlines()[0]})", fix="pass --base with a local model dir"
+        ) from e
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise GradianError(
+                f"{base} needs remote code", fix="pass --trust-remote-code if you trust that repository"
+            ) from e
+        raise
+    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    model.to(dev)
+    model.eval()
+    for n, p in model.named_parameters():
+        p.requires_grad_("lora_" in n)
+    tok = _load_tokenizer(tokenizer_dir or adapter_dir, base, trust_remote_code)
+    return LoadedModel(model, tok, cfg, dev, dt, str(base), adapter_dir, notes)
+
+
+def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> Any:
+    try:
+        from gradian.data import load_tokenizer  # the shared loader, when present
+    except ImportError:
+        load_tokenizer = None
+    from transformers import AutoTokenizer
+
+    for src in (first, base):
+        if Path(str(src)).is_dir() and not any(Path(str(src)).glob("tokenizer*")):
+            continue
+        try:
+            if load_tokenizer is not None:
+                return load_tokenizer(src)
+            return AutoTokenizer.from_pretrained(str(src), trust_remote_code=trust_remote_code)
+        except (OSError, ValueError):
+            continue
+    raise GradianError("no tokenizer found in the adapter or base dir", where=str(first), fix="pass --tokenizer")
