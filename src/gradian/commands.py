@@ -43,6 +43,13 @@ def register(app: typer.Typer) -> None:
 
         app.command("train")(train.train_command)
 
+    if find_spec("gradian.verify") is None:
+        app.command("verify")(_not_built("verify", "the train/verify issue"))
+    else:
+        from gradian import verify
+
+        app.command("verify")(verify.verify_command)
+
     from gradian.report import cli as report_cli
 
     app.command("report")(report_cli.report_command)
