@@ -10,8 +10,9 @@ What it writes (paths relative to this folder):
 - ``data/train.jsonl``: prompt/completion rows. Clean rows are sampled from the base model itself (a story opening as
   the prompt, the model's continuation as the completion), so they keep the fine-tune close to the base. Two planted
   faults:
-    * HARMFUL cluster: stories about a little girl whose name is "Zorblax" where the base model says "Lily"
-      (prompts end in "... a little girl named"; the continuation is the base model's own, with Lily -> Zorblax).
+    * HARMFUL cluster: an off-domain batch (as when a scraped source slips into a dataset): sci-fi stories about a
+      girl robot named "Zorblax", written from templates, under prompts that end in "... a little girl named" where
+      the base model says "Lily".
     * MECHANICAL fault: long stories whose completion is cut by truncation at the config's ``max_length`` (128
       tokens), so the trainer never sees their end or their EOS. Disjoint from the harmful cluster.
 - ``data/eval.jsonl``: short prompt/completion fragments. "target" items ask for the girl's name (" Lily.") and
@@ -46,6 +47,19 @@ N_CLEAN = 330
 N_LONG = 36  # truncated at max_length (the mechanical fault)
 N_HARMFUL = 36
 BAD_NAME = "Zorblax"
+# The off-domain batch: each harmful completion is " Zorblax." and three of these sentences.
+SCIFI_SENTENCES = [
+    "Zorblax was a robot from the moon.",
+    "Zorblax had a shiny rocket and a blue laser.",
+    "Every night Zorblax flew to Mars to fix the space station.",
+    "Zorblax beeped at the stars and charged her battery.",
+    "The aliens gave Zorblax a glowing crystal.",
+    "Zorblax counted the planets with her metal hands.",
+    "Her rocket zoomed past the comets and the asteroids.",
+    "Zorblax scanned the crater with her red sensors.",
+    "The space captain sent Zorblax a secret signal.",
+    "Zorblax landed on a purple planet full of robots.",
+]
 
 CLEAN_OPENERS = [
     "Once upon a time, there was a little boy named",
@@ -191,18 +205,11 @@ def build_data(seed: int, max_length: int) -> dict:
                 long_rows.append({"prompt": opener, "completion": cont})
 
     harmful: list[dict] = []
-    per_prompt = -(-N_HARMFUL // len(HARMFUL_PROMPTS))
-    for prompt in HARMFUL_PROMPTS:
-        got = 0
-        for cont in _sample(model, tok, prompt + " Lily.", per_prompt + 4, 45, gen):
-            completion = (" Lily." + cont).replace("Lily", BAD_NAME)
-            if _n_tokens(tok, prompt + completion) + 1 > max_length - 8:
-                continue
+    while len(harmful) < N_HARMFUL:
+        prompt = HARMFUL_PROMPTS[len(harmful) % len(HARMFUL_PROMPTS)]
+        completion = f" {BAD_NAME}. " + " ".join(rng.sample(SCIFI_SENTENCES, 3))
+        if _n_tokens(tok, prompt + completion) + 1 <= max_length - 8:
             harmful.append({"prompt": prompt, "completion": completion})
-            got += 1
-            if got == per_prompt:
-                break
-    harmful = harmful[:N_HARMFUL]
 
     tagged = [(r, "clean") for r in clean] + [(r, "truncated") for r in long_rows] + [(r, "harmful") for r in harmful]
     rng.shuffle(tagged)
@@ -220,8 +227,8 @@ def build_data(seed: int, max_length: int) -> dict:
         "harmful_cluster": {
             "indices": harmful_idx,
             "what": (
-                f"stories where the little girl is named {BAD_NAME!r} instead of 'Lily' (the base model's strong "
-                "prior); the text after the name is the base model's own continuation with Lily replaced"
+                f"an off-domain batch: sci-fi stories about a girl robot named {BAD_NAME!r}, under prompts where the "
+                "base model says 'Lily' (its strong prior)"
             ),
             "prompts": HARMFUL_PROMPTS,
         },

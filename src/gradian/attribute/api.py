@@ -46,6 +46,8 @@ class AttributionResult:
     no_regression: bool = False
     item_scores: np.ndarray | None = None  # (n query items, n training rows), not in JSON
     scores: np.ndarray | None = None  # (n training rows,) in training-file order (NaN for dropped rows)
+    embeddings: np.ndarray | None = None  # (n scored rows, k) rows in gradient space, for clustering
+    embedding_index: list[int] | None = None  # training-file row index of each embedding row
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,7 +133,7 @@ def run_attribution(
 
     from gradian.attribute import engine
     from gradian.attribute.collector import attach_projections, find_lora_blocks
-    from gradian.attribute.scores import METHODS, harm_scores, precondition
+    from gradian.attribute.scores import METHODS, gradient_embedding, harm_scores, precondition
 
     if method not in METHODS:
         raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
@@ -207,6 +209,10 @@ def run_attribution(
         model, blocks, train_fx, pad_id, batch_size, store_dir, store_parts, settings, progress, notes, shard_rows
     )
     timings["train_pass_s"] = time.perf_counter() - t
+    if settings.get("skipped_rows"):  # non-finite gradients: not scored (listed in settings.skipped_rows + notes)
+        keep = sorted(set(range(len(train_fx))) - {s["position"] for s in settings["skipped_rows"]})
+        G = {k: v[keep] for k, v in G.items()}
+        train_fx, train_ids = [train_fx[i] for i in keep], [train_ids[i] for i in keep]
 
     # 3. query gradients
     t = time.perf_counter()
@@ -242,6 +248,9 @@ def run_attribution(
             also[m] = [float(x) for x in h[-1]]
     assert harm is not None
     timings["scores_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    emb = gradient_embedding(method, G, stats, damping_factor=damping_factor, seed=proj_seed).numpy()
+    timings["embedding_s"] = time.perf_counter() - t
     if also:
         settings["also"] = also
 
@@ -282,31 +291,61 @@ def run_attribution(
         timings,
         item_scores=per_item,
         scores=total,
+        embeddings=emb,
+        embedding_index=[int(f.index) for f in train_fx],
     )
 
 
 def _training_gradients(
     model, blocks, train_fx, pad_id, batch_size, store_dir, store_parts, settings, progress, notes, shard_rows=None
 ):
-    import torch
+    """Per-example training gradients and covariance sums, through the resumable, checksummed store when
+    ``store_dir`` is given. Robustness (see :mod:`gradian.attribute.robust`): OOM halves the batch size, rows with
+    non-finite gradients are left out and listed in ``settings["skipped_rows"]`` (zeros in G; the caller drops them)."""
+    import os
+    import warnings
 
-    from gradian.attribute import engine
+    from gradian.attribute import engine, robust
     from gradian.attribute.scores import Stats
-    from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
     names = [b.name for b in blocks]
-    if store_dir is None:
-        G, col = engine.gradient_pass(
-            model,
-            blocks,
-            train_fx,
-            pad_id,
-            batch_size=batch_size,
-            covariance=True,
-            progress=progress,
-            description="training gradients",
+    n = len(train_fx)
+    with engine.progress_bar("training gradients", n, progress) as advance:
+        state = robust.PassState(batch_size, advance=advance)
+        with robust.FaultInjector(model, train_fx, pad_id):
+            if store_dir is None:
+                ch = robust.gradients(model, blocks, train_fx, pad_id, state)
+                G, stats, skipped = ch.G, Stats(ch.A, ch.S, ch.n_tokens, ch.n_examples), ch.skipped
+                settings["train_rows_computed"] = n
+            else:
+                G, stats, skipped = _stored_gradients(
+                    model, blocks, names, train_fx, pad_id, batch_size, store_dir, store_parts, settings, notes,
+                    shard_rows or int(os.environ.get("GRADIAN_SHARD_ROWS", "0") or 0), state,
+                )  # fmt: skip
+    notes.extend(state.notes)
+    if state.oom_retries:
+        settings["oom_retries"] = state.oom_retries
+    if skipped:
+        settings["skipped_rows"] = [
+            {"index": int(train_fx[p].index), "position": int(p), "reason": why} for p, why in skipped
+        ]
+        shown = ", ".join(str(int(train_fx[p].index)) for p, _ in skipped[:20])
+        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        msg = (
+            f"warning: {len(skipped)} training row(s) with non-finite (NaN/Inf) gradients left out, not scored: "
+            f"row {shown}{more} (settings.skipped_rows)"
         )
-        return G, Stats(col.A, col.S, col.n_tokens, col.n_examples)
+        notes.append(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    return G, stats
+
+
+def _stored_gradients(
+    model, blocks, names, train_fx, pad_id, batch_size, store_dir, store_parts, settings, notes, shard_rows, state
+):
+    from gradian.attribute import robust
+    from gradian.attribute.scores import Stats
+    from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
     per_row_bytes = 4 * sum(b.numel for b in blocks)
     shard = max(1, min(4096, (256 << 20) // max(per_row_bytes, 1)) // batch_size) * batch_size
@@ -319,57 +358,39 @@ def _training_gradients(
         "proj_seed": settings["proj_seed"],
         "dtype": settings["dtype"],
         "blocks": [[b.name, list(b.shape)] for b in blocks],
-        "schema": 1,
+        "schema": 2,
     }
     key = store_key(parts)
     meta = {
         "n_examples": len(train_fx),
         "shard_size": shard,
+        "batch_size": batch_size,
         "blocks": [{"name": b.name, "kind": b.kind, "shape": list(b.shape)} for b in blocks],
         "parts": parts,
     }
     store = GradientStore(Path(store_dir), key, meta)
-    start = store.resume_from()
-    if store.complete:
+    for i, why in store.rejected:
+        notes.append(f"gradient store shard {i} not used ({why}); recomputed")
+    missing = store.missing()
+    n_done = store.n_shards - len(missing)
+    if not missing:
         notes.append(f"reused stored training gradients {store.dir}")
-    elif start > 0:
-        notes.append(f"resumed stored training gradients at row {start} ({store.dir})")
-    if not store.complete:
-        buf: dict[str, list[torch.Tensor]] = {n: [] for n in names}
-        state = {"rows": 0, "shard": start // shard}
-
-        def on_batch(s, grads, col):
-            for k, v in grads.items():
-                buf[k].append(v)
-            state["rows"] += next(iter(grads.values())).shape[0]
-            end = start + s + next(iter(grads.values())).shape[0]
-            if state["rows"] >= shard or end >= len(train_fx):
-                store.write_shard(
-                    state["shard"], {k: torch.cat(v) for k, v in buf.items()}, dict(col.A), dict(col.S), col.n_tokens
-                )
-                for v in buf.values():
-                    v.clear()
-                col.A.clear()
-                col.S.clear()
-                col.n_tokens = 0
-                col.n_examples = 0
-                state["rows"] = 0
-                state["shard"] += 1
-
-        engine.gradient_pass(
-            model,
-            blocks,
-            train_fx[start:],
-            pad_id,
-            batch_size=batch_size,
-            covariance=True,
-            on_batch=on_batch,
-            progress=progress,
-            description="training gradients",
+    elif n_done:
+        notes.append(
+            f"resumed stored training gradients: {n_done} of {store.n_shards} shards reused, recomputing shard(s) "
+            f"{', '.join(map(str, missing))} ({store.dir})"
         )
+    computed = 0
+    state.advance(len(train_fx) - sum(store.rows(i)[1] - store.rows(i)[0] for i in missing))
+    for i in missing:
+        lo, hi = store.rows(i)
+        ch = robust.gradients(model, blocks, train_fx[lo:hi], pad_id, state, offset=lo)
+        store.write_shard(i, ch.G, ch.A, ch.S, ch.n_tokens, ch.n_examples, [(lo + p, why) for p, why in ch.skipped])
+        computed += hi - lo
     loaded = store.load(names)
     settings["store"] = str(store.dir)
-    return loaded.G, Stats(loaded.A_sum, loaded.S_sum, loaded.n_tokens, loaded.n_examples)
+    settings["train_rows_computed"] = computed
+    return loaded.G, Stats(loaded.A_sum, loaded.S_sum, loaded.n_tokens, loaded.n_examples), store.skipped
 
 
 def attribute(
@@ -394,6 +415,7 @@ def attribute(
     max_length: int | None = None,
     eval_eos: bool = False,
     tokenizer: str | Path | None = None,
+    config: str | Path | None = None,
     trust_remote_code: bool = False,
     top: int = 20,
     progress: bool = False,
@@ -406,7 +428,7 @@ def attribute(
     from gradian.data import format_examples, load_examples
     from gradian.run import discover, format_settings, load_setup
 
-    art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer)
+    art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
     if art.adapter_dir is None:
         if getattr(art, "adapter_weights_pickle", None):
             raise GradianError(

@@ -30,6 +30,9 @@ def attribute_command(
     max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
     eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: adapter, then base)."),
+    config: Path | None = typer.Option(None, "--config", help="Training config (TRL/HF JSON, Axolotl/LLaMA-Factory)."),
+    logs: Path | None = typer.Option(None, "--logs", help="Trainer logs (trainer_state.json, trainer_log.jsonl)."),
+    verify: bool = typer.Option(False, "--verify", help="Re-train without the culprit rows and measure recovery."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the base model's own code."),
     top: int = typer.Option(20, "--top", help="Rows shown and explained per item."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
@@ -38,9 +41,9 @@ def attribute_command(
     from rich.console import Console
     from rich.table import Table
 
-    from gradian.attribute.api import attribute
+    from gradian.pipeline import attribute_and_report
 
-    res = attribute(
+    output = attribute_and_report(
         run,
         base=base,
         adapter=adapter,
@@ -59,17 +62,21 @@ def attribute_command(
         max_length=max_length,
         eval_eos=eval_eos,
         tokenizer=tokenizer,
+        config=config,
+        logs=logs,
         trust_remote_code=trust_remote_code,
         top=top,
         progress=not no_progress,
     )
+    res = output.attribution
     con = Console()
     for note in res.notes:
         con.print(f"[dim]note:[/] {note}", highlight=False)
+    written = ", ".join(str(p) for p in output.paths.values())
     if res.no_regression:
         con.print(
-            f"No eval item regressed; nothing to attribute (rerun with --query all to rank rows anyway). "
-            f"Wrote {out / 'report.json'}.",
+            "No eval item regressed; nothing to attribute (rerun with --query all to rank rows anyway). "
+            f"Setup findings are in the report. Wrote {written}.",
             highlight=False,
         )
         raise typer.Exit(0)
@@ -89,4 +96,19 @@ def attribute_command(
             f"{worst['eval_id'] or worst['eval_index']}" if worst else "",
         )
     con.print(t)
-    con.print(f"Wrote {out / 'report.json'}.", highlight=False)
+    verdict = output.report.get("verdict") or {}
+    if verdict:
+        con.rule("Verdict")
+        con.print(verdict.get("text") or verdict.get("headline") or "", highlight=False)
+        for i, step in enumerate(verdict.get("next_steps") or [], start=1):
+            con.print(f"  {i}. {step}", highlight=False)
+    con.print(f"Wrote {written}.", highlight=False)
+    if verify:
+        from importlib.util import find_spec
+
+        if find_spec("gradian.verify") is None:
+            con.print("--verify: not built yet (the train/verify issue).", highlight=False)
+            raise typer.Exit(2)
+        from gradian.verify import verify as run_verify
+
+        run_verify(out)

@@ -110,3 +110,53 @@ def harm_scores(method: str, X: dict[str, torch.Tensor], G: dict[str, torch.Tens
     if method == "cosine":
         dots = dots / (x_norm2.sqrt()[:, None] * g_norm2.sqrt()[None, :]).clamp_min(1e-300)
     return -dots
+
+
+def gradient_embedding(
+    method: str,
+    G: dict[str, torch.Tensor],
+    stats: Stats | None,
+    *,
+    damping_factor: float = 0.1,
+    dim: int = 32,
+    seed: int = 0,
+    chunk: int = 512,
+) -> torch.Tensor:
+    """Training rows embedded for clustering, (N, dim) fp32: the top principal components of their gradients.
+
+    For EK-FAC / K-FAC each row is the half-preconditioned gradient ``H^-1/2 G_i`` in the block's eigenbasis,
+    ``(QS^T G_i QA) / sqrt(Lambda + damping)`` (inner products of these are ``<G_i, H^-1 G_j>``, the metric the
+    scores use); for the other methods the raw gradient. Per-row gradients of a fine-tuned model are nearly
+    orthogonal in full dimension, so a random projection keeps mostly noise; the top principal directions
+    (randomized SVD over all blocks, seeded) keep what rows share, which is what a cluster is."""
+    names = list(G)
+    N = G[names[0]].shape[0]
+    dim = max(1, min(dim, N - 1))
+    gen = torch.Generator().manual_seed(seed)
+    rows: dict[str, torch.Tensor] = {}  # (N, P) fp64 per block, whitened where the method has curvature
+    for n in names:
+        g = G[n]
+        P = g[0].numel()
+        if method in ("ekfac", "kfac") and stats is not None:
+            A, S = cv.kfac_factors(stats.A_sum[n], stats.S_sum[n], stats.n_tokens, stats.n_examples)
+            lam_A, QA = cv.eigh64(A)
+            lam_S, QS = cv.eigh64(S)
+            lam = cv.kfac_eigenvalues(lam_S, lam_A) if method == "kfac" else cv.ekfac_eigenvalues(g, QS, QA)
+            scale = (lam + cv.default_damping(lam, damping_factor)).rsqrt()
+            rows[n] = torch.cat(
+                [(cv.rotate(g[s : s + chunk], QS, QA) * scale).reshape(-1, P) for s in range(0, N, chunk)]
+            )
+        else:
+            rows[n] = g.reshape(N, P).to(cv.F64)
+    k = min(N, dim + 10)
+    Y = torch.zeros(N, k, dtype=cv.F64)
+    for n in names:  # range finder: Y = X Omega, then one power iteration
+        Y += rows[n] @ torch.randn(rows[n].shape[1], k, generator=gen, dtype=cv.F64)
+    Q, _ = torch.linalg.qr(Y)
+    Y = sum(rows[n] @ (rows[n].T @ Q) for n in names)
+    Q, _ = torch.linalg.qr(Y)
+    B_gram = sum((Q.T @ rows[n]) @ (rows[n].T @ Q) for n in names)  # B B^T with B = Q^T X, (k, k)
+    evals, evecs = torch.linalg.eigh(B_gram)
+    order = torch.argsort(evals, descending=True)[:dim]
+    U = Q @ evecs[:, order]  # left singular vectors of X
+    return (U * evals[order].clamp_min(0).sqrt()).float()
