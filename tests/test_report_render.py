@@ -216,3 +216,17 @@ def test_report_command_via_typer(tmp_path, inputs):
     result = CliRunner().invoke(app, [str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "report.html" in result.output and (tmp_path / "report.md").is_file()
+
+
+def test_attribute_contributions_feed_per_item_column():
+    """attribute writes per-item scores as "contributions"; the report shows them per top row."""
+    from gradian.report.build import per_item_contributions
+
+    attribution = {
+        "regressed": [{"index": 3}, {"index": 7}],
+        "examples": [{"index": 0, "score": 2.0, "rank": 1}],
+        "contributions": [
+            {"index": 0, "score": 2.0, "per_item": [{"eval_index": 3, "score": 1.5}, {"eval_index": 7, "score": 0.5}]}
+        ],
+    }
+    assert per_item_contributions(attribution) == {0: {3: 1.5, 7: 0.5}}

@@ -80,7 +80,8 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
     - on an example: ``"per_item": [score per regressed item, in report["regressed"] order]`` or
       ``{"<item index>": score}``;
     - top level: ``"per_item": {"rows": [row indices], "items": [item indices], "scores": [[...] per row]}`` or
-      ``{"<row index>": [scores in regressed order] | {"<item index>": score}}``.
+      ``{"<row index>": [scores in regressed order] | {"<item index>": score}}``;
+    - attribute's own ``"contributions": [{"index", "per_item": [{"eval_index", "score"}, ...]}, ...]``.
     """
     items = [int(r["index"]) for r in attribution.get("regressed") or []]
 
@@ -104,6 +105,13 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
                     out[int(r)] = parse(v)
                 except (TypeError, ValueError):
                     continue
+    for c in attribution.get("contributions") or []:
+        if c.get("index") is not None and isinstance(c.get("per_item"), Sequence):
+            out[int(c["index"])] = {
+                int(p["eval_index"]): float(p["score"])
+                for p in c["per_item"]
+                if isinstance(p, Mapping) and _num(p.get("score")) is not None
+            }
     for e in attribution.get("examples") or []:
         if "per_item" in e and e.get("index") is not None:
             out[int(e["index"])] = parse(e["per_item"])

@@ -31,7 +31,7 @@ CONCENTRATION = 2.0
 MIN_CULPRIT_SHARE = 0.25
 SETUP_ROW_SHARE = 0.5
 FEW_ROWS_SHARE = 0.5
-VERIFY_HINT = "re-run `gradian attribute` with --verify to check that the regression shrinks without them"
+VERIFY_HINT = "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
 
 
 def _pct(x: float) -> str:
@@ -94,11 +94,22 @@ def _config_change(f: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _fix_text(f: Mapping[str, Any]) -> str:
+    """A finding's fix as one sentence (diagnose writes ``{"text", "key", "value", "command"}``; a str works too)."""
+    fix = f.get("fix")
+    if isinstance(fix, Mapping):
+        text = str(fix.get("text") or "").rstrip(".")
+        if fix.get("key") and fix.get("value") is not None:
+            text += f" (set {fix['key']} to {fix['value']})"
+        return text
+    return str(fix or "").rstrip(".")
+
+
 def _fix_sentence(f: Mapping[str, Any]) -> str:
     ch = _config_change(f)
     where = f" (config key `{ch['key']}`" + (f", now {ch['value']!s}" if ch["value"] is not None else "") + ")"
     where = where if ch["key"] else ""
-    fix = str(f.get("fix") or "").rstrip(".")
+    fix = _fix_text(f)
     return f"{finding_title(f)}{where}" + (f": {fix}" if fix else "")
 
 
@@ -151,6 +162,30 @@ def make_verdict(
     }
 
     def done(kind: str, cause: str, headline: str, **extra: Any) -> dict[str, Any]:
+        # row-level errors that are not setup-wide and not a culprit's mechanical cause: still worth fixing
+        explained = {str(f.get("code")) for f in errors} | {
+            str(f.get("code")) for c in clusters if c.get("id") in extra.get("culprit_clusters", ())
+            for f in [mechanical_finding(c)] if f is not None
+        }  # fmt: skip
+        other = [
+            f for f in findings
+            if str(f.get("severity", "")).lower() == "error" and str(f.get("code")) not in explained
+        ]  # fmt: skip
+        if other:
+            parts = [
+                finding_title(f) + (f" ({len(set(finding_train_rows(f)))} rows)" if finding_train_rows(f) else "")
+                for f in other
+            ]
+            sentences.append(
+                f"Separately, diagnose found {_join(parts)}: "
+                + ("it does" if len(other) == 1 else "they do")
+                + " not explain this regression, but fix "
+                + ("it" if len(other) == 1 else "them")
+                + " before the next run."
+            )
+            for f in other:
+                if f.get("fix"):
+                    next_steps.append(f"Fix {finding_title(f)}: {_fix_text(f)}.")
         out = {**base, "kind": kind, "cause": cause, "headline": headline, **extra}
         out["sentences"] = sentences
         out["next_steps"] = next_steps
@@ -209,7 +244,7 @@ def make_verdict(
                 continue
             seen_fix.add(f.get("code"))
             if f.get("fix"):
-                next_steps.append(f"Fix {finding_title(f)}: {str(f['fix']).rstrip('.')}.")
+                next_steps.append(f"Fix {finding_title(f)}: {_fix_text(f)}.")
         next_steps.append(
             f"Drop the {_rows_word(len(drop))} with positive harm in {names} (listed in drop_rows.txt / "
             f"drop_rows.json), re-train, and {VERIFY_HINT}."
