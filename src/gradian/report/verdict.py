@@ -31,7 +31,9 @@ CONCENTRATION = 2.0
 MIN_CULPRIT_SHARE = 0.25
 SETUP_ROW_SHARE = 0.5
 FEW_ROWS_SHARE = 0.5
-VERIFY_HINT = "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
+VERIFY_HINT = (
+    "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
+)
 
 
 def _pct(x: float) -> str:
