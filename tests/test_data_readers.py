@@ -352,3 +352,17 @@ def test_error_folder_not_a_dataset(tmp_path):
 def test_error_row_not_an_object(tmp_path):
     p = jsonl(tmp_path, "[1, 2]")
     assert error_of(p) == f"{p} line 1: row is a list, expected a JSON object. Fix: write one JSON object per row."
+
+
+def test_real_datasets_save_to_disk_folder(tmp_path):
+    """A folder written by the real `datasets` library (Dataset and DatasetDict) loads with indices and ids."""
+    datasets = pytest.importorskip("datasets")
+    rows = [{"id": f"r{i}", "prompt": f"Q{i}:", "completion": f" A{i}"} for i in range(5)]
+    ds = datasets.Dataset.from_list(rows)
+    ds.save_to_disk(str(tmp_path / "one"))
+    datasets.DatasetDict({"train": ds, "test": ds.select([0])}).save_to_disk(str(tmp_path / "dict"))
+    for folder, n in (("one", 5), ("dict", 5)):
+        got = load_examples(tmp_path / folder)
+        assert [e.index for e in got] == list(range(n))
+        assert [e.id for e in got] == [f"r{i}" for i in range(n)]
+        assert got[3].prompt == "Q3:" and got[3].completion == " A3"
