@@ -377,7 +377,8 @@ def _stored_gradients(
         notes.append(f"reused stored training gradients {store.dir}")
     elif n_done:
         notes.append(
-            f"resumed stored training gradients: {n_done} of {store.n_shards} shards reused, recomputing shard(s) "
+            f"resumed stored training gradients at row {store.resume_from()}: {n_done} of {store.n_shards} shards "
+            f"reused, recomputing shard(s) "
             f"{', '.join(map(str, missing))} ({store.dir})"
         )
     computed = 0

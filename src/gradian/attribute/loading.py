@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,9 @@ def load(
         raise GradianError("no base model given and adapter_config.json names none", fix="pass --base")
     dev = resolve_device(device)
     dt = resolve_dtype(dev, dtype)
+    if dev.type == "cuda":  # reproducible scores: deterministic cuBLAS/kernels where they exist (docs/reliability.md)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         model = AutoModelForCausalLM.from_pretrained(base, dtype=dt, trust_remote_code=trust_remote_code)
     except OSError as e:

@@ -1,0 +1,232 @@
+"""The training-gradient pass, made robust: out-of-memory retries and rows with non-finite gradients.
+
+:func:`gradients` runs :func:`gradian.attribute.engine.gradient_pass` over a contiguous range of training rows (one
+store shard) and returns their per-example gradients and covariance sums, with two guarantees:
+
+* **Out of memory.** An accelerator OOM (``torch.OutOfMemoryError``, or a ``RuntimeError`` saying "out of memory",
+  as MPS raises) during a batch keeps every batch already finished, halves the batch size and retries from the failed
+  batch; the smaller size is kept for the rest of the pass. A single row that still does not fit is a one-line error.
+* **Non-finite gradients.** A row whose per-example gradient holds NaN or Inf (or whose activations make the batch's
+  covariance sums non-finite) is left out: its gradient is stored as zeros, it is excluded from the covariance sums
+  and example count (its batch is recomputed without it), and it is reported by position in :attr:`Chunk.skipped`.
+
+Test seam (hidden, for the reliability tests): ``GRADIAN_TEST_FAULTS="oom@ROW,..."`` makes the model's forward raise
+``torch.OutOfMemoryError`` the first time a batch of more than one row containing training row ``ROW`` (0-based
+position in the scored rows) runs, exactly where a real allocation failure would surface. Unset, nothing is hooked.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gradian.errors import GradianError
+
+FAULTS_ENV = "GRADIAN_TEST_FAULTS"
+
+
+@dataclass
+class PassState:
+    """Shared across the chunks of one training pass: the current batch size (lowered by OOM retries)."""
+
+    batch_size: int
+    advance: Callable[[int], None] = lambda n: None
+    notes: list[str] = field(default_factory=list)
+    oom_retries: int = 0
+
+
+@dataclass
+class Chunk:
+    """Gradients of a contiguous range of rows. ``G`` has one row per input row (zeros where skipped)."""
+
+    G: dict[str, torch.Tensor]
+    A: dict[str, torch.Tensor]
+    S: dict[str, torch.Tensor]
+    n_tokens: int
+    n_examples: int  # rows that entered the covariance sums (skipped rows excluded)
+    skipped: list[tuple[int, str]]  # (position within the range, reason)
+
+
+def is_oom(e: BaseException) -> bool:
+    oom_types = tuple(
+        t for t in (getattr(torch, "OutOfMemoryError", None), getattr(torch.cuda, "OutOfMemoryError", None)) if t
+    )
+    if oom_types and isinstance(e, oom_types):
+        return True
+    return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
+def _free_accelerator_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    mps = getattr(torch, "mps", None)
+    if mps is not None and getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        mps.empty_cache()
+
+
+def _finite_rows(grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    ok = None
+    for v in grads.values():
+        r = torch.isfinite(v).reshape(v.shape[0], -1).all(dim=1)
+        ok = r if ok is None else ok & r
+    assert ok is not None
+    return ok
+
+
+def _all_finite(tensors: dict[str, torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in tensors.values())
+
+
+def _why(grads: dict[str, torch.Tensor], row: int) -> str:
+    has_nan = any(bool(torch.isnan(v[row]).any()) for v in grads.values())
+    return "nan gradient" if has_nan else "inf gradient"
+
+
+def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, offset: int) -> list[tuple]:
+    """Batches over ``fxs`` as (start, n, grads, A, S, n_tokens), retrying with half the batch size on OOM."""
+    from gradian.attribute import engine
+
+    batches: list[tuple] = []
+    pos = 0
+    while pos < len(fxs):
+        start = pos
+
+        def on_batch(s, grads, col, start=start):
+            n = next(iter(grads.values())).shape[0]
+            A, S, ntok = dict(col.A), dict(col.S), col.n_tokens
+            col.A.clear()
+            col.S.clear()
+            col.n_tokens = 0
+            col.n_examples = 0
+            batches.append((start + s, n, grads, A, S, ntok))
+            if advance:
+                state.advance(n)
+
+        oom = False
+        try:
+            engine.gradient_pass(
+                model, blocks, fxs[start:], pad_id, batch_size=state.batch_size, covariance=True, on_batch=on_batch
+            )
+            pos = len(fxs)
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            if state.batch_size <= 1:
+                raise GradianError(
+                    "out of memory on a single training row",
+                    fix="lower --max-length, pass --dtype bf16, or use a device with more memory",
+                ) from e
+            oom = True
+        if oom:
+            pos = batches[-1][0] + batches[-1][1] if batches else 0
+            old = state.batch_size
+            state.batch_size = max(1, old // 2)
+            state.oom_retries += 1
+            state.notes.append(
+                f"out of memory at training row {offset + pos} with batch size {old}; retried with batch size "
+                f"{state.batch_size} (finished batches kept)"
+            )
+            _free_accelerator_memory()
+    return batches
+
+
+def gradients(
+    model, blocks, fxs: Sequence, pad_id: int, state: PassState, *, offset: int = 0, _advance: bool = True
+) -> Chunk:
+    """Per-example gradients and covariance sums of ``fxs`` (see the module docstring); ``offset`` is the position
+    of ``fxs[0]`` among the training rows (for messages)."""
+    names = [b.name for b in blocks]
+    G_parts: list[tuple[int, dict[str, torch.Tensor]]] = []
+    A: dict[str, torch.Tensor] = {}
+    S: dict[str, torch.Tensor] = {}
+    n_tok = 0
+    n_ex = 0
+    skipped: list[tuple[int, str]] = []
+
+    def add_stats(bA, bS, ntok):
+        nonlocal n_tok
+        for k, v in bA.items():
+            A[k] = A[k] + v if k in A else v
+        for k, v in bS.items():
+            S[k] = S[k] + v if k in S else v
+        n_tok += ntok
+
+    for start, n, grads, bA, bS, ntok in _raw_pass(model, blocks, fxs, pad_id, state, _advance, offset):
+        ok = _finite_rows(grads)
+        if bool(ok.all()) and _all_finite(bA) and _all_finite(bS):
+            G_parts.append((start, grads))
+            add_stats(bA, bS, ntok)
+            n_ex += n
+            continue
+        # Something in this batch is not finite: recompute it without the offending rows (or, when the gradients
+        # are finite but the covariance sums are not, split it until the offending row is alone).
+        if n == 1:
+            skipped.append((start, _why(grads, 0) if not bool(ok[0]) else "non-finite activations"))
+            G_parts.append((start, {k: torch.zeros_like(v) for k, v in grads.items()}))
+            continue
+        if bool(ok.all()):
+            groups = [list(range(n // 2)), list(range(n // 2, n))]
+        else:
+            bad = [i for i in range(n) if not bool(ok[i])]
+            skipped += [(start + i, _why(grads, i)) for i in bad]
+            groups = [[i for i in range(n) if bool(ok[i])]]
+        zero = {k: torch.zeros_like(v) for k, v in grads.items()}
+        for g in groups:
+            if not g:
+                continue
+            sub = gradients(
+                model, blocks, [fxs[start + i] for i in g], pad_id, state, offset=offset + start, _advance=False
+            )
+            for j, i in enumerate(g):
+                for k in names:
+                    zero[k][i] = sub.G[k][j]
+            add_stats(sub.A, sub.S, sub.n_tokens)
+            n_ex += sub.n_examples
+            skipped += [(start + g[p], why) for p, why in sub.skipped]
+        G_parts.append((start, zero))
+    G_parts.sort(key=lambda x: x[0])
+    G = {k: torch.cat([p[k] for _, p in G_parts]) for k in names}
+    return Chunk(G, A, S, n_tok, n_ex, sorted(skipped))
+
+
+class FaultInjector:
+    """The ``GRADIAN_TEST_FAULTS`` seam: a forward pre-hook on the model that raises an injected OOM once per
+    listed row (see the module docstring). Use as a context manager; a no-op when the variable is unset."""
+
+    def __init__(self, model, fxs: Sequence, pad_id: int):
+        self.model = model
+        self.handle = None
+        self.targets: list[list[int]] = []
+        spec = os.environ.get(FAULTS_ENV, "").strip()
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            kind, _, row = item.partition("@")
+            if kind != "oom" or not row.isdigit():
+                raise GradianError(f"bad {FAULTS_ENV} entry {item!r}", fix="use oom@ROW[,oom@ROW...]")
+            if int(row) < len(fxs):
+                self.targets.append(list(fxs[int(row)].input_ids))
+
+    def __enter__(self) -> FaultInjector:
+        if self.targets:
+            self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+
+    def _hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None or ids.shape[0] <= 1 or not torch.is_grad_enabled():
+            return None
+        for t in list(self.targets):
+            n = len(t)
+            want = torch.tensor(t, dtype=ids.dtype, device=ids.device)
+            if n <= ids.shape[1] and bool((ids[:, :n] == want).all(dim=1).any()):
+                self.targets.remove(t)
+                raise torch.OutOfMemoryError(f"injected by {FAULTS_ENV}: CUDA out of memory (test seam)")
+        return None
