@@ -150,3 +150,11 @@ def test_no_clusters_falls_back_to_ranking():
     scores[3] = 10.0
     v = make_verdict([], [], examples(scores), REG)
     assert v["kind"] == "few_rows" and v["drop_rows"] == [3]
+
+
+def test_culprit_at_exactly_twice_its_share():
+    """All the harm from half the rows is exactly 2x: a culprit, despite float rounding of the shares."""
+    from gradian.report.verdict import is_concentrated
+
+    assert is_concentrated({"harm_share": 1.0, "size_share": 0.1 + 0.2 + 0.2000000000000001})
+    assert not is_concentrated({"harm_share": 0.9, "size_share": 0.5})

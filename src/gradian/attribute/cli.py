@@ -109,6 +109,7 @@ def attribute_command(
         if find_spec("gradian.verify") is None:
             con.print("--verify: not built yet (the train/verify issue).", highlight=False)
             raise typer.Exit(2)
+        from gradian.verify import print_table
         from gradian.verify import verify as run_verify
 
-        run_verify(out)
+        print_table(run_verify(out))

@@ -70,7 +70,8 @@ def is_concentrated(cluster: Mapping[str, Any]) -> bool:
     """The concentration criterion: harm_share >= 2 x size share and >= 25% of the positive harm."""
     harm = float(cluster.get("harm_share", 0.0))
     size_share = float(cluster.get("size_share", 0.0))
-    return harm >= MIN_CULPRIT_SHARE and harm >= CONCENTRATION * size_share
+    eps = 1e-9  # shares are ratios of sums: 1.0 vs 2 x 0.5 must count as 2x
+    return harm >= MIN_CULPRIT_SHARE - eps and harm >= CONCENTRATION * size_share - eps
 
 
 def mechanical_finding(cluster: Mapping[str, Any]) -> Mapping[str, Any] | None:

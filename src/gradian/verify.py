@@ -1,0 +1,519 @@
+"""`gradian verify OUT_DIR`: check an attribution by re-training without the rows it blames.
+
+Attribution is a first-order estimate; the only ground truth is the counterfactual. ``verify`` reads
+``OUT_DIR/report.json`` (written by ``gradian attribute``), re-trains the LoRA adapter from the same base, config and
+seed with :func:`gradian.train.train_lora`, and re-measures the regressed eval items:
+
+(a) ``drop_flagged``: without the rows the report blames: the verdict's ``drop_rows`` when the report layer ran
+    (the positive-harm rows of the culprit clusters), else the top-K rows by harm score (``k``; default 5% of the
+    scored rows, at least 1, only rows with positive harm);
+(b) ``drop_random``: without the same number of rows drawn at random (seeded by ``random_seed``) from the other
+    rows, i.e. the same amount of data removed, none of it blamed;
+(c) ``reference`` (when needed): with every row. Needed whenever the re-train cannot be expected to reproduce the
+    fine-tune being explained: the run was not trained by ``gradian train`` (its config is mapped from
+    TRL/HF/Axolotl/LLaMA-Factory keys, but the trainer differs), or config overrides / another seed were asked
+    for. Recovery is then measured against the reference re-train instead of the original adapter, so every
+    number compares like with like. Off for a ``gradian train`` run with its own config (on CPU that run is
+    deterministic given its seed, so the reference would reproduce the original adapter).
+
+Each eval item's completion NLL (mean nats per completion token) is measured with the same code and formatting as
+``gradian attribute`` (:func:`gradian.attribute.engine.completion_nll`), and
+
+    recovered_i = (finetuned_i - retrained_i) / (finetuned_i - base_i)
+
+over the regressed items: 1 = the regression is gone, 0 = unchanged, < 0 = worse. ``recovered_mean`` averages it
+over the items; ``recovered_total`` is the same ratio on the summed NLLs (less sensitive to items that barely
+regressed). Both are reported for each re-train.
+
+Schedule policy: the re-trains keep the original number of *epochs*, so a run with fewer rows takes fewer optimizer
+steps (the linear/cosine schedule then spans the same passes over the data, and every kept row is seen exactly as
+often as in the original run). A config with ``max_steps`` > 0 is scaled by kept rows / all rows for the same
+reason. The alternative, keeping the step count, would train the kept rows for more epochs, and that extra training
+would itself move the eval NLL.
+
+Writes ``OUT_DIR/verify.json`` (schema ``gradian.verify/1``, see :func:`verify`) and the re-trained adapters under
+``OUT_DIR/verify/<name>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gradian.errors import GradianError
+
+SCHEMA = "gradian.verify/1"
+DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
+POLICY = (
+    "same epochs as the original run, so fewer optimizer steps when rows are removed (max_steps, if set, is "
+    "scaled by kept/all rows); same base, LoRA config, learning-rate schedule and seed"
+)
+
+# TrainingSetup fields (gradian.run.setup) -> TrainConfig keys, for runs not trained by `gradian train`.
+_SETUP_KEYS = {
+    "learning_rate": "lr",
+    "num_epochs": "epochs",
+    "max_steps": "max_steps",
+    "per_device_batch_size": "batch_size",
+    "gradient_accumulation_steps": "grad_accum",
+    "max_length": "max_length",
+    "lora_r": "r",
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
+    "target_modules": "target_modules",
+    "use_rslora": "use_rslora",
+    "add_eos": "add_eos",
+    "scheduler": "lr_scheduler_type",
+    "warmup_ratio": "warmup_ratio",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "seed": "seed",
+}
+
+
+# --- inputs -------------------------------------------------------------------------------------------------------
+
+
+def read_report(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / "report.json"
+    if not path.is_file():
+        raise GradianError("no report.json", where=str(out_dir), fix="run `gradian attribute --out DIR` first")
+    try:
+        report = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        fix = "re-run `gradian attribute`"
+        raise GradianError(f"cannot read report.json ({first})", where=str(path), fix=fix) from None
+    if not isinstance(report, dict) or "settings" not in report or "examples" not in report:
+        raise GradianError("report.json has no settings/examples", where=str(path), fix="re-run `gradian attribute`")
+    for key in ("base", "adapter", "train", "eval"):
+        if not report["settings"].get(key):
+            raise GradianError(
+                f"report.json settings lack {key!r}",
+                where=str(path),
+                fix="re-run `gradian attribute` (the file-level API records the paths)",
+            )
+    return report
+
+
+def rows_to_drop(report: dict[str, Any], k: int | None = None) -> tuple[list[int], str]:
+    """The blamed rows and where they came from: verdict ``drop_rows`` unless ``k`` is given, else top-K by score."""
+    verdict = report.get("verdict") or {}
+    drop = [int(r) for r in verdict.get("drop_rows") or []]
+    if drop and k is None:
+        return sorted(set(drop)), f"verdict.drop_rows ({verdict.get('kind', '?')})"
+    examples = [e for e in report.get("examples", []) if e.get("score") is not None and math.isfinite(e["score"])]
+    ranked = sorted(examples, key=lambda e: (-float(e["score"]), int(e["index"])))
+    if k is None:
+        k = max(1, round(DEFAULT_TOP_SHARE * len(ranked)))
+    top = [int(e["index"]) for e in ranked[:k] if float(e["score"]) > 0]
+    return sorted(top), f"top {k} rows by harm score (positive scores only)"
+
+
+def training_config(adapter_dir: str | Path, base: str | None = None) -> tuple[dict[str, Any], str, bool]:
+    """(TrainConfig overrides, where they came from, whether the run was trained by ``gradian train``)."""
+    adapter_dir = Path(adapter_dir)
+    args_path = adapter_dir / "training_args.json"
+    if args_path.is_file():
+        try:
+            data = json.loads(args_path.read_text("utf-8"))
+        except ValueError:
+            data = {}
+        if isinstance(data, dict) and isinstance(data.get("gradian_config"), dict):
+            from gradian.train import TrainConfig
+
+            known = TrainConfig.field_names()
+            cfg = {k: v for k, v in data["gradian_config"].items() if k in known}
+            return cfg, f"{args_path} (gradian_config)", True
+    from gradian.run import discover, load_setup
+
+    setup = load_setup(discover(adapter_dir, base=base))
+    cfg: dict[str, Any] = {}
+    for src, dst in _SETUP_KEYS.items():
+        value = getattr(setup, src, None)
+        if value is not None:
+            cfg[dst] = value
+    if setup.masking is not None:
+        cfg["completion_only"] = setup.masking != "full"
+        cfg["assistant_only"] = setup.masking == "assistant_only"
+    if setup.precision == "bf16":
+        cfg["bf16"] = True
+    elif setup.precision == "fp16":
+        cfg["fp16"] = True
+    if cfg.get("max_steps") is not None and int(cfg["max_steps"]) <= 0:
+        cfg.pop("max_steps")
+    where = ", ".join(setup.config_files) or "defaults (no config file found)"
+    return cfg, f"{where} (mapped from {setup.framework or 'unknown'} keys)", False
+
+
+def _originally_excluded(adapter_dir: str | Path) -> set[int]:
+    """``gradian_excluded_rows`` of a `gradian train` run (its ``--exclude-rows``), else nothing."""
+    path = Path(adapter_dir) / "training_args.json"
+    try:
+        rows = json.loads(path.read_text("utf-8")).get("gradian_excluded_rows") or []
+        return {int(r) for r in rows}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return set()
+
+
+# --- measuring ----------------------------------------------------------------------------------------------------
+
+
+def _eval_rows(settings: dict[str, Any], tokenizer: Any) -> list[Any]:
+    from gradian.data import format_examples, load_examples
+    from gradian.data.types import FormatSettings
+
+    names = {f.name for f in dataclasses.fields(FormatSettings)} - {"sources"}
+    fs = FormatSettings(**{k: v for k, v in (settings.get("format") or {}).items() if k in names})
+    fs = dataclasses.replace(fs, add_eos=bool(settings.get("eval_eos", False)))
+    return format_examples(load_examples(settings["eval"]), tokenizer, fs)
+
+
+def measure(
+    base: str,
+    adapter_dir: str | Path,
+    settings: dict[str, Any],
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    with_base: bool = False,
+) -> tuple[dict[int, float], dict[int, float] | None]:
+    """Completion NLL of every eval item (by eval row index) with the adapter, and with it disabled if asked.
+
+    The same loader, formatting and :func:`gradian.attribute.engine.completion_nll` as ``gradian attribute``."""
+    import numpy as np
+    from transformers.utils import logging as hf_logging
+
+    from gradian.attribute import engine
+    from gradian.attribute.loading import load
+
+    hf_logging.disable_progress_bar()
+    lm = load(base, adapter_dir, device=device, dtype=dtype)
+    fx = _eval_rows(settings, lm.tokenizer)
+    pad = engine.pad_id_of(lm.tokenizer)
+    bs = int(settings.get("batch_size") or 8)
+    tuned = engine.completion_nll(lm.model, fx, pad, batch_size=bs, adapter=True)
+    base_nll = engine.completion_nll(lm.model, fx, pad, batch_size=bs, adapter=False) if with_base else None
+
+    def as_map(a: np.ndarray) -> dict[int, float]:
+        return {int(f.index): float(v) for f, v in zip(fx, a, strict=True) if np.isfinite(v)}
+
+    return as_map(tuned), (as_map(base_nll) if base_nll is not None else None)
+
+
+def recovery(
+    items: list[int], base: dict[int, float], ft: dict[int, float], retrained: dict[int, float], threshold: float
+) -> dict[str, Any]:
+    """Per-item and summary recovery of the regression ``ft - base`` by ``retrained``."""
+    per = []
+    for i in items:
+        gap = ft[i] - base[i]
+        rec = (ft[i] - retrained[i]) / gap if gap > 0 else None
+        per.append({"index": i, "retrained_nll": retrained[i], "recovered": rec})
+    recs = [p["recovered"] for p in per if p["recovered"] is not None]
+    gap_sum = sum(ft[i] - base[i] for i in items)
+    return {
+        "recovered_mean": sum(recs) / len(recs) if recs else None,
+        "recovered_total": (sum(ft[i] - retrained[i] for i in items) / gap_sum) if gap_sum > 0 else None,
+        "mean_retrained_nll": sum(retrained[i] for i in items) / len(items) if items else None,
+        "still_regressed": sum(1 for i in items if retrained[i] - base[i] > threshold),
+        "items": per,
+    }
+
+
+# --- the check ----------------------------------------------------------------------------------------------------
+
+
+def verify(
+    out_dir: str | Path,
+    *,
+    k: int | None = None,
+    seed: int | None = None,
+    random_seed: int = 0,
+    config_overrides: dict[str, Any] | None = None,
+    reference: bool | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: bool = False,
+    quiet: bool = True,
+    write: bool = True,
+) -> dict[str, Any]:
+    """Re-train without the blamed rows and without as many random rows; return (and write) the verify.json dict.
+
+    ``k``: use the top-K rows by score even when the report has a verdict. ``seed``: training seed (default: the
+    original run's). ``random_seed``: seed of the random draw. ``config_overrides``: TrainConfig keys applied to
+    every re-train (e.g. ``{"epochs": 1}`` for a quick check); they imply ``reference``. ``reference``: also re-train
+    on every row and measure recovery against that (default: only when needed, see the module docstring).
+
+    verify.json::
+
+        {"schema": "gradian.verify/1", "report", "base", "adapter", "train", "eval",
+         "config": {...TrainConfig of the re-trains...}, "config_source", "gradian_trained": bool, "policy",
+         "n_rows": int, "originally_excluded": [row, ...],
+         "removed_from": "verdict.drop_rows (...)" | "top K rows ...", "random_seed",
+         "baseline": "original adapter" | "reference re-train (all rows)", "threshold",
+         "items": [{"index", "id", "base_nll", "finetuned_nll"}],          # the regressed eval items
+         "runs": {"drop_flagged" | "drop_random" | "reference":
+                    {"removed": [row, ...], "n_removed", "n_rows_trained", "global_step", "train_loss",
+                     "seconds", "adapter", "recovered_mean", "recovered_total", "mean_retrained_nll",
+                     "still_regressed", "items": [{"index", "retrained_nll", "recovered"}],
+                     "other_items_mean_change"}},
+         "summary": {"recovered_flagged", "recovered_random", "recovered_total_flagged",
+                     "recovered_total_random", "margin", "confirmed", "side_effect",
+                     "other_items_change_flagged", "other_items_change_random", "text"},
+         "timings": {...}}
+
+    ``confirmed`` is true when removing the blamed rows recovers at least 0.25 more of the regression (mean over
+    items) than removing random rows and at least half of it. ``side_effect`` is true when, without the blamed rows,
+    the eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by more
+    than ``threshold`` beyond the random removal): the fix overshoots, e.g. the blamed rows share one label.
+    """
+    from gradian.train import build_config, normalize_config, train_lora
+
+    t0 = time.time()
+    out = Path(out_dir)
+    report = read_report(out)
+    st = report["settings"]
+    base, adapter, train_path = str(st["base"]), Path(st["adapter"]), Path(st["train"])
+    threshold = float(st.get("threshold", 0.05))
+    regressed = [e for e in report.get("regressed") or [] if e.get("regressed", True)]
+    if not regressed or report.get("no_regression"):
+        raise GradianError("the report has no regressed eval item: nothing to verify", where=str(out / "report.json"))
+    n_rows = len(report["examples"])
+
+    drop, source = rows_to_drop(report, k)
+    if not drop:
+        raise GradianError(
+            "no row has positive harm in the report: nothing to drop", where=str(out / "report.json"), fix="pass --k"
+        )
+
+    cfg_dict, cfg_source, gradian_trained = training_config(adapter, base)
+    overrides = normalize_config(dict(config_overrides or {}), where="config_overrides")
+    if seed is not None:
+        overrides["seed"] = seed
+    changed = any(cfg_dict.get(key) != v for key, v in overrides.items())
+    cfg_dict |= overrides
+    cfg = build_config(cfg_dict, where=cfg_source)
+    if reference is None:
+        reference = (not gradian_trained) or changed
+
+    from gradian.data import load_examples
+
+    already = _originally_excluded(adapter)  # rows the original run itself left out stay out of every re-train
+    all_rows = [ex.index for ex in load_examples(train_path) if ex.index not in already]
+    drop = [r for r in drop if r not in already]
+    blamed = set(drop)
+    others = [r for r in all_rows if r not in blamed]
+    if len(others) < len(drop):
+        raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
+    rand = sorted(random.Random(random_seed).sample(others, len(drop)))
+
+    def run_cfg(n_removed: int):
+        if cfg.max_steps > 0 and n_removed:
+            kept = max(1, len(all_rows) - n_removed)
+            return dataclasses.replace(cfg, max_steps=max(1, round(cfg.max_steps * kept / len(all_rows))))
+        return cfg
+
+    plan: list[tuple[str, list[int]]] = [("drop_flagged", drop), ("drop_random", rand)]
+    if reference:
+        plan.insert(0, ("reference", []))
+
+    timings: dict[str, float] = {}
+    runs: dict[str, dict[str, Any]] = {}
+    nll: dict[str, dict[int, float]] = {}
+    t = time.time()
+    ft_nll, base_nll = measure(base, adapter, st, device=device, dtype=dtype, with_base=True)
+    assert base_nll is not None
+    timings["measure_original_s"] = time.time() - t
+    for name, removed in plan:
+        run_dir = out / "verify" / name
+        if not quiet:
+            typer.echo(f"re-training {name}: {len(removed)} rows removed → {run_dir}", err=True)
+        # without a progress bar the Trainer prints its log dicts to stdout; keep stdout for the table
+        with contextlib.redirect_stdout(io.StringIO()) if not progress else contextlib.nullcontext():
+            res = train_lora(
+                base,
+                train_path,
+                run_dir,
+                config=run_cfg(len(removed)),
+                exclude_rows=sorted(already | set(removed)),
+                progress=progress,
+                quiet=True,
+            )
+        timings[f"train_{name}_s"] = res.seconds
+        t = time.time()
+        nll[name], _ = measure(base, run_dir, st, device=device, dtype=dtype)
+        timings[f"measure_{name}_s"] = time.time() - t
+        runs[name] = {
+            "removed": removed,
+            "n_removed": len(removed),
+            "n_rows_trained": res.n_rows_trained,
+            "global_step": res.global_step,
+            "train_loss": res.train_loss,
+            "seconds": round(res.seconds, 2),
+            "adapter": str(run_dir),
+        }
+
+    reg_idx = [int(e["index"]) for e in regressed if int(e["index"]) in ft_nll and int(e["index"]) in base_nll]
+    ref = nll["reference"] if reference else ft_nll
+    other_idx = [i for i in ft_nll if i not in set(reg_idx) and i in base_nll]
+    for name, r in runs.items():
+        r |= recovery(reg_idx, base_nll, ref, nll[name], threshold)
+        if other_idx:
+            r["other_items_mean_change"] = sum(nll[name][i] - ref[i] for i in other_idx) / len(other_idx)
+        else:
+            r["other_items_mean_change"] = None
+    if reference:
+        runs["reference"]["note"] = "every row; the baseline the drops are measured against"
+        runs["reference"]["recovered_vs_original"] = recovery(reg_idx, base_nll, ft_nll, nll["reference"], threshold)[
+            "recovered_mean"
+        ]
+
+    fl, rd = runs["drop_flagged"], runs["drop_random"]
+    a, b = fl["recovered_mean"], rd["recovered_mean"]
+    margin = (a - b) if a is not None and b is not None else None
+    confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
+    ids = {int(e["index"]): e.get("id") for e in report.get("eval", [])}
+    text = (
+        f"Removing the {len(drop)} blamed rows recovered {_pct(a)} of the regression on {len(reg_idx)} regressed "
+        f"items; removing {len(drop)} random rows recovered {_pct(b)}. "
+        + (
+            "The attribution holds up."
+            if confirmed
+            else "The blamed rows do not explain the regression much better than random rows."
+        )
+    )
+    side = fl.get("other_items_mean_change")
+    side_effect = bool(
+        side is not None and side > threshold and side > (rd.get("other_items_mean_change") or 0.0) + threshold
+    )
+    if side_effect:
+        text += (
+            f" But the {len(other_idx)} eval items that had not regressed got worse by {side:+.3f} nats/token on "
+            "average without the blamed rows: the removal overshoots (look at what the blamed rows share, e.g. one "
+            "label), so do not drop them blindly."
+        )
+    result = {
+        "schema": SCHEMA,
+        "report": str(out / "report.json"),
+        "base": base,
+        "adapter": str(adapter),
+        "train": str(train_path),
+        "eval": str(st["eval"]),
+        "config": dataclasses.asdict(cfg),
+        "config_source": cfg_source,
+        "config_overrides": overrides,
+        "gradian_trained": gradian_trained,
+        "policy": POLICY,
+        "n_rows": n_rows,
+        "originally_excluded": sorted(already),
+        "removed_from": source,
+        "random_seed": random_seed,
+        "baseline": "reference re-train (all rows)" if reference else "original adapter",
+        "threshold": threshold,
+        "items": [
+            {
+                "index": i,
+                "id": ids.get(i),
+                "base_nll": base_nll[i],
+                "finetuned_nll": ft_nll[i],
+                **({"reference_nll": nll["reference"][i]} if reference else {}),
+            }
+            for i in reg_idx
+        ],
+        "runs": runs,
+        "summary": {
+            "recovered_flagged": a,
+            "recovered_random": b,
+            "recovered_total_flagged": fl["recovered_total"],
+            "recovered_total_random": rd["recovered_total"],
+            "margin": margin,
+            "confirmed": confirmed,
+            "side_effect": side_effect,
+            "other_items_change_flagged": side,
+            "other_items_change_random": rd.get("other_items_mean_change"),
+            "text": text,
+        },
+        "timings": {k2: round(v, 2) for k2, v in timings.items()} | {"total_s": round(time.time() - t0, 2)},
+    }
+    if write:
+        (out / "verify.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+    return result
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100.0 * x:.0f}%"
+
+
+def print_table(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    s = result["summary"]
+    table = Table(title=f"verify: recovery of the regression on {len(result['items'])} regressed items")
+    table.caption = "NLL: mean nats/token over those items; recovered: mean over items of (ft - re)/(ft - base)"
+    for col in ("re-train", "removed", "steps", "NLL", "recovered", "rec. total", "still regr."):
+        table.add_column(col, justify="right" if col != "re-train" else "left")
+    mean_ft = sum(i["finetuned_nll"] for i in result["items"]) / max(1, len(result["items"]))
+    mean_base = sum(i["base_nll"] for i in result["items"]) / max(1, len(result["items"]))
+    table.add_row("base", "", "", f"{mean_base:.3f}", "", "", "")
+    table.add_row("fine-tuned", "0", "", f"{mean_ft:.3f}", "", "", str(len(result["items"])))
+    for name, r in result["runs"].items():
+        table.add_row(
+            name,
+            str(r["n_removed"]),
+            str(r["global_step"]),
+            f"{r['mean_retrained_nll']:.3f}",
+            _pct(r["recovered_mean"]) if name != "reference" else "(baseline)",
+            _pct(r["recovered_total"]) if name != "reference" else "",
+            str(r["still_regressed"]),
+        )
+    c.print(table)
+    c.print(f"rows removed: {result['removed_from']}; baseline: {result['baseline']}")
+    c.print(("[green]" if s["confirmed"] and not s.get("side_effect") else "[yellow]") + s["text"], highlight=False)
+
+
+def verify_command(
+    out_dir: Path = typer.Argument(..., help="The `gradian attribute --out` folder (with report.json)."),
+    k: int | None = typer.Option(None, "--k", help="Drop the top-K rows by score instead of the verdict's rows."),
+    seed: int | None = typer.Option(None, "--seed", help="Training seed (default: the original run's)."),
+    random_seed: int = typer.Option(0, "--random-seed", help="Seed of the random-rows control."),
+    epochs: float | None = typer.Option(None, "--epochs", help="Epochs for every re-train (implies a reference)."),
+    max_steps: int | None = typer.Option(
+        None, "--max-steps", help="max_steps for every re-train (implies a reference)."
+    ),
+    reference: bool | None = typer.Option(
+        None, "--reference/--no-reference", help="Also re-train on all rows as the baseline (default: when needed)."
+    ),
+    device: str | None = typer.Option(None, "--device", help="Device for measuring NLL (cpu, cuda; default auto)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No training progress bars."),
+) -> None:
+    """Re-train without the blamed rows (and without as many random rows) and measure how much of the regression each
+    removal recovers. Writes OUT_DIR/verify.json."""
+    overrides: dict[str, Any] = {}
+    if epochs is not None:
+        overrides["epochs"] = epochs
+    if max_steps is not None:
+        overrides["max_steps"] = max_steps
+    result = verify(
+        out_dir,
+        k=k,
+        seed=seed,
+        random_seed=random_seed,
+        config_overrides=overrides,
+        reference=reference,
+        device=device,
+        progress=not no_progress,
+        quiet=False,
+    )
+    print_table(result)
+    typer.echo(f"Wrote {Path(out_dir) / 'verify.json'}.", err=True)

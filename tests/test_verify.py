@@ -1,0 +1,143 @@
+"""`gradian verify` end to end on a small planted setup cut from the bundled stories260K example.
+
+80 rows (24 of the planted "Zorblax" rows + 56 clean ones, train.yaml config, 3 epochs) are trained with
+`gradian train`, attributed with `gradian attribute`, then verified: re-training without the top-24 rows by harm must
+recover more of the regression than re-training without 24 random rows. Three ~30-step trainings on the 260K model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import BASE_DIR, REPO
+
+EXAMPLE = REPO / "examples" / "stories260k"
+N_HARMFUL, N_CLEAN = 24, 56
+
+
+@pytest.fixture(scope="module")
+def attributed(tmp_path_factory):
+    from gradian.attribute.api import attribute
+    from gradian.train import read_config_file, train_lora
+
+    tmp = tmp_path_factory.mktemp("verify")
+    rows = [json.loads(x) for x in (EXAMPLE / "data" / "train.jsonl").read_text("utf-8").splitlines() if x.strip()]
+    harmful = json.loads((EXAMPLE / "data" / "exclude_harmful.json").read_text())[:N_HARMFUL]
+    planted = set(json.loads((EXAMPLE / "data" / "planted.json").read_text())["truncated"]["indices"])
+    clean = [i for i in range(len(rows)) if i not in set(harmful) and i not in planted][:N_CLEAN]
+    keep = sorted(harmful + clean)
+    train = tmp / "train.jsonl"
+    train.write_text("".join(json.dumps(rows[i]) + "\n" for i in keep), "utf-8")
+    new_harmful = sorted(keep.index(i) for i in harmful)
+
+    cfg = read_config_file(EXAMPLE / "train.yaml") | {"epochs": 3, "logging_steps": 100}
+    run = tmp / "run"
+    train_lora(BASE_DIR, train, run, config=cfg, progress=False, quiet=True)
+    out = tmp / "attr"
+    attribute(run, base=str(BASE_DIR), train=train, eval=EXAMPLE / "data" / "eval.jsonl", out=out)
+    return out, new_harmful
+
+
+def test_verify_recovers_more_than_random(attributed):
+    from gradian.verify import verify
+
+    out, harmful = attributed
+    report = json.loads((out / "report.json").read_text())
+    assert report["regressed"], "the planted rows should make eval items regress"
+
+    res = verify(out, k=N_HARMFUL, random_seed=0)
+    assert (out / "verify.json").is_file()
+    on_disk = json.loads((out / "verify.json").read_text())
+    assert on_disk["schema"] == "gradian.verify/1"
+    assert on_disk["summary"] == res["summary"]
+
+    flagged, rand = res["runs"]["drop_flagged"], res["runs"]["drop_random"]
+    assert flagged["n_removed"] == rand["n_removed"] == N_HARMFUL
+    assert not set(flagged["removed"]) & set(rand["removed"])
+    assert len(set(flagged["removed"]) & set(harmful)) >= N_HARMFUL // 2  # attribution found the planted rows
+    assert res["baseline"] == "original adapter" and "reference" not in res["runs"]  # gradian-trained, same config
+    # same epochs, fewer steps: 56 rows -> 7 batches x 3 epochs
+    assert flagged["global_step"] == 21 and flagged["n_rows_trained"] == N_HARMFUL + N_CLEAN - N_HARMFUL
+    s = res["summary"]
+    assert s["recovered_flagged"] > s["recovered_random"]
+    assert s["recovered_total_flagged"] > s["recovered_total_random"]
+    assert s["recovered_flagged"] > 0.3
+    assert s["side_effect"] is False and on_disk["originally_excluded"] == []
+
+
+def test_rows_to_drop_prefers_the_verdict():
+    from gradian.verify import rows_to_drop
+
+    examples = [{"index": i, "score": float(10 - i)} for i in range(10)]
+    report = {"examples": examples, "verdict": {"kind": "concentrated", "drop_rows": [7, 3]}}
+    assert rows_to_drop(report)[0] == [3, 7]
+    assert rows_to_drop(report, k=2)[0] == [0, 1]
+    assert rows_to_drop({"examples": examples})[0] == [0]  # 5% of 10 rows -> 1
+    neg = [{"index": i, "score": -1.0} for i in range(3)]
+    assert rows_to_drop({"examples": neg}, k=2)[0] == []
+
+
+def test_recovery_maths():
+    from gradian.verify import recovery
+
+    base = {0: 1.0, 1: 2.0}
+    ft = {0: 2.0, 1: 2.5}
+    re = {0: 1.0, 1: 2.5}
+    r = recovery([0, 1], base, ft, re, threshold=0.05)
+    assert r["items"][0]["recovered"] == pytest.approx(1.0)
+    assert r["items"][1]["recovered"] == pytest.approx(0.0)
+    assert r["recovered_mean"] == pytest.approx(0.5)
+    assert r["recovered_total"] == pytest.approx(1.0 / 1.5)
+    assert r["still_regressed"] == 1
+
+
+def test_missing_report_is_one_line(tmp_path):
+    from gradian.errors import GradianError
+    from gradian.verify import verify
+
+    with pytest.raises(GradianError, match="no report.json"):
+        verify(tmp_path)
+
+
+def test_training_config_of_a_foreign_run(tmp_path):
+    """A run not trained by `gradian train`: its HF/TRL keys and adapter_config map onto TrainConfig."""
+    from gradian.train import build_config
+    from gradian.verify import training_config
+
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "r": 16,
+                "lora_alpha": 32,
+                "lora_dropout": 0.1,
+                "target_modules": ["q_proj", "v_proj"],
+                "base_model_name_or_path": str(BASE_DIR),
+            }
+        )
+    )
+    (tmp_path / "training_args.json").write_text(
+        json.dumps(
+            {
+                "learning_rate": 1e-4,
+                "num_train_epochs": 2,
+                "per_device_train_batch_size": 4,
+                "gradient_accumulation_steps": 2,
+                "max_length": 256,
+                "seed": 7,
+                "lr_scheduler_type": "cosine",
+                "max_steps": -1,
+                "packing": False,
+                "dataset_text_field": "text",
+                "completion_only_loss": None,
+            }
+        )
+    )
+    cfg, source, gradian_trained = training_config(tmp_path, str(BASE_DIR))
+    assert not gradian_trained and "training_args.json" in source
+    tc = build_config(cfg)
+    assert (tc.lr, tc.epochs, tc.batch_size, tc.grad_accum, tc.max_length, tc.seed) == (1e-4, 2.0, 4, 2, 256, 7)
+    assert (tc.r, tc.alpha, tc.dropout, sorted(tc.target_modules)) == (16, 32.0, 0.1, ["q_proj", "v_proj"])
+    assert tc.lr_scheduler_type == "cosine" and tc.max_steps == -1
