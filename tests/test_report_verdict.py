@@ -158,3 +158,21 @@ def test_culprit_at_exactly_twice_its_share():
 
     assert is_concentrated({"harm_share": 1.0, "size_share": 0.1 + 0.2 + 0.2000000000000001})
     assert not is_concentrated({"harm_share": 0.9, "size_share": 0.5})
+
+
+def test_row_errors_that_explain_the_culprit_are_not_called_separate():
+    """D106 and D107 flag the same culprit rows: both explain it; an unrelated row error is 'separate'."""
+    cut = {"code": "D107", "name": "completion_cut", "percent": 100.0, "count": 10, "fix": "raise max_length"}
+    trunc = {"code": "D106", "name": "truncation", "percent": 100.0, "count": 10, "fix": "raise max_length"}
+    clusters, scores = concentrated_case([trunc, cut])
+    rows = list(range(10))
+    findings = [
+        {"code": "D106", "name": "truncation", "severity": "error", "evidence": {"rows": rows}, "fix": "x"},
+        {"code": "D107", "name": "completion_cut", "severity": "error", "evidence": {"rows": rows}, "fix": "x"},
+        {"code": "D109", "name": "missing_eos", "severity": "error", "evidence": {"rows": [50, 51]}, "fix": "add EOS"},
+    ]
+    v = make_verdict(clusters, findings, examples(scores), REG)
+    assert v["cause"] == "mechanical"
+    separate = [s for s in v["sentences"] if s.startswith("Separately")]
+    assert len(separate) == 1 and "D109" in separate[0]
+    assert "D106" not in separate[0] and "D107" not in separate[0]

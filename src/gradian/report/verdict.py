@@ -166,9 +166,10 @@ def make_verdict(
 
     def done(kind: str, cause: str, headline: str, **extra: Any) -> dict[str, Any]:
         # row-level errors that are not setup-wide and not a culprit's mechanical cause: still worth fixing
+        # every finding that flags >= FLAG_SHARE of a culprit's rows is part of its explanation, not just the top one
         explained = {str(f.get("code")) for f in errors} | {
             str(f.get("code")) for c in clusters if c.get("id") in extra.get("culprit_clusters", ())
-            for f in [mechanical_finding(c)] if f is not None
+            for f in c.get("findings") or [] if float(f.get("percent", 0.0)) >= 100.0 * FLAG_SHARE
         }  # fmt: skip
         other = [
             f for f in findings

@@ -1,0 +1,190 @@
+"""End to end, through the real CLI and real runs: the issue's must-shows.
+
+- On the bundled example the report names the planted cluster first, with its share of harm.
+- On a run where the harmful rows are also truncated, the verdict says the cause is mechanical and gives the fix.
+- The quickstart's commands for the bundled example run as written.
+
+Each expensive run happens once (module-scoped fixtures, ``--batch-size 16``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "e2e"))
+import truncated_run  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "stories260k"
+QUICKSTART = REPO / "docs" / "quickstart.md"
+DOC_OUT = "/tmp/we"  # the quickstart's --out; the tests write to a tmp dir instead
+FAST = ["--no-progress", "--batch-size", "16"]
+# Placeholders for the user's own run in the quickstart (section 4): CI cannot have them.
+PLACEHOLDERS = ("my-lora", "path/or", "path/to", "hub-id", "gradian-out")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    bindir = str(Path(sys.executable).parent)  # the venv's `gradian` script
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["COLUMNS"] = "200"  # keep rich from wrapping the verdict mid-sentence
+    return env
+
+
+def _run(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def _example_argv(out: Path) -> list[str]:
+    e = "examples/stories260k"
+    return ["attribute", "--run", f"{e}/run", "--base", f"{e}/base", "--train", f"{e}/data/train.jsonl",
+            "--eval", f"{e}/data/eval.jsonl", "--out", str(out)]  # fmt: skip
+
+
+# --- 1. the bundled example ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundled")
+    argv = _example_argv(out)
+    proc = _run([sys.executable, "-m", "gradian", *argv, *FAST])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"argv": argv, "out": out, "proc": proc, "report": json.loads((out / "report.json").read_text("utf-8"))}
+
+
+def test_bundled_example_report_names_the_planted_cluster_first(bundled):
+    report, out = bundled["report"], bundled["out"]
+    planted = json.loads((EXAMPLE / "data" / "planted.json").read_text("utf-8"))
+    harmful = set(planted["harmful_cluster"]["indices"])
+    v = report["verdict"]
+    assert v["kind"] == "concentrated" and v["cause"] == "content", v["text"]
+    first = next(c for c in report["clusters"] if c["id"] == v["culprit_clusters"][0])
+    assert first["id"] == 1  # clusters are numbered most harmful first
+    assert first["harm_share"] >= 0.4, first
+    rows = [int(r) for r in first["rows"]]
+    assert sum(r in harmful for r in rows) >= 0.7 * len(rows), (len(rows), sorted(set(rows) - harmful))
+    # the verdict states the culprit's share of the harm (one culprit here: the share is its own)
+    shares = sum(c["harm_share"] for c in report["clusters"] if c["id"] in v["culprit_clusters"])
+    assert f"{100 * shares:.0f}% of the harm" in v["text"]
+    assert v["text"].startswith("Cluster 1 ")
+    assert set(v["drop_rows"]) & harmful
+    html = (out / "report.html").read_text("utf-8")
+    assert first["label"] and first["label"] in html
+    assert (out / "drop_rows.txt").is_file()
+    assert "Traceback" not in bundled["proc"].stdout + bundled["proc"].stderr
+
+
+# --- 2. harmful rows that are also truncated ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def truncated(tmp_path_factory):
+    from gradian.pipeline import attribute_and_report
+
+    d = tmp_path_factory.mktemp("truncated")
+    info = truncated_run.build_run(d)
+    res = attribute_and_report(
+        d / "run",
+        out=d / "out",
+        base=str(truncated_run.BASE),
+        train=d / "train.jsonl",
+        eval=d / "eval.jsonl",
+        batch_size=16,
+        progress=False,
+    )
+    return {**info, "report": res.report}
+
+
+def test_truncated_harmful_rows_give_a_mechanical_verdict(truncated):
+    report, harmful = truncated["report"], set(truncated["harmful"])
+    assert truncated["train"].n_truncated == len(harmful)  # only the planted rows are cut
+    v = report["verdict"]
+    assert v["kind"] == "concentrated" and v["cause"] == "mechanical", v["text"]
+    culprits = [c for c in report["clusters"] if c["id"] in v["culprit_clusters"]]
+    assert culprits
+    flagged = [
+        c for c in culprits
+        if any(f["code"] in ("D106", "D107") and f["percent"] >= 50.0 for f in c.get("findings") or [])
+    ]  # fmt: skip
+    assert flagged, [(c["id"], c.get("findings")) for c in culprits]
+    for c in flagged:  # the culprit is the planted rows
+        rows = [int(r) for r in c["rows"]]
+        assert sum(r in harmful for r in rows) >= 0.5 * len(rows)
+    assert "The cause looks mechanical" in v["text"] and "truncation" in v["text"]
+    # the truncation fix comes first among the next steps, ahead of dropping rows
+    fix = [s for s in v["next_steps"] if "max_length" in s]
+    assert fix and v["next_steps"].index(fix[0]) == 0, v["next_steps"]
+    assert re.search(r"max_length to at least \d+", fix[0]), fix[0]
+
+
+# --- 3. the quickstart, as written --------------------------------------------------------------------------------
+
+
+def _quickstart_commands() -> tuple[str, list[tuple[str, bool]]]:
+    """The bash prelude (the example's variable assignments) and every `gradian ...` command of the quickstart, in
+    order, each with whether it is a placeholder for the user's own run (a placeholder path, or a variable that a
+    placeholder assignment set)."""
+    text = QUICKSTART.read_text("utf-8")
+    prelude, commands, fake_vars = [], [], set()
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if m := re.match(r"^([A-Za-z_]+)=", line):
+                if any(p in line for p in PLACEHOLDERS):
+                    fake_vars.add(m.group(1))
+                else:
+                    prelude.append(line)
+                    fake_vars.discard(m.group(1))
+            elif line.startswith("gradian "):
+                fake = any(p in line for p in PLACEHOLDERS) or any(f"${v}" in line for v in fake_vars)
+                commands.append((line, fake))
+    return "\n".join(prelude), commands
+
+
+def test_quickstart_commands_run_as_written(bundled, tmp_path):
+    prelude, commands = _quickstart_commands()
+    assert "E=examples/stories260k" in prelude
+    runnable = [c for c, fake in commands if not fake]
+    assert {c.split()[1] for c in runnable} >= {"doctor", "diagnose", "attribute", "verify"}, runnable
+    # the placeholders are all in "Your own run"
+    text = QUICKSTART.read_text("utf-8")
+    own = text.index("## 4. Your own run")
+    assert all(text.rindex(c) > own for c, fake in commands if fake), commands
+    slow = os.environ.get("GRADIAN_E2E_VERIFY") == "1"
+    ran = []
+    for cmd in runnable:
+        sub = cmd.split()[1]
+        argv_sh = cmd.replace(DOC_OUT, str(bundled["out"]) if sub != "attribute" else str(tmp_path / "we"))
+        if sub == "attribute":
+            # The doc's command is the one test 1 ran: compare the expanded argv and reuse its output.
+            printed = subprocess.run(["bash", "-c", f"{prelude}\nprintf '%s\\n' {argv_sh}"], cwd=REPO,
+                                     capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+            assert printed[0] == "gradian"
+            assert printed[1:] == bundled["argv"][:-1] + [str(tmp_path / "we")], printed
+            ran.append(cmd)
+            continue
+        if sub == "verify" and not slow:
+            continue  # re-trains twice (~80 s each on 2 CPUs); GRADIAN_E2E_VERIFY=1 runs it
+        proc = subprocess.run(["bash", "-c", f"set -e\n{prelude}\n{argv_sh}"], cwd=REPO, env=_env(),
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert "Traceback" not in out, (cmd, out[-3000:])
+        # diagnose exits 1 when it finds an error (the doc says so; the example has planted truncation)
+        expected = (1,) if sub == "diagnose" else (0,)
+        assert proc.returncode in expected, (cmd, proc.returncode, out[-3000:])
+        if sub == "diagnose":
+            assert "D106" in out and "D107" in out
+        ran.append(cmd)
+    assert any(c.startswith("gradian doctor") for c in ran) and any(c.startswith("gradian diagnose") for c in ran)
+    # the doc states the exit code users will see from diagnose
+    assert "exits 1" in text
