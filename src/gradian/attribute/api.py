@@ -238,18 +238,19 @@ def run_attribution(
     t = time.perf_counter()
     also: dict[str, list[float]] = {}
     harm = None
+    eig = None
     for m in (method, *[x for x in extra_methods if x != method]):
         pre = precondition(m, Vall, G, stats, damping=damping, damping_factor=damping_factor, device=dev)
         h = harm_scores(m, pre.X, G).numpy()
         if m == method:
-            harm = h
+            harm, eig = h, pre.eig
             settings["damping_used"] = {"mean": float(np.mean(list(pre.damping.values())))} if pre.damping else None
         else:
             also[m] = [float(x) for x in h[-1]]
     assert harm is not None
     timings["scores_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    emb = gradient_embedding(method, G, stats, damping_factor=damping_factor, seed=proj_seed).numpy()
+    emb = gradient_embedding(method, G, stats, eig=eig, damping_factor=damping_factor, seed=proj_seed).numpy()
     timings["embedding_s"] = time.perf_counter() - t
     if also:
         settings["also"] = also
