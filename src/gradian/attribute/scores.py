@@ -127,7 +127,7 @@ def gradient_embedding(
     seed: int = 0,
     chunk: int = 512,
 ) -> torch.Tensor:
-    """Training rows embedded for clustering, (N, dim) fp32 (computed in fp64): the top principal components of their gradients.
+    """Training rows embedded for clustering, (N, dim) fp32 (computed in fp64): their top principal components.
 
     For EK-FAC / K-FAC each row is the half-preconditioned gradient ``H^-1/2 G_i`` in the block's eigenbasis,
     ``(QS^T G_i QA) / sqrt(Lambda + damping)`` (inner products of these are ``<G_i, H^-1 G_j>``, the metric the
