@@ -410,10 +410,17 @@ def render_html(report: Mapping[str, Any]) -> str:
     )
     sections.append(("plots", "Plots", plot_html))
     method = report.get("method")
-    settings = report.get("settings")
-    meta = f"method: {method}" if method else ""
+    settings = report.get("settings") or {}
+    meta = _settings_summary(method, settings)
     if settings:
-        meta += (" · " if meta else "") + "settings: " + json.dumps(settings, sort_keys=True, default=str)
+        full = json.dumps(settings, sort_keys=True, indent=1, default=str)
+        sections.append(
+            (
+                "settings",
+                "Settings",
+                f"<details><summary>All settings (saved in report.json)</summary><pre>{esc(full)}</pre></details>",
+            )
+        )
     nav = "<nav>" + "".join(f'<a href="#{a}">{esc(h)}</a>' for a, h, _ in sections) + "</nav>"
     body = "".join(f'<section id="{a}"><h2>{esc(h)}</h2>{content}</section>' for a, h, content in sections)
     return (
@@ -429,6 +436,22 @@ def render_html(report: Mapping[str, Any]) -> str:
         f"{report.get('n_rows', len(report.get('examples') or []))} training rows ranked by harm. {esc(meta)}</p>"
         f"{nav}{body}</main></body></html>\n"
     )
+
+
+def _settings_summary(method: Any, settings: Mapping[str, Any]) -> str:
+    """One line of the settings a reader needs to trust the ranking; the rest is in the Settings section."""
+    parts = [f"method {method}"] if method else []
+    proj = settings.get("proj_dim")
+    if proj is not None:
+        parts.append("exact gradients" if not proj else f"projection k={proj}")
+    if settings.get("query"):
+        q = f"query: {settings['query']} items"
+        if settings.get("threshold") is not None:
+            q += f" (NLL rise > {settings['threshold']} nats/token)"
+        parts.append(q)
+    if settings.get("device"):
+        parts.append(f"{settings['device']} {settings.get('dtype') or ''}".strip())
+    return " · ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------------- Markdown
