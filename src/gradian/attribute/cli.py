@@ -104,11 +104,6 @@ def attribute_command(
             con.print(f"  {i}. {step}", highlight=False)
     con.print(f"Wrote {written}.", highlight=False)
     if verify:
-        from importlib.util import find_spec
-
-        if find_spec("gradian.verify") is None:
-            con.print("--verify: not built yet (the train/verify issue).", highlight=False)
-            raise typer.Exit(2)
         from gradian.verify import print_table
         from gradian.verify import verify as run_verify
 
