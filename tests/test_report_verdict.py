@@ -61,6 +61,23 @@ def test_concentrated_mechanical():
     assert v["next_steps"][0].startswith("Fix completion cut (D101 completion_cut): raise max_length")
 
 
+def test_content_finding_is_named_but_the_cause_stays_content():
+    """Rows that share eval prompts (D105) are what the culprit has in common, not a pipeline mechanism."""
+    flag = {
+        "code": "D105",
+        "name": "train_eval_overlap",
+        "percent": 60.0,
+        "count": 6,
+        "text": "60% of this cluster is flagged: train eval overlap (D105 train_eval_overlap)",
+        "fix": "drop the overlapping train rows",
+    }
+    clusters, scores = concentrated_case([flag])
+    v = make_verdict(clusters, [], examples(scores), REG)
+    assert v["kind"] == "concentrated" and v["cause"] == "content"
+    assert "mechanical" not in v["text"] and "What they share: 60%" in v["text"] and "D105" in v["text"]
+    assert v["next_steps"][0].startswith("Fix train eval overlap (D105 train_eval_overlap): drop the overlapping")
+
+
 def test_minor_finding_is_not_mechanical():
     flag = {"code": "D101", "name": "completion_cut", "percent": 20.0, "count": 2, "text": "20% ...", "fix": "x"}
     clusters, scores = concentrated_case([flag])

@@ -49,6 +49,8 @@ def attribute_and_report(
         out=out,
         **attribute_kwargs,
     )
+    if res.partial:
+        return RunOutput(res, {}, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
     findings, _notes, ctx = diagnose_full(
         run=run, train=train, eval=eval, adapter=adapter, base=base, tokenizer=tokenizer, config=config, logs=logs
     )

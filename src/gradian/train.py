@@ -16,6 +16,8 @@ What a run writes to ``--out`` (a standard Hugging Face output folder, readable 
   formatting (``max_length``, ``completion_only_loss``, ``assistant_only_loss``, ``packing: false``, ``pad_token``),
   TRL ``ModelConfig``-style LoRA keys (``lora_r``, ``lora_alpha``, ...) and ``gradian_*`` keys (data files, rows
   used, rows excluded).
+- with ``save_steps``, ``checkpoint-<step>/`` every ``save_steps`` optimizer steps, as the HF Trainer writes them
+  (``save_only_model``: adapter, ``trainer_state.json`` and ``training_args.bin``; no optimizer state).
 
 Padding is on the right with a pad id (the tokenizer's pad token, else ``<unk>``, else EOS); padded positions get
 ``attention_mask`` 0 and label -100, so an EOS used as pad is never masked out of the loss where it is a real label.
@@ -90,6 +92,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     eval_strategy: str = "epoch"  # when an eval file is given: "epoch", "steps" or "no"
     eval_steps: int | None = None
+    save_steps: int | None = None  # > 0: also save checkpoint-<step>/ (adapter + trainer_state.json) every N steps
     bf16: bool = False
     fp16: bool = False
     gradient_checkpointing: bool = False
@@ -164,6 +167,8 @@ def build_config(overrides: dict[str, Any] | None = None, *, where: str = "confi
         raise GradianError("batch sizes and grad_accum must be >= 1", where=where, fix="set them to 1 or more")
     if cfg.cpu_threads is not None and cfg.cpu_threads < 1:
         raise GradianError("cpu_threads must be >= 1", where=f"{where}: cpu_threads", fix="omit it or set e.g. 1")
+    if cfg.save_steps is not None and cfg.save_steps < 1:
+        raise GradianError("save_steps must be >= 1", where=f"{where}: save_steps", fix="omit it or set e.g. 50")
     if cfg.r < 1:
         raise GradianError("LoRA r must be >= 1", where=f"{where}: r", fix="set r to e.g. 8")
     if cfg.max_length is not None and cfg.max_length < 2:
@@ -191,7 +196,7 @@ def _coerce(key: str, value: Any, default: Any, where: str) -> Any:
         if isinstance(value, list | tuple) and all(isinstance(s, str) for s in value):
             return list(value)
         raise bad
-    if key in ("eval_steps", "cpu_threads"):
+    if key in ("eval_steps", "save_steps", "cpu_threads"):
         if value is None:
             return None
         try:
@@ -373,7 +378,32 @@ def train_lora(
 
     ``config`` is a :class:`TrainConfig` or a mapping of its keys (aliases such as ``learning_rate`` accepted).
     ``exclude_rows`` is a list of 0-based train row indices, or a file of them, to leave out (counterfactual runs).
+    ``cpu_threads`` applies to this run only: the process's torch thread count is restored afterwards.
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _train_lora(
+            base, train, out, eval_path=eval_path, config=config, exclude_rows=exclude_rows, progress=progress,
+            quiet=quiet,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_lora(
+    base: str | Path,
+    train: str | Path,
+    out: str | Path,
+    *,
+    eval_path: str | Path | None = None,
+    config: TrainConfig | dict[str, Any] | None = None,
+    exclude_rows: list[int] | str | Path | None = None,
+    progress: bool = True,
+    quiet: bool = False,
+) -> TrainResult:
+    """:func:`train_lora` without the thread-count restore."""
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -462,7 +492,9 @@ def train_lora(
         logging_strategy="steps",
         eval_strategy=cfg.eval_strategy if has_eval else "no",
         eval_steps=cfg.eval_steps,
-        save_strategy="no",
+        save_strategy="steps" if cfg.save_steps else "no",
+        save_steps=cfg.save_steps or 500,
+        save_only_model=True,  # adapter + trainer_state.json; no optimizer / RNG state
         report_to="none",
         seed=cfg.seed,
         data_seed=cfg.seed,
@@ -635,6 +667,9 @@ def train_command(
     ),
     add_eos: bool | None = typer.Option(None, "--add-eos/--no-eos", help="Append EOS to completions (default on)."),
     logging_steps: int | None = typer.Option(None, "--logging-steps", help="Log every N steps (default 10)."),
+    save_steps: int | None = typer.Option(
+        None, "--save-steps", help="Also save checkpoint-<step>/ every N steps (default: final adapter only)."
+    ),
     exclude_rows: Path | None = typer.Option(
         None, "--exclude-rows", help="File of 0-based train row indices to drop (JSON list or one per line)."
     ),
@@ -668,6 +703,7 @@ def train_command(
         "completion_only": completion_only,
         "add_eos": add_eos,
         "logging_steps": logging_steps,
+        "save_steps": save_steps,
         "cpu_threads": cpu_threads,
     }
     values.update({k: v for k, v in flags.items() if v is not None})

@@ -21,12 +21,14 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
 
 AUTO_PROJECT_ABOVE = 1 << 16  # LoRA parameters per example; above this, project by default
@@ -48,6 +50,7 @@ class AttributionResult:
     scores: np.ndarray | None = None  # (n training rows,) in training-file order (NaN for dropped rows)
     embeddings: np.ndarray | None = None  # (n scored rows, k) rows in gradient space, for clustering
     embedding_index: list[int] | None = None  # training-file row index of each embedding row
+    partial: bool = False  # a torchrun rank other than 0: its rows went to rank 0, which holds the result
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +89,16 @@ def _f(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+@dataclass
+class AdapterState:
+    """One saved state of the adapter to attribute through (``--checkpoints``) and its weight."""
+
+    label: str  # e.g. "checkpoint-41"
+    weight: float
+    path: Path | None  # adapter dir whose weights are loaded first; None: the model as loaded
+    store_parts: dict[str, Any]  # what identifies its gradients in the store (the adapter's fingerprint)
+
+
 def select_queries(
     base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str
 ) -> tuple[list[int], np.ndarray]:
@@ -103,7 +116,7 @@ def select_queries(
 
 def run_attribution(
     model,
-    train_fx: list,
+    train_fx: Sequence,
     eval_fx: list,
     *,
     pad_id: int = 0,
@@ -118,17 +131,25 @@ def run_attribution(
     batch_size: int = 8,
     store_dir: str | Path | None = None,
     store_parts: dict[str, Any] | None = None,
-    train_ids: list[str | None] | None = None,
+    store_dtype: str = "fp32",
+    train_ids: Sequence[str | None] | None = None,
     eval_ids: list[str | None] | None = None,
     top: int = 20,
     progress: bool = False,
     notes: list[str] | None = None,
     extra_methods: tuple[str, ...] = (),
     shard_rows: int | None = None,
+    dist: Dist = SINGLE,
+    states: list[AdapterState] | None = None,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
-    ``extra_methods`` computes other methods' scores from the same stored gradients (``result.settings['also']``)."""
+    ``train_fx`` is any sequence of formatted rows (a list, or :class:`gradian.data.TokenizedRows` read from disk).
+    ``extra_methods`` computes other methods' scores from the same stored gradients (``result.settings['also']``).
+    ``states`` (``--checkpoints``): adapter states to attribute through, oldest first; the combined score is
+    ``sum_c weight_c x harm_c`` (TracIn / LESS), with the eval items that regressed under the model as loaded.
+    Under torchrun (``dist``), every rank computes and scores its own shards of the training rows; rank 0 computes the
+    eval NLLs and query gradients and broadcasts them, and gathers the scores (other ranks get an empty result)."""
     import torch
 
     from gradian.attribute import engine
@@ -141,7 +162,8 @@ def run_attribution(
         raise GradianError(f"unknown weighting {weighting!r}", fix="use uniform or regression")
     notes = list(notes or [])
     timings: dict[str, float] = {}
-    train_ids = train_ids or [None] * len(train_fx)
+    progress = progress and dist.is_main
+    train_ids = train_ids if train_ids is not None else [None] * len(train_fx)
     eval_ids = eval_ids or [None] * len(eval_fx)
     blocks = find_lora_blocks(model)
     if not blocks:
@@ -168,18 +190,24 @@ def run_attribution(
         "n_blocks": len(blocks),
         "lora_params": n_params,
         "stored_floats_per_row": sum(b.numel for b in blocks),
+        "store_dtype": store_dtype,
         "device": str(dev),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "world_size": dist.world,
     }
+    _memory_plan(blocks, _rank_rows(blocks, len(train_fx), batch_size, shard_rows, dist), len(eval_fx), settings,
+                 store_dir, shard_rows, dev, notes)  # fmt: skip
 
-    # 1. regression detection
+    # 1. regression detection (rank 0, broadcast)
     t = time.perf_counter()
-    base_nll = engine.completion_nll(
-        model, eval_fx, pad_id, batch_size=batch_size, adapter=False, progress=progress, description="eval NLL (base)"
-    )
-    ft_nll = engine.completion_nll(
-        model, eval_fx, pad_id, batch_size=batch_size, adapter=True, progress=progress, description="eval NLL (tuned)"
-    )
+    nll = None
+    if dist.is_main:
+        kw = {"batch_size": batch_size, "progress": progress}
+        nll = (
+            engine.completion_nll(model, eval_fx, pad_id, adapter=False, description="eval NLL (base)", **kw),
+            engine.completion_nll(model, eval_fx, pad_id, adapter=True, description="eval NLL (tuned)", **kw),
+        )
+    base_nll, ft_nll = dist.broadcast(nll)
     timings["eval_nll_s"] = time.perf_counter() - t
     q_idx, delta = select_queries(base_nll, ft_nll, threshold, query)
     eval_items = [
@@ -201,73 +229,131 @@ def run_attribution(
             else "no eval item has completion tokens"
         )
         notes.append(msg)
-        return AttributionResult(method, settings, [], regressed, eval_items, [], notes, timings, no_regression=True)
+        return AttributionResult(
+            method,
+            settings,
+            [],
+            regressed,
+            eval_items,
+            [],
+            notes,
+            timings,
+            no_regression=True,
+            partial=not dist.is_main,
+        )
 
-    # 2. training gradients (one pass, stored)
-    t = time.perf_counter()
-    G, stats = _training_gradients(
-        model, blocks, train_fx, pad_id, batch_size, store_dir, store_parts, settings, progress, notes, shard_rows
-    )
-    timings["train_pass_s"] = time.perf_counter() - t
-    if settings.get("skipped_rows"):  # non-finite gradients: not scored (listed in settings.skipped_rows + notes)
-        keep = sorted(set(range(len(train_fx))) - {s["position"] for s in settings["skipped_rows"]})
-        G = {k: v[keep] for k, v in G.items()}
-        train_fx, train_ids = [train_fx[i] for i in keep], [train_ids[i] for i in keep]
-
-    # 3. query gradients
-    t = time.perf_counter()
-    q_fx = [eval_fx[i] for i in q_idx]
-    V, _ = engine.gradient_pass(
-        model,
-        blocks,
-        q_fx,
-        pad_id,
-        batch_size=batch_size,
-        mean_per_token=True,
-        progress=progress,
-        description="query gradients",
-    )
+    # 2-4. per adapter state (one, or several checkpoints): training gradients (one pass over this rank's shards,
+    # stored; curvature sums over all ranks), query gradients (rank 0, broadcast), scores streamed over this rank's rows
     w = np.ones(len(q_idx)) if weighting == "uniform" else np.clip(delta[q_idx], 0, None)
     if weighting == "regression" and w.sum() == 0:
         w = np.ones(len(q_idx))
     wt = torch.tensor(w, dtype=torch.float64)
-    Vall = {k: torch.cat([v.double(), torch.einsum("m,moi->oi", wt, v.double())[None]]) for k, v in V.items()}
-    timings["query_s"] = time.perf_counter() - t
+    states = states or [AdapterState("adapter", 1.0, None, store_parts or {})]
+    if len(states) > 1:
+        settings["checkpoints"] = [{"label": c.label, "weight": c.weight, "path": str(c.path)} for c in states]
+    methods = (method, *[x for x in extra_methods if x != method])
+    sdev = dev if dev.type in ("cpu", "cuda") else torch.device("cpu")  # fp64 scoring: MPS has no float64
+    acc: dict[str, np.ndarray] = {}
+    seen = np.zeros(len(train_fx), dtype=np.int64)
+    skipped: dict[int, str] = {}
+    for c in states:
+        if c.path is not None:
+            from gradian.attribute.loading import load_adapter_weights
 
-    # 4. scores
+            load_adapter_weights(model, c.path)
+        tag = f" ({c.label})" if len(states) > 1 else ""
+        t = time.perf_counter()
+        src, stats, skipped_c = _training_gradients(
+            model, blocks, train_fx, pad_id, batch_size, store_dir, c.store_parts, settings, progress, notes,
+            shard_rows, store_dtype, dist, tag,
+        )  # fmt: skip
+        timings["train_pass_s"] = timings.get("train_pass_s", 0.0) + time.perf_counter() - t
+        for pos_, why in skipped_c:
+            skipped.setdefault(pos_, why)
+        t = time.perf_counter()
+        V = None
+        if dist.is_main:
+            V, _ = engine.gradient_pass(
+                model,
+                blocks,
+                [eval_fx[i] for i in q_idx],
+                pad_id,
+                batch_size=batch_size,
+                mean_per_token=True,
+                progress=progress,
+                description="query gradients" + tag,
+            )
+            V = {k: v.cpu() for k, v in V.items()}
+        V = dist.broadcast(V)
+        Vall = {k: torch.cat([v.double(), torch.einsum("m,moi->oi", wt, v.double())[None]]) for k, v in V.items()}
+        timings["query_s"] = timings.get("query_s", 0.0) + time.perf_counter() - t
+        t = time.perf_counter()
+        pos_c = src.positions.numpy()
+        seen[pos_c] += 1
+        eig = None
+        for m in methods:
+            pre = precondition(m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev)
+            h = harm_scores(m, pre.X, src).numpy()
+            if len(states) == 1:
+                acc[m] = h
+            else:  # dense over all rows: checkpoints may leave out different (non-finite) rows
+                acc.setdefault(m, np.zeros((h.shape[0], len(train_fx))))[:, pos_c] += c.weight * h
+            if m == method:
+                eig = pre.eig
+                settings["damping_used"] = {"mean": float(np.mean(list(pre.damping.values())))} if pre.damping else None
+        timings["scores_s"] = timings.get("scores_s", 0.0) + time.perf_counter() - t
+    # the clustering embedding: the newest state's gradient geometry (states are oldest first)
     t = time.perf_counter()
-    also: dict[str, list[float]] = {}
-    harm = None
-    eig = None
-    for m in (method, *[x for x in extra_methods if x != method]):
-        pre = precondition(m, Vall, G, stats, damping=damping, damping_factor=damping_factor, device=dev)
-        h = harm_scores(m, pre.X, G).numpy()
-        if m == method:
-            harm, eig = h, pre.eig
-            settings["damping_used"] = {"mean": float(np.mean(list(pre.damping.values())))} if pre.damping else None
-        else:
-            also[m] = [float(x) for x in h[-1]]
-    assert harm is not None
-    timings["scores_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    emb = gradient_embedding(method, G, stats, eig=eig, damping_factor=damping_factor, seed=proj_seed).numpy()
+    shapes = {b.name: b.shape for b in blocks}
+    emb_local = gradient_embedding(
+        method, src, stats, eig=eig, damping_factor=damping_factor, seed=proj_seed, shapes=shapes, device=sdev
+    ).numpy()
     timings["embedding_s"] = time.perf_counter() - t
+    positions = src.positions.numpy()
+    if len(states) > 1:  # rows scored at every state
+        keep = np.flatnonzero(seen == len(states))
+        inv = np.full(len(train_fx), -1)
+        inv[positions] = np.arange(len(positions))
+        local = {m: a[:, keep] for m, a in acc.items()}
+        emb_local, positions = emb_local[inv[keep]], keep
+    else:
+        local = acc
+    skipped_list = sorted(skipped.items())
+
+    # 5. rank 0 gathers every rank's rows
+    parts = dist.gather((positions, local, emb_local, skipped_list, notes if not dist.is_main else []))
+    if not dist.is_main:
+        return AttributionResult(method, settings, [], regressed, eval_items, [], notes, timings, partial=True)
+    assert parts is not None
+    pos = np.concatenate([p[0] for p in parts])
+    order_pos = np.argsort(pos, kind="stable")
+    pos = pos[order_pos]
+    harm = np.concatenate([p[1][method] for p in parts], axis=1)[:, order_pos]
+    emb = np.concatenate([p[2] for p in parts])[order_pos]
+    also = {
+        m: [float(x) for x in np.concatenate([p[1][m][-1] for p in parts])[order_pos]] for m in local if m != method
+    }
     if also:
         settings["also"] = also
+    for r, p in enumerate(parts[1:], start=1):
+        notes += [f"rank {r}: {x}" for x in p[4]]
+    _report_skipped(sorted(x for p in parts for x in p[3]), train_fx, settings, notes)
+    file_index = _file_indices(train_fx, pos)
+    rows_ids = [train_ids[int(i)] for i in pos]
 
     total = harm[-1]
     per_item = harm[:-1]
     order = np.argsort(-total, kind="stable")
     examples = [
-        {"index": int(train_fx[i].index), "id": train_ids[i], "score": float(total[i]), "rank": r + 1}
+        {"index": int(file_index[i]), "id": rows_ids[i], "score": float(total[i]), "rank": r + 1}
         for r, i in enumerate(order)
     ]
     contributions = []
     for i in order[:top]:
         contributions.append(
             {
-                "index": int(train_fx[i].index),
-                "id": train_ids[i],
+                "index": int(file_index[i]),
+                "id": rows_ids[i],
                 "score": float(total[i]),
                 "per_item": [
                     {
@@ -293,106 +379,200 @@ def run_attribution(
         item_scores=per_item,
         scores=total,
         embeddings=emb,
-        embedding_index=[int(f.index) for f in train_fx],
+        embedding_index=[int(i) for i in file_index],
     )
 
 
-def _training_gradients(
-    model, blocks, train_fx, pad_id, batch_size, store_dir, store_parts, settings, progress, notes, shard_rows=None
-):
-    """Per-example training gradients and covariance sums, through the resumable, checksummed store when
-    ``store_dir`` is given. Robustness (see :mod:`gradian.attribute.robust`): OOM halves the batch size, rows with
-    non-finite gradients are left out and listed in ``settings["skipped_rows"]`` (zeros in G; the caller drops them)."""
-    import os
+def _rank_rows(blocks, n: int, batch_size: int, shard_rows: int | None, dist: Dist) -> int:
+    """Training rows this rank computes and stores (its round-robin share of the shards)."""
+    shard = shard_size(blocks, batch_size, shard_rows)
+    return sum(min((i + 1) * shard, n) - i * shard for i in dist.mine(max(1, -(-n // shard))))
+
+
+def _memory_plan(blocks, n_rows, n_eval, settings, store_dir, shard_rows, dev, notes) -> None:
+    """Estimate store, factor and scoring memory before any pass; note it, and refuse (one line, with a
+    ``--proj-dim`` that fits) when it will not fit (:mod:`gradian.attribute.plan`)."""
+    from gradian.attribute.plan import check_plan, make_plan
+
+    root = Path(store_dir) if store_dir is not None else None
+    stored = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root and root.is_dir() else 0
+    plan = make_plan(
+        blocks,
+        n_rows,
+        proj_dim=settings["proj_dim"],
+        store_dtype=settings["store_dtype"],
+        method=settings["method"],
+        out_dir=root,
+        device=dev,
+        n_queries=max(n_eval, 1),
+        batch_size=settings["batch_size"],
+        shard_size=shard_rows,
+        stored_bytes=stored,
+    )
+    settings["memory_plan"] = plan.to_json()
+    notes.extend(plan.lines())
+    check_plan(plan)
+
+
+def _file_indices(train_fx: Sequence, positions: np.ndarray) -> np.ndarray:
+    """Training-file row index of each scored position, without building rows from disk (``TokenizedRows.indices``)."""
+    if hasattr(train_fx, "indices"):
+        return np.asarray(train_fx.indices)[positions]
+    return np.array([int(train_fx[int(i)].index) for i in positions], dtype=np.int64)
+
+
+def _report_skipped(skipped: list[tuple[int, str]], train_fx: Sequence, settings: dict, notes: list[str]) -> None:
+    """Rows with non-finite gradients: listed in ``settings["skipped_rows"]``, a note and a warning."""
     import warnings
+
+    if not skipped:
+        return
+    settings["skipped_rows"] = [
+        {"index": int(train_fx[p].index), "position": int(p), "reason": why} for p, why in skipped
+    ]
+    shown = ", ".join(str(int(train_fx[p].index)) for p, _ in skipped[:20])
+    more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+    msg = (
+        f"warning: {len(skipped)} training row(s) with non-finite (NaN/Inf) gradients left out, not scored: "
+        f"row {shown}{more} (settings.skipped_rows)"
+    )
+    notes.append(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def shard_size(blocks, batch_size: int, shard_rows: int | None = None) -> int:
+    """Rows per store shard (:func:`gradian.attribute.plan.shard_rows`): about 256 MiB of fp32 gradients, a multiple
+    of the batch size. It does not depend on the number of ranks, so a store is reusable with another world size."""
+    from gradian.attribute.plan import shard_rows as rule
+
+    return rule(sum(b.numel for b in blocks), batch_size, shard_rows)
+
+
+def _training_gradients(
+    model, blocks, train_fx, pad_id, batch_size, store_dir, store_parts, settings, progress, notes, shard_rows,
+    store_dtype, dist, tag="",
+):  # fmt: skip
+    """This rank's per-example training gradients as a :class:`GradSource`, the covariance sums over *all* ranks, and
+    this rank's skipped rows. Through the resumable, checksummed store when ``store_dir`` is given, else in memory.
+    Robustness (see :mod:`gradian.attribute.robust`): OOM halves the batch size, rows with non-finite gradients are
+    left out (zeros in the store, not yielded by the source) and returned as ``(position, reason)``."""
+    import torch
 
     from gradian.attribute import engine, robust
     from gradian.attribute.scores import Stats
+    from gradian.attribute.source import MemorySource, StoreSource
+    from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
     names = [b.name for b in blocks]
     n = len(train_fx)
-    with engine.progress_bar("training gradients", n, progress) as advance:
+    shard = shard_size(blocks, batch_size, shard_rows)
+    n_shards = max(1, -(-n // shard))
+    mine = dist.mine(n_shards)
+    rows_of = [(min(i * shard, n), min((i + 1) * shard, n)) for i in range(n_shards)]
+    n_mine = sum(rows_of[i][1] - rows_of[i][0] for i in mine)
+    with engine.progress_bar("training gradients" + tag, n_mine, progress) as advance:
         state = robust.PassState(batch_size, advance=advance)
         with robust.FaultInjector(model, train_fx, pad_id):
             if store_dir is None:
-                ch = robust.gradients(model, blocks, train_fx, pad_id, state)
-                G, stats, skipped = ch.G, Stats(ch.A, ch.S, ch.n_tokens, ch.n_examples), ch.skipped
+                G: dict[str, list[torch.Tensor]] = {k: [] for k in names}
+                A: dict[str, torch.Tensor] = {}
+                S: dict[str, torch.Tensor] = {}
+                n_tok = n_ex = 0
+                skipped: list[tuple[int, str]] = []
+                for i in mine:
+                    lo, hi = rows_of[i]
+                    ch = robust.gradients(model, blocks, train_fx[lo:hi], pad_id, state, offset=lo)
+                    for k in names:
+                        G[k].append(ch.G[k])
+                        A[k] = A[k] + ch.A[k] if k in A else ch.A[k]
+                        S[k] = S[k] + ch.S[k] if k in S else ch.S[k]
+                    n_tok += ch.n_tokens
+                    n_ex += ch.n_examples
+                    skipped += [(lo + p, why) for p, why in ch.skipped]
+                positions = [p for i in mine for p in range(*rows_of[i])]
+                bad = {p for p, _ in skipped}
+                keep = torch.tensor([j for j, p in enumerate(positions) if p not in bad], dtype=torch.long)
+                Gc = {k: torch.cat(v).index_select(0, keep) for k, v in G.items()}
+                src = MemorySource(Gc, torch.tensor(positions, dtype=torch.long)[keep], dist)
                 settings["train_rows_computed"] = n
             else:
-                G, stats, skipped = _stored_gradients(
-                    model, blocks, names, train_fx, pad_id, batch_size, store_dir, store_parts, settings, notes,
-                    shard_rows or int(os.environ.get("GRADIAN_SHARD_ROWS", "0") or 0), state,
-                )  # fmt: skip
+                parts = dict(store_parts or {})
+                parts |= {
+                    "data": data_fingerprint(train_fx),
+                    "proj_dim": settings["proj_dim"],
+                    "proj_seed": settings["proj_seed"],
+                    "dtype": settings["dtype"],
+                    "blocks": [[b.name, list(b.shape)] for b in blocks],
+                    "schema": 3,
+                }
+                meta = {
+                    "n_examples": n,
+                    "shard_size": shard,
+                    "batch_size": batch_size,
+                    "dtype": store_dtype,
+                    "blocks": [{"name": b.name, "kind": b.kind, "shape": list(b.shape)} for b in blocks],
+                    "parts": parts,
+                }
+                store = GradientStore(Path(store_dir), store_key(parts), meta, shards=mine)
+                _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist)
+                src = StoreSource(store, names, dist)
+                A, S, n_tok, n_ex = src.stats()
+                skipped = store.skipped
     notes.extend(state.notes)
     if state.oom_retries:
         settings["oom_retries"] = state.oom_retries
-    if skipped:
-        settings["skipped_rows"] = [
-            {"index": int(train_fx[p].index), "position": int(p), "reason": why} for p, why in skipped
-        ]
-        shown = ", ".join(str(int(train_fx[p].index)) for p, _ in skipped[:20])
-        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
-        msg = (
-            f"warning: {len(skipped)} training row(s) with non-finite (NaN/Inf) gradients left out, not scored: "
-            f"row {shown}{more} (settings.skipped_rows)"
-        )
-        notes.append(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=2)
-    return G, stats
+    stats = Stats(
+        {k: dist.all_reduce(v) for k, v in A.items()},
+        {k: dist.all_reduce(v) for k, v in S.items()},
+        int(dist.all_reduce_number(n_tok)),
+        int(dist.all_reduce_number(n_ex)),
+    )
+    return src, stats, skipped
 
 
-def _stored_gradients(
-    model, blocks, names, train_fx, pad_id, batch_size, store_dir, store_parts, settings, notes, shard_rows, state
-):
+def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist) -> None:
+    """Compute this rank's shards the store does not hold yet (resume), and say what was reused."""
     from gradian.attribute import robust
-    from gradian.attribute.scores import Stats
-    from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
-    per_row_bytes = 4 * sum(b.numel for b in blocks)
-    shard = max(1, min(4096, (256 << 20) // max(per_row_bytes, 1)) // batch_size) * batch_size
-    if shard_rows:
-        shard = max(1, shard_rows // batch_size) * batch_size
-    parts = dict(store_parts or {})
-    parts |= {
-        "data": data_fingerprint(train_fx),
-        "proj_dim": settings["proj_dim"],
-        "proj_seed": settings["proj_seed"],
-        "dtype": settings["dtype"],
-        "blocks": [[b.name, list(b.shape)] for b in blocks],
-        "schema": 2,
-    }
-    key = store_key(parts)
-    meta = {
-        "n_examples": len(train_fx),
-        "shard_size": shard,
-        "batch_size": batch_size,
-        "blocks": [{"name": b.name, "kind": b.kind, "shape": list(b.shape)} for b in blocks],
-        "parts": parts,
-    }
-    store = GradientStore(Path(store_dir), key, meta)
     for i, why in store.rejected:
         notes.append(f"gradient store shard {i} not used ({why}); recomputed")
     missing = store.missing()
-    n_done = store.n_shards - len(missing)
+    n_done = len(store.shards) - len(missing)
     if not missing:
         notes.append(f"reused stored training gradients {store.dir}")
     elif n_done:
         notes.append(
-            f"resumed stored training gradients at row {store.resume_from()}: {n_done} of {store.n_shards} shards "
-            f"reused, recomputing shard(s) "
-            f"{', '.join(map(str, missing))} ({store.dir})"
+            f"resumed stored training gradients at row {store.resume_from()}: {n_done} of {len(store.shards)} shards "
+            f"reused, recomputing shard(s) {', '.join(map(str, missing))} ({store.dir})"
         )
+    state.advance(sum(store.rows(i)[1] - store.rows(i)[0] for i in store.shards if i not in missing))
     computed = 0
-    state.advance(len(train_fx) - sum(store.rows(i)[1] - store.rows(i)[0] for i in missing))
     for i in missing:
         lo, hi = store.rows(i)
         ch = robust.gradients(model, blocks, train_fx[lo:hi], pad_id, state, offset=lo)
         store.write_shard(i, ch.G, ch.A, ch.S, ch.n_tokens, ch.n_examples, [(lo + p, why) for p, why in ch.skipped])
         computed += hi - lo
-    loaded = store.load(names)
     settings["store"] = str(store.dir)
-    settings["train_rows_computed"] = computed
-    return loaded.G, Stats(loaded.A_sum, loaded.S_sum, loaded.n_tokens, loaded.n_examples), store.skipped
+    settings["train_rows_computed"] = int(dist.all_reduce_number(computed))
+
+
+def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence, list[str | None], int]:
+    """The scored training rows (the trainer's drops left out), their ids, and how many were dropped. Streamed
+    into ``<out>/tokens`` (reused while the file, tokenizer and settings are unchanged) when there is an ``out``."""
+    from gradian.data import TokenizedRows, format_examples, iter_examples, load_examples, source_fingerprint
+    from gradian.data.tokenized import tokenize_to_disk
+
+    if out is None:
+        ex = load_examples(path)
+        fx = format_examples(ex, tokenizer, fs)
+        keep = [i for i, f in enumerate(fx) if not f.dropped]
+        return [fx[i] for i in keep], [ex[i].id for i in keep], len(fx) - len(keep)
+    folder = Path(out) / ("tokens" if not dist.active else f"tokens-rank{dist.rank}")
+    fp = source_fingerprint(path, tokenizer, fs)
+    rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
+        iter_examples(path), tokenizer, fs, folder, source=path
+    )
+    return rows, rows.ids(), rows.n_dropped
 
 
 def attribute(
@@ -422,12 +602,22 @@ def attribute(
     top: int = 20,
     progress: bool = False,
     extra_methods: tuple[str, ...] = (),
+    store_dtype: str = "fp32",
+    dist: Dist | None = None,
+    checkpoints: str = "last",
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
-    (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given."""
+    (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
+
+    Under torchrun (``WORLD_SIZE > 1``) it joins the process group (``dist`` defaults to :func:`gradian.dist.from_env`)
+    and only rank 0 returns a full result and writes ``report.json``. ``checkpoints``: ``last`` (the adapter as
+    found), ``all`` or a list of checkpoint-* steps/dirs combined with learning-rate weights
+    (:mod:`gradian.run.checkpoints`). With ``out``, the training rows are tokenized into ``<out>/tokens`` and read
+    from there (memory-mapped), so RAM does not grow with the training file."""
     from gradian.attribute.loading import load
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
+    from gradian.dist import device_for, from_env
     from gradian.run import discover, format_settings, load_setup
 
     art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
@@ -447,27 +637,47 @@ def attribute(
     fs = format_settings(setup)
     if max_length is not None:
         fs = dataclasses.replace(fs, max_length=max_length)
+    choices, ck_notes = [], []
+    if checkpoints and checkpoints != "last":  # checked before the model loads: a bad spec fails in a second
+        from gradian.run.checkpoints import select_checkpoints
+
+        choices, ck_notes = select_checkpoints(art, checkpoints)
+    dist = dist or from_env(device)
     lm = load(
         art.base,
         art.adapter_dir,
-        device=device,
+        device=device_for(dist, device),
         dtype=dtype,
         trust_remote_code=trust_remote_code,
         tokenizer_dir=art.tokenizer_dir,
     )
     notes = list(lm.notes)
-    train_ex = load_examples(art.train_file)
     eval_ex = load_examples(art.eval_file)
-    train_fx = format_examples(train_ex, lm.tokenizer, fs)
     eval_fx = format_examples(eval_ex, lm.tokenizer, dataclasses.replace(fs, add_eos=eval_eos))
-    keep = [i for i, f in enumerate(train_fx) if not f.dropped]
-    if len(keep) < len(train_fx):
-        notes.append(f"{len(train_fx) - len(keep)} training rows the trainer would drop are not scored")
-    train_fx = [train_fx[i] for i in keep]
-    train_ids = [train_ex[i].id for i in keep]
+    train_fx, train_ids, n_dropped = _training_rows(art.train_file, lm.tokenizer, fs, out, dist)
+    if n_dropped:
+        notes.append(f"{n_dropped} training rows the trainer would drop are not scored")
     from gradian.attribute.engine import pad_id_of
 
-    parts = {"base": base_fingerprint(lm.base), "adapter": adapter_fingerprint(lm.adapter_dir)}
+    base_fp = base_fingerprint(lm.base)
+    parts = {"base": base_fp, "adapter": adapter_fingerprint(lm.adapter_dir)}
+    states = None
+    if choices:
+        notes += ck_notes
+        states = [
+            AdapterState(
+                c.path.name if c.step is None else f"step {c.step}",
+                c.weight,
+                c.path,
+                {"base": base_fp, "adapter": adapter_fingerprint(c.path)},
+            )
+            for c in choices
+        ]
+        notes.append(
+            "combined over checkpoints (learning-rate weights): "
+            + ", ".join(f"{c.path.name} {c.weight:.3f}" for c in choices)
+            + f"; {choices[-1].how}"
+        )
     res = run_attribution(
         lm.model,
         train_fx,
@@ -490,6 +700,9 @@ def attribute(
         progress=progress,
         notes=notes,
         extra_methods=extra_methods,
+        store_dtype=store_dtype,
+        dist=dist,
+        states=states,
     )
     res.settings |= {
         "base": lm.base,
@@ -499,6 +712,6 @@ def attribute(
         "format": {k: v for k, v in dataclasses.asdict(fs).items() if k != "sources"},
         "eval_eos": eval_eos,
     }
-    if out:
+    if out and dist.is_main:
         res.write(out)
     return res

@@ -27,6 +27,15 @@ def attribute_command(
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: auto)."),
     dtype: str | None = typer.Option(None, "--dtype", help="auto | fp32 | bf16 | fp64 (default: bf16 on GPU)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1),
+    checkpoints: str = typer.Option(
+        "last",
+        "--checkpoints",
+        help="last (the adapter), all (every checkpoint-* of the run) or e.g. 200,400: combined with learning-rate "
+        "weights.",
+    ),
+    store_dtype: str = typer.Option(
+        "fp32", "--store-dtype", help="Stored per-row gradients: fp32, or bf16 (half the disk; factors stay fp64)."
+    ),
     max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
     eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: adapter, then base)."),
@@ -59,6 +68,8 @@ def attribute_command(
         device=device,
         dtype=dtype,
         batch_size=batch_size,
+        store_dtype=store_dtype,
+        checkpoints=checkpoints,
         max_length=max_length,
         eval_eos=eval_eos,
         tokenizer=tokenizer,
@@ -69,6 +80,8 @@ def attribute_command(
         progress=not no_progress,
     )
     res = output.attribution
+    if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
+        return
     con = Console()
     for note in res.notes:
         con.print(f"[dim]note:[/] {note}", highlight=False)

@@ -80,6 +80,13 @@ def datainf_damping(G: torch.Tensor, factor: float = 0.1) -> float:
     return max(factor * float(G.pow(2).sum(1).mean()) / G.shape[1], 1e-30)
 
 
+def datainf_correction(V2: torch.Tensor, G2: torch.Tensor, damping: float) -> torch.Tensor:
+    """``sum_i g_i (g_i.v)/(lambda + |g_i|^2)`` for flattened query rows ``V2`` (M, P) and gradients ``G2`` (n, P):
+    DataInf's Sherman-Morrison term, summable over chunks of rows."""
+    coef = (V2 @ G2.T) / (damping + G2.pow(2).sum(1))  # (M, n)
+    return coef @ G2
+
+
 def datainf_precondition(V: torch.Tensor, G: torch.Tensor, damping: float) -> torch.Tensor:
     """DataInf (Kwon et al. 2024) per block: swap the inverse of the averaged damped rank-one terms for the average
     of their Sherman-Morrison inverses, ``H^-1 v ~= (1/lambda)(v - mean_i g_i (g_i.v)/(lambda + |g_i|^2))``.
@@ -87,8 +94,7 @@ def datainf_precondition(V: torch.Tensor, G: torch.Tensor, damping: float) -> to
     shape = V.shape
     V2 = V.reshape(shape[0], -1).to(F64)
     G2 = G.reshape(G.shape[0], -1).to(F64)
-    coef = (V2 @ G2.T) / (damping + G2.pow(2).sum(1))  # (M, N)
-    out = (V2 - coef @ G2 / G2.shape[0]) / damping
+    out = (V2 - datainf_correction(V2, G2, damping) / G2.shape[0]) / damping
     return out.reshape(shape)
 
 

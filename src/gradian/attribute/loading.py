@@ -168,3 +168,36 @@ def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> An
         except (OSError, ValueError):
             continue
     raise GradianError("no tokenizer found in the adapter or base dir", where=str(first), fix="pass --tokenizer")
+
+
+def load_adapter_weights(model, adapter_dir: str | Path) -> None:
+    """Put another saved state of the same adapter (a checkpoint-* dir) into the loaded PEFT ``model``, in place.
+
+    Only ``adapter_model.safetensors`` is read (never a pickle); its LoRA tensors must match the loaded adapter's
+    names and shapes, else a one-line error names the dir."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    adapter_dir = Path(adapter_dir)
+    f = adapter_dir / "adapter_model.safetensors"
+    if not f.is_file():
+        raise GradianError(
+            "no adapter_model.safetensors", where=str(adapter_dir), fix="pass checkpoints saved with safetensors"
+        )
+    state = load_file(str(f))
+    own = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    try:
+        res = set_peft_model_state_dict(model, state)
+    except RuntimeError as e:  # size mismatch
+        raise GradianError(
+            f"its LoRA tensors do not fit the loaded adapter ({str(e).splitlines()[-1].strip()})",
+            where=str(f),
+            fix="combine only checkpoints of one run (same r and target modules)",
+        ) from e
+    missing = [k for k in getattr(res, "missing_keys", []) if k in own]
+    if missing:
+        raise GradianError(
+            f"it lacks {len(missing)} LoRA tensor(s) of the loaded adapter, e.g. {missing[0]}",
+            where=str(f),
+            fix="combine only checkpoints of one run (same r and target modules)",
+        )

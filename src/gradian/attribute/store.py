@@ -1,16 +1,18 @@
-"""On-disk store of per-example training gradients and covariance sums: safetensors shards + JSON metadata.
+"""On-disk store of per-example training gradients and covariance sums: safetensors shards + JSON records.
 
-Layout: ``<out>/grads/<key>/meta.json`` and ``shard_00000.safetensors``, ... Each shard holds the (possibly projected)
-per-example gradients ``g.<block>`` (n, out, in) in fp32 for a contiguous range of training rows, and that range's
-covariance sums ``A.<block>`` / ``S.<block>`` (fp64) and token count, so the curvature never needs a second pass.
-Shards are written to a temporary name, fsynced and renamed, then listed in ``meta.json`` (also replaced atomically)
-with the sha256 of the file: an interrupted run (even by SIGKILL) recomputes only the shards not listed, and a listed
-shard whose bytes no longer match its checksum (flipped bytes, truncation) is recomputed, never used; :meth:`load`
-checks every shard's checksum again as it reads it. Rows skipped for non-finite gradients (see
-:mod:`gradian.attribute.robust`) are stored as zeros and listed per shard. ``key`` is a content hash of the base
-model (config plus a fingerprint of its weight files), the adapter files, the formatted training tokens and masks,
-and the settings that change the gradients (dtype, projection); eval items and the method are not in it, so a rerun
-with other eval items or another method reuses the gradients.
+Layout: ``<out>/grads/<key>/meta.json``, ``shard_00000.safetensors`` + ``shard_00000.json``, ... Each shard holds the
+(possibly projected) per-example gradients ``g.<block>`` (n, out, in) in fp32 (or bf16, ``--store-dtype``) for a
+contiguous range of training rows, and that range's covariance sums ``A.<block>`` / ``S.<block>`` (fp64) and token
+count, so the curvature never needs a second pass. A shard is written to a temporary name, fsynced and renamed; then
+its record ``shard_NNNNN.json`` (sha256 of the file, row range, skipped rows) is written the same way. An interrupted
+run (even by SIGKILL) recomputes only the shards without a record, and a recorded shard whose bytes no longer match
+its checksum (flipped bytes, truncation) is recomputed, never used; every read checks the checksum again. Per-shard
+records let torchrun ranks write their own shards into one folder without a shared index to race on. Rows skipped
+for non-finite gradients (see :mod:`gradian.attribute.robust`) are stored as zeros and listed in their shard's record.
+``key`` is a content hash of the base model (config plus a fingerprint of its weight files), the adapter files, the
+formatted training tokens and masks, and the settings that change the gradients (dtype, projection); eval items and
+the method are not in it, so a rerun with other eval items or another method reuses the gradients. Scoring streams
+the shards (:mod:`gradian.attribute.source`), so the store need not fit in memory.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from typing import Any
 
 import torch
 
-from gradian.data.types import FormattedExample
 from gradian.errors import GradianError
 
-SCHEMA = "gradian.gradstore/2"
+SCHEMA = "gradian.gradstore/3"
 
 
 def _sha_file(path: Path, h: Any, head_tail: int | None = None) -> None:
@@ -76,7 +77,11 @@ def adapter_fingerprint(adapter_dir: str | Path) -> str:
     return h.hexdigest()
 
 
-def data_fingerprint(fxs: list[FormattedExample]) -> str:
+def data_fingerprint(fxs) -> str:
+    """Content hash of formatted rows (index, tokens, mask): a list of :class:`FormattedExample`, or rows on disk
+    (:class:`gradian.data.TokenizedRows`, hashed from its files without building Python lists)."""
+    if hasattr(fxs, "content_sha256"):
+        return "tokens:" + fxs.content_sha256()
     h = hashlib.sha256()
     for f in fxs:
         h.update(json.dumps([f.index, f.input_ids, [int(m) for m in f.loss_mask]]).encode())
@@ -88,6 +93,20 @@ def store_key(parts: dict[str, Any]) -> str:
 
 
 @dataclass
+class Shard:
+    """One shard as read back (checksum verified): gradients of rows [lo, hi) and their covariance sums."""
+
+    lo: int
+    hi: int
+    G: dict[str, torch.Tensor]
+    A: dict[str, torch.Tensor]
+    S: dict[str, torch.Tensor]
+    n_tokens: int
+    n_examples: int
+    skipped: list[tuple[int, str]]  # (training row position, reason): stored as zeros, not scored
+
+
+@dataclass
 class Loaded:
     G: dict[str, torch.Tensor]
     A_sum: dict[str, torch.Tensor]
@@ -96,38 +115,67 @@ class Loaded:
     n_examples: int
 
 
+STORE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 class GradientStore:
-    def __init__(self, root: str | Path, key: str, meta: dict[str, Any]):
+    """The store of one (base, adapter, data, projection) combination. Safe with several writers (torchrun ranks
+    writing their own shards into one folder): ``meta.json`` is the same for every writer, and each shard's
+    completion record is its own sidecar ``shard_NNNNN.json`` (sha256, rows, skipped rows), written after the shard.
+
+    ``shards``: the shards this process will use (default all); only they are checked on open."""
+
+    def __init__(self, root: str | Path, key: str, meta: dict[str, Any], shards: list[int] | None = None):
         self.dir = Path(root) / key
         self.key = key
         self.meta_path = self.dir / "meta.json"
-        self.meta = {"schema": SCHEMA, "key": key, **meta, "complete": [], "sha256": {}, "skipped": {}}
-        self.rejected: list[tuple[int, str]] = []  # (shard, why) listed as complete but not usable
-        if self.meta_path.is_file():
-            try:
-                old = json.loads(self.meta_path.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = {}
-            if (
-                isinstance(old, dict)
-                and old.get("schema") == SCHEMA
-                and old.get("key") == key
-                and old.get("shard_size") == meta.get("shard_size")
-                and old.get("n_examples") == meta.get("n_examples")
-            ):
-                sums, skipped = old.get("sha256") or {}, old.get("skipped") or {}
-                for s in sorted(int(x) for x in old.get("complete", [])):
-                    why = self._check(s, sums.get(str(s)))
-                    if why is None:
-                        self.meta["complete"].append(s)
-                        self.meta["sha256"][str(s)] = sums[str(s)]
-                        self.meta["skipped"][str(s)] = skipped.get(str(s), [])
-                    else:
-                        self.rejected.append((s, why))
+        self.meta = {"schema": SCHEMA, "key": key, "dtype": "fp32", **meta}
+        if self.meta["dtype"] not in STORE_DTYPES:
+            raise GradianError(f"unknown store dtype {self.meta['dtype']!r}", fix="use fp32 or bf16")
+        self.shards = list(range(self.n_shards)) if shards is None else list(shards)
+        self.records: dict[int, dict[str, Any]] = {}  # shard -> its verified sidecar
+        self.rejected: list[tuple[int, str]] = []  # (shard, why) recorded as complete but not usable
+        old = self._read_json(self.meta_path)
+        same = isinstance(old, dict) and all(
+            old.get(k) == self.meta.get(k) for k in ("schema", "key", "shard_size", "n_examples", "dtype")
+        )
+        if same:
+            for s in self.shards:
+                rec = self._read_json(self._sidecar(s))
+                if rec is None:
+                    continue
+                why = self._check(s, rec.get("sha256") if isinstance(rec, dict) else None)
+                if why is None:
+                    self.records[s] = rec
+                else:
+                    self.rejected.append((s, why))
+        elif self.dir.is_dir():  # another layout under the same key (older schema): its shards are never used
+            for f in self.dir.glob("shard_*"):
+                f.unlink(missing_ok=True)
+        self._write_json(self.meta_path, self.meta)
+
+    @staticmethod
+    def _read_json(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text()) if path.is_file() else None
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+            return None
+
+    def _write_json(self, path: Path, data: Any) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one name per writer: ranks may write together
+        with open(tmp, "w") as f:
+            f.write(json.dumps(data, indent=1, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     @staticmethod
     def shard_name(i: int) -> str:
         return f"shard_{i:05d}.safetensors"
+
+    def _sidecar(self, i: int) -> Path:
+        return self.dir / f"shard_{i:05d}.json"
 
     @property
     def n_shards(self) -> int:
@@ -136,7 +184,7 @@ class GradientStore:
 
     @property
     def complete(self) -> bool:
-        return len(self.meta["complete"]) == self.n_shards
+        return all(s in self.records for s in self.shards)
 
     def _check(self, i: int, want: str | None) -> str | None:
         """Why shard ``i`` cannot be used (None when its file matches checksum ``want``)."""
@@ -155,19 +203,18 @@ class GradientStore:
         return min(i * s, n), min((i + 1) * s, n)
 
     def missing(self) -> list[int]:
-        """Shards still to compute, in order."""
-        done = set(self.meta["complete"])
-        return [i for i in range(self.n_shards) if i not in done]
+        """This process's shards still to compute, in order."""
+        return [i for i in self.shards if i not in self.records]
 
     def resume_from(self) -> int:
-        """Index of the first training row not yet stored."""
+        """Index of the first of this process's training rows not yet stored."""
         miss = self.missing()
         return self.rows(miss[0])[0] if miss else self.meta["n_examples"]
 
     @property
     def skipped(self) -> list[tuple[int, str]]:
-        """(training row position, reason) of every stored row left out for a non-finite gradient."""
-        return sorted((int(p), why) for v in self.meta["skipped"].values() for p, why in v)
+        """(training row position, reason) of every stored row (of this process's shards) left out."""
+        return sorted((int(p), why) for s in self.shards for p, why in self.records.get(s, {}).get("skipped", []))
 
     def write_shard(
         self,
@@ -184,13 +231,14 @@ class GradientStore:
 
         self.dir.mkdir(parents=True, exist_ok=True)
         lo, hi = self.rows(i)
-        tensors = {f"g.{k}": v.to(torch.float32).contiguous() for k, v in G.items()}
+        gdt = STORE_DTYPES[self.meta["dtype"]]
+        tensors = {f"g.{k}": v.to(gdt).contiguous() for k, v in G.items()}
         tensors |= {f"A.{k}": v.to(torch.float64).contiguous() for k, v in A.items()}
         tensors |= {f"S.{k}": v.to(torch.float64).contiguous() for k, v in S.items()}
         tensors["n_tokens"] = torch.tensor([n_tok], dtype=torch.int64)
         tensors["n_examples"] = torch.tensor([hi - lo if n_examples is None else n_examples], dtype=torch.int64)
         skipped = [[int(p), str(why)] for p, why in (skipped or [])]
-        tmp = self.dir / (self.shard_name(i) + ".tmp")
+        tmp = self.dir / f"{self.shard_name(i)}.{os.getpid()}.tmp"
         # one metadata entry: safetensors writes a metadata map in no fixed order; shard bytes should be reproducible
         info = json.dumps({"key": self.key, "shard": i, "skipped": skipped}, sort_keys=True)
         save_file(tensors, str(tmp), metadata={"gradian": info})
@@ -198,45 +246,54 @@ class GradientStore:
             os.fsync(f.fileno())
         digest = sha256_file(tmp)
         os.replace(tmp, self.dir / self.shard_name(i))
-        self.meta["complete"] = sorted(set(self.meta["complete"]) | {i})
-        self.meta["sha256"][str(i)] = digest
-        self.meta["skipped"][str(i)] = skipped
-        self._write_meta()
+        rec = {"sha256": digest, "rows": [lo, hi], "skipped": skipped}
+        self._write_json(self._sidecar(i), rec)
+        self.records[i] = rec
 
-    def _write_meta(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.meta_path.with_suffix(".json.tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(self.meta, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.meta_path)
-
-    def load(self, blocks: list[str]) -> Loaded:
-        """All shards, each checked against its checksum as it is read (a mismatch is an error, never used)."""
+    def read_shard(self, i: int, blocks: list[str]) -> Shard:
+        """Shard ``i``, checked against its checksum as it is read (a mismatch is an error, never used)."""
         from safetensors.torch import load as load_bytes
 
-        G: dict[str, list[torch.Tensor]] = {b: [] for b in blocks}
+        path = self.dir / self.shard_name(i)
+        data = path.read_bytes() if path.is_file() else b""
+        rec = self.records.get(i) or {}
+        if hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+            raise GradianError(
+                f"gradient store shard {i} changed on disk while in use (checksum mismatch)",
+                where=str(path),
+                fix=f"delete {self.dir} and rerun",
+            )
+        t = load_bytes(data)
+        del data
+        lo, hi = self.rows(i)
+        return Shard(
+            lo,
+            hi,
+            {b: t[f"g.{b}"] for b in blocks},
+            {b: t[f"A.{b}"] for b in blocks},
+            {b: t[f"S.{b}"] for b in blocks},
+            int(t["n_tokens"][0]),
+            int(t["n_examples"][0]),
+            [(int(p), str(w)) for p, w in rec.get("skipped", [])],
+        )
+
+    def stats(self, blocks: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int, int]:
+        """Covariance sums and counts over this process's shards (one read of each)."""
         A: dict[str, torch.Tensor] = {}
         S: dict[str, torch.Tensor] = {}
-        n_tok = 0
-        n_ex = 0
-        for i in range(self.n_shards):
-            path = self.dir / self.shard_name(i)
-            data = path.read_bytes() if path.is_file() else b""
-            if hashlib.sha256(data).hexdigest() != self.meta["sha256"].get(str(i)):
-                raise GradianError(
-                    f"gradient store shard {i} changed on disk while in use (checksum mismatch)",
-                    where=str(path),
-                    fix=f"delete {self.dir} and rerun",
-                )
-            t = load_bytes(data)
-            del data
+        n_tok = n_ex = 0
+        for i in self.shards:
+            sh = self.read_shard(i, blocks)
             for b in blocks:
-                G[b].append(t[f"g.{b}"])
-                A[b] = A[b] + t[f"A.{b}"] if b in A else t[f"A.{b}"]
-                S[b] = S[b] + t[f"S.{b}"] if b in S else t[f"S.{b}"]
-            n_tok += int(t["n_tokens"][0])
-            n_ex += int(t["n_examples"][0])
-        Gc = {b: torch.cat(v) for b, v in G.items()}
-        return Loaded(Gc, A, S, n_tok, n_ex)
+                A[b] = A[b] + sh.A[b] if b in A else sh.A[b]
+                S[b] = S[b] + sh.S[b] if b in S else sh.S[b]
+            n_tok += sh.n_tokens
+            n_ex += sh.n_examples
+        return A, S, n_tok, n_ex
+
+    def load(self, blocks: list[str]) -> Loaded:
+        """Every one of this process's shards in memory (small stores and tests; scoring streams instead)."""
+        parts = [self.read_shard(i, blocks) for i in self.shards]
+        A, S, n_tok, n_ex = self.stats(blocks)
+        G = {b: torch.cat([p.G[b] for p in parts]).float() for b in blocks}
+        return Loaded(G, A, S, n_tok, n_ex)

@@ -8,6 +8,9 @@ Row numbering: ``Example.index`` is the 0-based position of the row among the fi
 lines are skipped and do not count (so index != line number - 1 when the file has blank lines); errors name the
 physical 1-based line (``train.jsonl line 7``), as an editor shows it. JSON, Parquet and datasets rows are named
 ``row N`` (1-based); CSV rows ``line N`` (the physical line where the record ends, header = line 1).
+
+:func:`iter_examples` yields the rows lazily (for files larger than memory); :func:`load_examples` is its list, and
+:func:`load_examples_with_problems` collects the bad rows instead of raising.
 """
 
 from __future__ import annotations
@@ -135,11 +138,21 @@ def _check_columns(path: Path, columns: list[str], kind: str) -> None:
 
 
 def _iter_csv(path: Path) -> Iterator[_Record]:
-    text = _read_text(path)
-    if not text.strip():
-        raise GradianError("file is empty", where=str(path), fix="point at a file with training rows")
+    """Read the file incrementally; on a UTF-8 fault, re-read it whole for the error's byte offset and line."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            if not any(line.strip() for line in f):
+                raise GradianError("file is empty", where=str(path), fix="point at a file with training rows")
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            yield from _csv_records(path, f)
+    except UnicodeDecodeError:
+        _read_text(path)  # raises the located error
+        raise
+
+
+def _csv_records(path: Path, f: io.TextIOBase) -> Iterator[_Record]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
+    reader = csv.DictReader(f, delimiter=delimiter)
     _check_columns(path, list(reader.fieldnames or []), "CSV header")
     for i, row in enumerate(reader):
         where = f"{path} line {reader.line_num}"
@@ -265,29 +278,27 @@ def _records(path: Path) -> Iterator[_Record]:
     raise GradianError(f"unsupported file type '{suffix or path.name}'", where=str(path), fix=f"use {SUPPORTED}")
 
 
-def load_examples_with_problems(
-    path: str | Path, *, limit: int | None = None
-) -> tuple[list[Example], list[RowProblem]]:
-    """Load every row that can be loaded, and list the rows that cannot (for ``diagnose`` to report as findings).
-
-    File-level faults (missing file, empty file, unsupported type, JSON top level not a list, no known CSV/Parquet
-    columns, missing pyarrow) raise :class:`GradianError`; row-level faults (bad JSON or UTF-8 on a line, unknown
-    row format, missing key, wrong type, unknown role, a row whose format differs from the file's) become
-    :class:`RowProblem` and the row is left out. The file's format is the format of its first good row.
-    ``limit`` stops after that many data rows (good or bad).
-    """
+def _open(path: str | Path) -> Iterator[_Record]:
+    """File-level checks that come before any row (missing, empty, unsupported type); the file's raw records."""
     p = Path(path)
     if not p.exists():
         raise GradianError("file not found", where=str(path), fix="check the path")
     if p.is_file() and p.stat().st_size == 0:
         raise GradianError("file is empty", where=str(path), fix="point at a file with training rows")
+    return _records(p)
+
+
+def _checked(path: str | Path, records: Iterator[_Record], limit: int | None) -> Iterator[Example | RowProblem]:
+    """Each data row in file order, normalized into an :class:`Example` or turned into a :class:`RowProblem`.
+
+    The file's layout is the layout of its first good row; a later row with another layout is a problem. Raises
+    :class:`GradianError` at the end when the file had no data rows at all.
+    """
     source = str(path)
-    examples: list[Example] = []
-    problems: list[RowProblem] = []
     file_layout: str | None = None
     file_layout_where = ""
     n_rows = 0
-    for rec in _records(p):
+    for rec in records:
         if limit is not None and n_rows >= limit:
             break
         n_rows += 1
@@ -300,18 +311,57 @@ def load_examples_with_problems(
             else:
                 if file_layout is None:
                     file_layout, file_layout_where = layout, rec.where
-                if layout != file_layout:
-                    err = RowError(
-                        None,
-                        f"row is {layout} but {file_layout_where} is {file_layout}; a file must use one row format",
-                        f"convert every row to {file_layout} (or split the file)",
-                    )
-                else:
-                    examples.append(ex)
+                if layout == file_layout:
+                    yield ex
                     continue
-        problems.append(RowProblem(index=rec.index, key=err.key, message=err.message, where=rec.where, fix=err.fix))
+                err = RowError(
+                    None,
+                    f"row is {layout} but {file_layout_where} is {file_layout}; a file must use one row format",
+                    f"convert every row to {file_layout} (or split the file)",
+                )
+        yield RowProblem(index=rec.index, key=err.key, message=err.message, where=rec.where, fix=err.fix)
     if n_rows == 0:
-        raise GradianError("file has no data rows", where=str(path), fix="point at a file with training rows")
+        raise GradianError("file has no data rows", where=source, fix="point at a file with training rows")
+
+
+def iter_examples(path: str | Path, *, limit: int | None = None, strict: bool = True) -> Iterator[Example]:
+    """Yield a data file's rows one at a time: :func:`load_examples` without holding the rows.
+
+    Same validation, row numbering and errors: ``strict=True`` raises the first bad row's :class:`GradianError`
+    when the iteration reaches it; ``strict=False`` skips bad rows. A missing file, an empty file or an unsupported
+    type raise on the call itself; other file-level faults when iteration starts. JSONL, CSV/TSV, Parquet and
+    datasets folders are read incrementally; a ``.json`` file (one JSON list) is parsed whole.
+    """
+    records = _open(path)
+
+    def rows() -> Iterator[Example]:
+        for item in _checked(path, records, limit):
+            if isinstance(item, Example):
+                yield item
+            elif strict:
+                raise item.to_error()
+
+    return rows()
+
+
+def load_examples_with_problems(
+    path: str | Path, *, limit: int | None = None
+) -> tuple[list[Example], list[RowProblem]]:
+    """Load every row that can be loaded, and list the rows that cannot (for ``diagnose`` to report as findings).
+
+    File-level faults (missing file, empty file, unsupported type, JSON top level not a list, no known CSV/Parquet
+    columns, missing pyarrow) raise :class:`GradianError`; row-level faults (bad JSON or UTF-8 on a line, unknown
+    row format, missing key, wrong type, unknown role, a row whose format differs from the file's) become
+    :class:`RowProblem` and the row is left out. The file's format is the format of its first good row.
+    ``limit`` stops after that many data rows (good or bad).
+    """
+    examples: list[Example] = []
+    problems: list[RowProblem] = []
+    for item in _checked(path, _open(path), limit):
+        if isinstance(item, Example):
+            examples.append(item)
+        else:
+            problems.append(item)
     return examples, problems
 
 
@@ -319,9 +369,6 @@ def load_examples(path: str | Path, *, limit: int | None = None, strict: bool = 
     """Load a data file as :class:`Example` rows (see the module docstring for formats and row numbering).
 
     ``strict=True`` (default) raises :class:`GradianError` for the first bad row; ``strict=False`` leaves bad rows
-    out silently (use :func:`load_examples_with_problems` to see them).
+    out silently (use :func:`load_examples_with_problems` to see them). :func:`iter_examples` is the lazy form.
     """
-    examples, problems = load_examples_with_problems(path, limit=limit)
-    if strict and problems:
-        raise problems[0].to_error()
-    return examples
+    return list(iter_examples(path, limit=limit, strict=strict))

@@ -8,9 +8,11 @@ Pure functions over plain data (the dicts ``build_report`` puts in report.json).
 - **Concentrated.** A cluster is a culprit when it carries at least ``CONCENTRATION``× (2×) its share of the rows in
   share of the total positive harm, and at least ``MIN_CULPRIT_SHARE`` (25%) of that harm. Culprits are reported
   most harmful first.
-- **Mechanical or content.** A culprit whose rows are flagged by one diagnose finding at ``FLAG_SHARE`` (50%) or more
-  looks mechanical (the finding's fix is the next step); otherwise it looks like content (its distinctive terms say
-  what the rows are about).
+- **Mechanical or content.** A culprit whose rows are flagged by one *mechanical* diagnose finding (how rows became
+  tokens: truncation, EOS, masks, templates, encoding) at ``FLAG_SHARE`` (50%) or more looks mechanical (the
+  finding's fix is the next step); otherwise it looks like content (its distinctive terms say what the rows are
+  about). A *content* finding flagging that share (``CONTENT_RULES``: duplicates, train/eval overlap, identical
+  targets, ...) is named as what those rows have in common, and its fix joins the next steps; the cause stays content.
 - **Few rows.** No culprit cluster, but the top 1% of rows (at least 1, at most 50) carry at least half of the
   positive harm: those rows are named instead.
 - **Spread thin.** Otherwise: no cluster carries 2× its size share, no handful of rows dominates; the verdict says
@@ -74,10 +76,17 @@ def is_concentrated(cluster: Mapping[str, Any]) -> bool:
     return harm >= MIN_CULPRIT_SHARE - eps and harm >= CONCENTRATION * size_share - eps
 
 
-def mechanical_finding(cluster: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The finding that flags the largest share of a cluster's rows, when that share is at least FLAG_SHARE."""
+# Findings about what the rows *say*, not how they were turned into tokens: they describe content, not a mechanism.
+CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
+
+
+def mechanical_finding(cluster: Mapping[str, Any], *, content: bool = False) -> Mapping[str, Any] | None:
+    """The mechanical finding (``content=True``: the content finding, ``CONTENT_RULES``) that flags the largest share
+    of a cluster's rows, when that share is at least FLAG_SHARE."""
     best = None
     for f in cluster.get("findings") or []:
+        if (f.get("code") in CONTENT_RULES) != content:
+            continue
         if float(f.get("percent", 0.0)) >= 100.0 * FLAG_SHARE and (
             best is None or float(f["percent"]) > float(best["percent"])
         ):
@@ -231,6 +240,8 @@ def make_verdict(
                 f"diagnose as {finding_title(f)}."
             )
         content = [c for c, f in mech if f is None]
+        linked = [(c, mechanical_finding(c, content=True)) for c in content]
+        linked = [(c, f) for c, f in linked if f is not None]
         if content:
             about = _join([f"'{c['label']}'" for c in content if c.get("label")])
             sentences.append(
@@ -238,12 +249,17 @@ def make_verdict(
                 + " rows carry no setup finding that explains them, so the cause looks like content"
                 + (f" (rows about {about})." if about else ".")
             )
+        for c, f in linked:
+            sentences.append(
+                f"What they share: {float(f['percent']):.0f}% of cluster {c['id']}'s rows are flagged by diagnose as "
+                f"{finding_title(f)}."
+            )
         drop = sorted(
             (r for c in culprits for r in c.get("rows", []) if scores.get(int(r), 0.0) > 0),
             key=lambda r: (-scores.get(int(r), 0.0), r),
         )
         seen_fix = set()
-        for _, f in mech_found:
+        for _, f in mech_found + linked:
             if f.get("code") in seen_fix:
                 continue
             seen_fix.add(f.get("code"))

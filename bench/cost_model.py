@@ -1,0 +1,426 @@
+"""Cost model of `gradian attribute` on large training sets: prints every table of docs/scaling.md.
+
+    python bench/cost_model.py                      # all tables, with the default inputs below
+    python bench/cost_model.py --only compute --mfu 0.5 --overhead 1.34 --tokens 1024
+    python bench/cost_model.py --only example --target-hours 6 --store-dtype bf16
+    python bench/cost_model.py measure              # re-measure the CPU inputs on this machine (about 20 s)
+
+Nothing runs on a model: the GPU figures are arithmetic on explicit inputs, each either MEASURED (bench/results, or
+`measure`, on CPU) or an ASSUMPTION (a flag). LoRA block shapes, floats per row, store, shard and factor sizes come
+from gradian itself (`plan.shapes_from_configs`, `plan.estimate`), so they follow the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+from gradian.attribute.plan import LLAMA_MODULES, block_shapes, estimate, human_bytes, shapes_from_configs
+
+# --- inputs ----------------------------------------------------------------------------------------------------------
+
+# MEASURED: b/a = gradian end to end / one forward+backward (the floor), wide Llama (hidden 192, 12 layers, LoRA r=8
+# x 7 = 168 blocks, proj 32), 256 rows x 128 tokens, 1 query, process CPU time, 1 thread:
+# bench/results/speed_wide_256_q1-256.json (queries 1: b_over_a_cpu 1.418). The 16-query wall figure is 1.34.
+OVERHEAD = 1.42
+# MEASURED by `measure`, medians of 5 runs (the 2-core shared dev machine, 2026-12; spread: scores 2-6 ns, embedding
+# 56-72 ns, sha256 1.50-1.69 GB/s, tokenizer 0.29-0.42 M/s per core). CPU time (1 thread) per stored float per row of
+# scores.harm_scores (16 queries) and scores.gradient_embedding (fp64, on the CPU in a run) at r=16 / proj 32
+# shapes; hashlib sha256; the bundled tokenizer through format_examples; the memory of one in-memory formatted row.
+SCORE_NS = 3.5
+EMBED_NS = 61.0
+SHA_GBPS = 1.64
+TOK_PER_S_PER_CORE = 0.36e6
+ROW_BYTES_PER_TOKEN = 48  # a FormattedExample (Python lists of ids and mask), 512 tokens: 24.8 KB
+DIAG_RULES_S_PER_ROW = 4.29 / 100_000  # docs/benchmarks.md section 5: every dataset rule, 100,000 rows, 2 cores
+# ASSUMPTIONS: the flags' defaults.
+MFU = 0.40
+PEAK_TFLOPS = {"H100": 989.0, "A100": 312.0}  # bf16 dense, SXM
+TOKENS = (512, 2048)
+PROJ_DIMS = (16, 32, 64)
+EMBED_K = 32 + 10  # scores.gradient_embedding: dim 32 plus 10 oversampling columns
+TOKEN_FILE_BYTES = 5  # data/tokenized.py: int32 id + uint8 mask per token (+ ~50 B per row)
+
+# Llama-like bases: the config.json keys shapes_from_configs reads, plus vocab_size.
+BASES = {
+    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=32, vocab_size=32000),  # Llama-2-7B
+    "8B": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256),  # Llama-3-8B (the 7B class with GQA)
+    "70B": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, vocab_size=128256),  # Llama-3-70B (Llama-2-70B: vocab 32000, 1% fewer FLOPs)
+    "wide": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=12, num_attention_heads=6,
+                 num_key_value_heads=6, vocab_size=512),  # bench/common.py wide_setup, where b/a was measured
+}  # fmt: skip
+DEFAULT = ("7B", "8B", "70B")
+DETAIL = ("7B", "70B")  # 8B has the same 32 x 7 LoRA'd layers as 7B: the same store, post-pass and traffic
+
+
+# --- the model -------------------------------------------------------------------------------------------------------
+
+
+def shapes(base: dict, r: int) -> list[tuple[str, int, int]]:
+    return shapes_from_configs({"r": r, "target_modules": list(LLAMA_MODULES)}, base)
+
+
+def matmul_params(base: dict) -> int:
+    """Weights of every matmul a token goes through: the 7 projections of each layer and the lm_head."""
+    h, i, L = base["hidden_size"], base["intermediate_size"], base["num_hidden_layers"]
+    hd = h // base["num_attention_heads"]
+    q, kv = base["num_attention_heads"] * hd, base["num_key_value_heads"] * hd
+    return L * (2 * h * q + 2 * h * kv + 3 * h * i) + base["vocab_size"] * h
+
+
+def weight_bytes(base: dict) -> int:
+    """bf16 bytes of the base: the matmul weights and the input embedding (norms are negligible)."""
+    return 2 * (matmul_params(base) + base["vocab_size"] * base["hidden_size"])
+
+
+def flops_per_token(base: dict, r: int, T: int) -> dict[str, float]:
+    """Forward + backward FLOPs per token of a training row of T tokens (the floor), by term."""
+    n_lora = sum(d_in * d_out for _, d_in, d_out in shapes(base, r))
+    return {
+        "base": 4.0 * matmul_params(base),  # 2N forward + 2N backward to the activations; frozen: no weight grads
+        "lora": 6.0 * n_lora,  # LoRA forward, backward to activations and to its own weights
+        "attn": 6.0 * base["num_hidden_layers"] * base["hidden_size"] * T,  # causal QK^T, AV: 2dT fwd, 4dT bwd
+    }
+
+
+def flops(base: dict, r: int, T: int) -> float:
+    return sum(flops_per_token(base, r, T).values())
+
+
+def extra_flops_per_token(base: dict, r: int, proj: int = 32) -> float:
+    """What gradian's training pass adds per token (collector.py), counted high: the projection of each block's wide
+    side (a of lora_A, the output gradient of lora_B) to proj, the per-example gradient, the covariance sums."""
+    total = 0.0
+    for s in block_shapes(shapes(base, r)):
+        o, i = s.projected(proj)
+        total += (2 * proj * s.wide if 0 < proj < s.wide else 0) + 2 * o * i + 2 * (o * o + i * i)
+    return total
+
+
+def store(base: dict, a, proj: int = 32, dtype: str | None = None, rows: int = 1_000_000) -> dict:
+    return estimate(shapes(base, a.r), rows, proj_dim=proj, store_dtype=dtype or a.store_dtype, n_queries=a.queries)
+
+
+def pass_s_per_row(base: dict, T: int, a, gpu: str) -> float:
+    """GPU seconds per row of the training pass: the floor at the assumed MFU times b/a, per checkpoint."""
+    return a.checkpoints * T * flops(base, a.r, T) / (a.mfu * PEAK_TFLOPS[gpu] * 1e12) * a.overhead
+
+
+def post_s_per_row(base: dict, a) -> dict[str, float]:
+    """Seconds per row on its rank outside the GPU work (proj 32): the store's write and re-reads, their sha256
+    checks and the CPU scoring. Per checkpoint: a write, then reads for the covariance sums, the EK-FAC eigenvalues
+    and the scores; once: 3 reads for the clustering embedding (2 subspace passes + the projection)."""
+    st = store(base, a)
+    F, b = int(st["floats_per_row"]), st["store_bytes"] / 1e6
+    C = a.checkpoints
+    reads, writes = 3 * C + 3, C
+    disk = a.disk_gbps * 1e9 / a.gpus_per_node
+    return {
+        "write": writes * b / disk,
+        "read": reads * b / disk,
+        "sha256": (reads + writes) * b / (a.sha_gbps * 1e9),
+        "cpu": F * (C * a.score_ns + a.embed_ns) * 1e-9 / a.cpu_speedup,
+    }
+
+
+def fixed_s(name: str, T: int, a) -> dict[str, float]:
+    """Seconds of the work that does not shrink with more ranks (first run: nothing reused)."""
+    base = BASES[name]
+    eff = a.mfu * PEAK_TFLOPS[a.gpu] * 1e12
+    cores = a.node_cores / a.gpus_per_node
+    return {
+        "load": weight_bytes(base) / (a.load_gbps * 1e9),  # every rank reads the whole base
+        "tokenize": a.rows * T / (a.tok_per_s * cores),  # every rank tokenizes the whole training file
+        # rank 0, the other ranks waiting: 2 no-grad forwards (~ one fwd+bwd) per eval item, a fwd+bwd per query
+        "eval": (a.eval_items + a.checkpoints * a.queries) * a.eval_tokens * flops(base, a.r, a.eval_tokens) / eff,
+        "diagnose": a.rows * T / (a.tok_per_s * a.node_cores) + a.rows * DIAG_RULES_S_PER_ROW,  # rank 0 alone
+    }
+
+
+# --- tables ----------------------------------------------------------------------------------------------------------
+
+
+def fmt(x: float, nd: int = 1) -> str:
+    return f"{x:,.{nd}f}"
+
+
+def si(x: float, unit: str = "") -> str:
+    """6.61e9 -> "6.61 B" (GB with unit "B")."""
+    for div, suffix in ((1e12, "T"), (1e9, "B" if not unit else "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {suffix}{unit}"
+    return f"{x:.3g} {unit}".strip()
+
+
+def row(*cells) -> None:
+    print("| " + " | ".join(str(c) for c in cells) + " |")
+
+
+def head(*cells, left: int = 1) -> None:
+    row(*cells)
+    print("|" + "---|" * left + "---:|" * (len(cells) - left))
+
+
+def table_flops(a) -> None:
+    print(f"### FLOPs per token of the floor, by term (r={a.r}, all 7 projections)\n")
+    head("base", "matmul params N", "LoRA params", "4N, GFLOP", "6 x LoRA", "attention, " +
+         " / ".join(f"{T:,}" for T in a.tokens) + " tokens", "gradian's extra FLOPs", "bf16 weights")  # fmt: skip
+    for name in a.bases or DEFAULT:
+        base = BASES[name]
+        t = [flops_per_token(base, a.r, T) for T in a.tokens]
+        n_lora = sum(i * o for _, i, o in shapes(base, a.r))
+        row(name, si(matmul_params(base)), si(n_lora), fmt(t[0]["base"] / 1e9),
+            fmt(t[0]["lora"] / 1e9, 2), " / ".join(fmt(x["attn"] / 1e9, 2) for x in t),
+            f"{extra_flops_per_token(base, a.r) / flops(base, a.r, a.tokens[0]):.1%} of the floor",
+            si(weight_bytes(base), "B"))  # fmt: skip
+    print()
+
+
+def table_compute(a) -> None:
+    ck = f", {a.checkpoints} checkpoints" if a.checkpoints > 1 else ""
+    print(f"### GPU-hours per million training rows (r={a.r}, all 7 projections, proj 32, {a.store_dtype} store, "
+          f"MFU {a.mfu:.0%}, b/a {a.overhead}{ck})\n")  # fmt: skip
+    cells = ["base", "tokens/row", "GFLOP/token"]
+    for g in PEAK_TFLOPS:
+        cells += [f"{g} floor", f"{g} pass (floor x b/a)", f"{g} store + CPU scoring", f"**{g} total**"]
+    head(*cells)
+    for name in a.bases or DEFAULT:
+        base = BASES[name]
+        post = sum(post_s_per_row(base, a).values()) * 1e6 / 3600
+        for T in a.tokens:
+            cells = [name, f"{T:,}", fmt(flops(base, a.r, T) / 1e9)]
+            for g in PEAK_TFLOPS:
+                p = pass_s_per_row(base, T, a, g) * 1e6 / 3600
+                cells += [fmt(p / a.overhead / a.checkpoints), fmt(p), fmt(post), f"**{fmt(p + post, 0)}**"]
+            row(*cells)
+    print()
+
+
+def table_store(a) -> None:
+    print(f"### Gradient store per million rows, and the curvature factors (r={a.r}, all 7 projections)\n")
+    head("base", "--proj-dim", "floats / row", "fp32 / row", "fp32 store", "bf16 store", "rows / shard",
+         "factors (fp64)")  # fmt: skip
+    for name in a.bases or DETAIL:
+        base = BASES[name]
+        for k in (*a.proj, 0):
+            s32, s16 = store(base, a, k, "fp32"), store(base, a, k, "bf16")
+            label = f"{k} (default)" if k == 32 else (str(k) if k else "0 (none)")
+            row(name, label, f"{s32['floats_per_row']:,}", human_bytes(4 * s32["floats_per_row"]),
+                human_bytes(s32["store_bytes"]), human_bytes(s16["store_bytes"]), f"{s32['shard_rows']:,}",
+                human_bytes(s32["factor_bytes"]))  # fmt: skip
+    print()
+
+
+def table_post(a) -> None:
+    print(f"### Store I/O and CPU scoring per row, on its rank (proj 32, {a.store_dtype} store, {a.disk_gbps:g} GB/s "
+          f"of disk per node of {a.gpus_per_node}; ms)\n")  # fmt: skip
+    head("base", "bytes / row", "write", "re-reads", "sha256 checks", "CPU scores + embedding", "total")
+    for name in a.bases or DETAIL:
+        base = BASES[name]
+        p = post_s_per_row(base, a)
+        b = store(base, a)["store_bytes"] / 1e6
+        row(name, human_bytes(b), *(fmt(v * 1e3) for v in p.values()), fmt(sum(p.values()) * 1e3))
+    print()
+
+
+def table_comm(a) -> None:
+    print(f"### What crosses the network per run (proj 32, r={a.r}, {a.queries} queries)\n")
+    head("base", "covariance sums A, S (all-reduce)", "EK-FAC eigenvalues (all-reduce)",
+         f"embedding sums, P x {EMBED_K} x 2 passes (all-reduce)", "query gradients (broadcast)",
+         "per-row results (gather to rank 0)")  # fmt: skip
+    per_row = 8 + 8 * (a.queries + 1) + 4 * 32  # position, harm per query + their sum (fp64), embedding (fp32)
+    for name in a.bases or DETAIL:
+        dims = [s.projected(32) for s in block_shapes(shapes(BASES[name], a.r))]
+        F = sum(o * i for o, i in dims)
+        row(name, human_bytes(a.checkpoints * sum(8 * (o * o + i * i) for o, i in dims)),
+            human_bytes(a.checkpoints * 8 * F), human_bytes(2 * 8 * F * EMBED_K),
+            human_bytes(a.checkpoints * 4 * a.queries * F),
+            f"{per_row} B/row: {human_bytes(per_row * a.rows)} at {a.rows:,} rows")  # fmt: skip
+    print()
+
+
+def table_fixed(a) -> None:
+    print(f"### Work that does not shrink with more ranks ({a.rows:,} rows, {a.gpu}, {a.node_cores} cores per "
+          f"node of {a.gpus_per_node}, {a.eval_items:,} eval items, {a.queries} queries; first run)\n")  # fmt: skip
+    head(
+        "base",
+        "tokens/row",
+        "load the base (every rank)",
+        "tokenize the file (every rank)",
+        "eval NLL + query gradients (rank 0)",
+        "diagnose (rank 0, after)",
+        "rank-0 RAM for formatted rows",
+    )
+    for name in a.bases or DETAIL:
+        for T in a.tokens:
+            fx = fixed_s(name, T, a)
+            row(name, f"{T:,}", f"{fmt(fx['load'], 0)} s", f"{fmt(fx['tokenize'] / 60, 0)} min",
+                f"{fmt(fx['eval'] / 60, 1)} min", f"{fmt(fx['diagnose'] / 60, 0)} min",
+                human_bytes(a.rows * T * ROW_BYTES_PER_TOKEN))  # fmt: skip
+    print()
+
+
+def table_example(a) -> None:
+    ck = f", {a.checkpoints} checkpoints" if a.checkpoints > 1 else ""
+    print(f"### Worked example: {a.rows:,} rows, {a.gpu} nodes of {a.gpus_per_node}, target {a.target_hours:g} h "
+          f"wall (MFU {a.mfu:.0%}, b/a {a.overhead}, proj 32, {a.store_dtype} store{ck})\n")  # fmt: skip
+    head("base", "tokens/row", "GPU-hours of row work", "fixed part", "GPUs", "nodes", "wall", "GPU-hours billed",
+         "store per node", "token copies per node", "disk per node")  # fmt: skip
+    for name in a.bases or DETAIL:
+        base = BASES[name]
+        store_all = a.checkpoints * store(base, a, rows=a.rows)["store_bytes"]  # one store per checkpoint
+        post = sum(post_s_per_row(base, a).values())
+        for T in a.tokens:
+            gpu_h = a.rows * (pass_s_per_row(base, T, a, a.gpu) + post) / 3600
+            fixed_h = sum(fixed_s(name, T, a).values()) / 3600
+            room = a.target_hours - fixed_h
+            if room <= 0:
+                row(name, f"{T:,}", fmt(gpu_h, 0), f"{fmt(fixed_h)} h", "target below the fixed part", *[""] * 6)
+                continue
+            nodes = math.ceil(gpu_h / room / a.gpus_per_node)
+            world = nodes * a.gpus_per_node
+            wall = fixed_h + gpu_h / world
+            store_node = store_all / nodes
+            tok_node = a.gpus_per_node * a.rows * (TOKEN_FILE_BYTES * T + 50)  # every rank: the whole file
+            row(name, f"{T:,}", fmt(gpu_h, 0), f"{fmt(fixed_h)} h", f"{world:,}", f"{nodes:,}", f"{fmt(wall)} h",
+                fmt(world * wall, 0), human_bytes(store_node), human_bytes(tok_node),
+                human_bytes(store_node + tok_node))  # fmt: skip
+    print()
+
+
+TABLES = {
+    "flops": table_flops,
+    "compute": table_compute,
+    "store": table_store,
+    "post": table_post,
+    "comm": table_comm,
+    "fixed": table_fixed,
+    "example": table_example,
+}
+
+
+# --- measuring the CPU inputs ----------------------------------------------------------------------------------------
+
+
+def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16, k: int = 32) -> None:
+    """The MEASURED inputs above, on this machine: CPU time (1 thread) of harm_scores and gradient_embedding per
+    stored float at r / proj-k block shapes (n_linear LoRA'd layers, shard-sized chunks as a 7B store has them),
+    sha256 and tokenizer throughput, and the memory of one formatted 512-token row."""
+    import hashlib
+    import os
+    import random
+    import tracemalloc
+    from pathlib import Path
+
+    import torch
+
+    from gradian.attribute.plan import shard_rows
+    from gradian.attribute.scores import Stats, gradient_embedding, harm_scores, precondition
+    from gradian.attribute.source import MemorySource
+    from gradian.data import format_examples, load_tokenizer
+    from gradian.data.types import Example, FormatSettings, FormattedExample
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    dims = {f"l{j}.{kind}": ((r, k) if kind == "A" else (k, r)) for j in range(n_linear) for kind in ("A", "B")}
+    chunk = shard_rows(2 * r * k * 224, 8)  # rows per shard of a 7B store (224 LoRA'd layers)
+    src = MemorySource({n: torch.randn(rows, o, i, generator=g) for n, (o, i) in dims.items()}, chunk=chunk)
+
+    def spd(d: int) -> torch.Tensor:
+        x = torch.randn(d, 4 * d, generator=g, dtype=torch.float64)
+        return x @ x.T
+
+    stats = Stats({n: spd(i) for n, (_, i) in dims.items()}, {n: spd(o) for n, (o, _) in dims.items()}, rows, rows)
+    V = {n: torch.randn(queries + 1, o, i, generator=g) for n, (o, i) in dims.items()}
+    F = sum(o * i for o, i in dims.values())
+    pre = precondition("ekfac", V, src, stats)  # on the GPU in a run: not part of the CPU figure
+    t = time.process_time()
+    harm_scores("ekfac", pre.X, src)
+    t_h = time.process_time() - t
+    t = time.process_time()
+    gradient_embedding("ekfac", src, stats, eig=pre.eig)
+    t_e = time.process_time() - t
+    n = rows * F
+    print(
+        f"CPU, 1 thread, {rows} rows x {F:,} floats in chunks of {chunk} rows: scores ({queries} queries) "
+        f"{t_h / n * 1e9:.1f} ns (--score-ns), embedding {t_e / n * 1e9:.1f} ns (--embed-ns) per stored float"
+    )
+    buf = os.urandom(64 << 20)
+    t = time.perf_counter()
+    for _ in range(4):
+        hashlib.sha256(buf).hexdigest()
+    print(f"sha256: {4 * len(buf) / (time.perf_counter() - t) / 1e9:.2f} GB/s, one core (--sha-gbps)")
+    rng = random.Random(0)
+    words = [a + b for a in ("ka", "lo", "mi", "ne", "su", "ta", "ri", "po") for b in ("n", "r", "t", "s", "l", "")]
+    ex = [
+        Example(index=i, source="s.jsonl", format="prompt_completion",
+                prompt="Question: " + " ".join(rng.choice(words) for _ in range(60)) + "\nAnswer:",
+                completion=" " + " ".join(rng.choice(words) for _ in range(40)), raw={})
+        for i in range(20_000)
+    ]  # fmt: skip
+    tok = load_tokenizer(Path(__file__).resolve().parents[1] / "examples" / "stories260k" / "base")
+    t = time.perf_counter()
+    fx = format_examples(ex, tok, FormatSettings(max_length=4096))
+    dt = time.perf_counter() - t
+    n_tok = sum(len(f.input_ids) for f in fx)
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"tokenize (format_examples, bundled stories260K tokenizer): {n_tok / dt / cores / 1e6:.2f} M tokens/s "
+        f"per core on {cores} cores (--tok-per-s)"
+    )
+    import numpy as np
+
+    ids = np.array([rng.randrange(32000) for _ in range(512)], dtype=np.int32)
+    mask = np.ones(512, dtype=np.uint8)
+    tracemalloc.start()
+    keep = [  # as TokenizedRows._row builds it (what rank 0's report assembly and diagnose hold per row)
+        FormattedExample(index=i, input_ids=ids.tolist(), loss_mask=mask.astype(bool).tolist(),
+                         n_tokens_before_truncation=512, n_prompt_tokens=0, n_label_tokens=512)
+        for i in range(1000)
+    ]  # fmt: skip
+    size = tracemalloc.get_traced_memory()[0] / len(keep)
+    tracemalloc.stop()
+    print(f"one formatted 512-token row in memory: {size / 1e3:.1f} KB = {size / 512:.0f} B per token")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("what", nargs="?", default="tables", choices=("tables", "measure"))
+    p.add_argument("--only", nargs="+", choices=list(TABLES), help="print only these tables")
+    p.add_argument("--bases", nargs="+", choices=list(BASES), help="default: all in compute/flops, else 7B 70B")
+    p.add_argument("--r", type=int, default=16, help="LoRA rank on all 7 projections")
+    p.add_argument("--tokens", nargs="+", type=int, default=list(TOKENS), help="tokens per training row")
+    p.add_argument("--mfu", type=float, default=MFU, help="model FLOPs utilisation of the floor (assumption)")
+    p.add_argument("--overhead", type=float, default=OVERHEAD, help="b/a, gradian / floor (measured on CPU)")
+    p.add_argument("--checkpoints", type=int, default=1, help="adapter states attributed (--checkpoints)")
+    p.add_argument("--proj", nargs="+", type=int, default=list(PROJ_DIMS), help="--proj-dim values to tabulate")
+    p.add_argument("--store-dtype", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--score-ns", type=float, default=SCORE_NS, help="CPU ns per stored float, scores (measured)")
+    p.add_argument("--embed-ns", type=float, default=EMBED_NS, help="CPU ns per stored float, embedding (measured)")
+    p.add_argument("--cpu-speedup", type=float, default=1.0, help="CPU scoring speed-up per rank over 1 thread")
+    p.add_argument("--sha-gbps", type=float, default=SHA_GBPS, help="sha256 GB/s per rank (measured)")
+    p.add_argument("--disk-gbps", type=float, default=4.0, help="store disk GB/s per node, read or write")
+    p.add_argument("--load-gbps", type=float, default=2.0, help="base weights read GB/s per rank")
+    p.add_argument("--tok-per-s", type=float, default=TOK_PER_S_PER_CORE, help="tokens/s per core (measured)")
+    p.add_argument("--node-cores", type=int, default=96, help="CPU cores per node")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--gpu", default="H100", choices=list(PEAK_TFLOPS), help="GPU of the fixed part and example")
+    p.add_argument("--rows", type=int, default=10_000_000, help="training rows (fixed part, example)")
+    p.add_argument("--target-hours", type=float, default=12.0, help="wall time of the worked example")
+    p.add_argument("--eval-items", type=int, default=1000)
+    p.add_argument("--queries", type=int, default=16, help="regressed eval items (query gradients)")
+    p.add_argument("--eval-tokens", type=int, default=512, help="tokens per eval item")
+    a = p.parse_args()
+    if a.what == "measure":
+        measure()
+        return
+    for name in a.only or TABLES:
+        TABLES[name](a)
+
+
+if __name__ == "__main__":
+    main()
