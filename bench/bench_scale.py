@@ -5,8 +5,9 @@ training rows repeated, each with its row number in the prompt (so every row is 
 
 * ``attribute``: the Python API ``gradian.attribute(..., out=...)``: the attribution itself (tokenize to disk, the
   training pass into the store, streamed scoring, clustering embedding) — the part that must stay bounded;
-* ``cli``: the whole `gradian attribute` command, which also runs `gradian diagnose` (it holds every row in memory,
-  see docs/limitations.md) and writes the report.
+* ``cli``: then the whole `gradian attribute` command on the same ``--out`` (it reuses the stored gradients and the
+  tokenized rows, so it measures what the command adds: `gradian diagnose`, which holds every row in memory, see
+  docs/limitations.md, and the report).
 
     python bench/bench_scale.py --rows 10000 30000 100000 [--proj-dim 8] [--what attribute cli]
 
@@ -41,7 +42,7 @@ def synth_train(path: Path, n: int) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-def _child(kind: str, train: Path, out: Path, proj_dim: int, batch: int) -> dict:
+def _child(kind: str, train: Path, out: Path, proj_dim: int, batch: int, threads: int) -> dict:
     """Run one measurement in a fresh interpreter and return its peak RSS and wall time."""
     code = f"""
 import json, resource, sys, time
@@ -63,7 +64,7 @@ else:
 print(json.dumps({{"wall_s": time.perf_counter() - t,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode:
         raise SystemExit(proc.stdout[-2000:] + proc.stderr[-3000:])
@@ -76,27 +77,30 @@ def main() -> None:
     ap.add_argument("--proj-dim", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--what", nargs="+", default=["attribute", "cli"], choices=["attribute", "cli"])
+    ap.add_argument("--threads", type=int, default=1, help="torch threads in each measured process")
     args = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="gradian-scale-") as tmp:
         for n in args.rows:
             train = Path(tmp) / f"train_{n}.jsonl"
             synth_train(train, n)
+            out = Path(tmp) / f"out_{n}"
             for kind in args.what:
-                out = Path(tmp) / f"out_{n}_{kind}"
-                m = _child(kind, train, out, args.proj_dim, args.batch_size)
+                m = _child(kind, train, out, args.proj_dim, args.batch_size, args.threads)
                 store = sum(f.stat().st_size for f in (out / "grads").rglob("*") if f.is_file())
                 tokens = sum(f.stat().st_size for f in (out / "tokens").rglob("*") if f.is_file())
                 rep = json.loads((out / "report.json").read_text())
                 r = {"rows": n, "kind": kind, **m, "store_bytes": store, "store_bytes_per_row": store / n,
                      "tokens_bytes": tokens, "scored": len(rep["examples"]),
                      "floats_per_row": rep["settings"]["stored_floats_per_row"]}  # fmt: skip
+                r["train_rows_computed"] = rep["settings"].get("train_rows_computed")
+                r["timings"] = rep.get("timings")
                 results.append(r)
                 print(json.dumps(r), flush=True)
-                shutil.rmtree(out)
+            shutil.rmtree(out)
             train.unlink()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    meta = {"proj_dim": args.proj_dim, "batch_size": args.batch_size, "cpu": os.cpu_count(),
+    meta = {"proj_dim": args.proj_dim, "batch_size": args.batch_size, "cpu": os.cpu_count(), "threads": args.threads,
             "ru_maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "when": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
     (RESULTS / "scale.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))

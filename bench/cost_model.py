@@ -3,7 +3,8 @@
     python bench/cost_model.py                      # all tables, with the default inputs below
     python bench/cost_model.py --only compute --mfu 0.5 --overhead 1.34 --tokens 1024
     python bench/cost_model.py --only example --target-hours 6 --store-dtype bf16
-    python bench/cost_model.py measure              # re-measure the CPU inputs on this machine (about 20 s)
+    python bench/cost_model.py --only post --fp64-tflops H100=67 A100=19.5   # fp64 tensor-core peaks
+    python bench/cost_model.py measure              # re-measure the CPU inputs on this machine (about 30 s)
 
 Nothing runs on a model: the GPU figures are arithmetic on explicit inputs, each either MEASURED (bench/results, or
 `measure`, on CPU) or an ASSUMPTION (a flag). LoRA block shapes, floats per row, store, shard and factor sizes come
@@ -24,22 +25,32 @@ from gradian.attribute.plan import LLAMA_MODULES, block_shapes, estimate, human_
 # x 7 = 168 blocks, proj 32), 256 rows x 128 tokens, 1 query, process CPU time, 1 thread:
 # bench/results/speed_wide_256_q1-256.json (queries 1: b_over_a_cpu 1.418). The 16-query wall figure is 1.34.
 OVERHEAD = 1.42
-# MEASURED by `measure`, medians of 5 runs (the 2-core shared dev machine, 2026-12; spread: scores 2-6 ns, embedding
-# 56-72 ns, sha256 1.50-1.69 GB/s, tokenizer 0.29-0.42 M/s per core). CPU time (1 thread) per stored float per row of
-# scores.harm_scores (16 queries) and scores.gradient_embedding (fp64, on the CPU in a run) at r=16 / proj 32
-# shapes; hashlib sha256; the bundled tokenizer through format_examples; the memory of one in-memory formatted row.
-SCORE_NS = 3.5
-EMBED_NS = 61.0
-SHA_GBPS = 1.64
+# MEASURED by `measure` on the 2-core shared dev machine (2026-12). sha256 and the tokenizer: medians of 5 runs
+# (spread 1.50-1.69 GB/s, 0.29-0.42 M tokens/s per core; a later run 1.68 and 0.27). Parse and conversion: one run,
+# each the median of 5 repeats.
+SHA_GBPS = 1.64  # hashlib sha256, one core
+PARSE_GBPS = 9.9  # safetensors.torch.load of a shard's bytes (a copy of every tensor), one core
+CONVERT_NS = 1.06  # fp32 -> fp64 on the CPU per stored float, 1 thread (Tensor.to(cuda, float64) converts on the CPU)
 TOK_PER_S_PER_CORE = 0.36e6
-ROW_BYTES_PER_TOKEN = 48  # a FormattedExample (Python lists of ids and mask), 512 tokens: 24.8 KB
+# MEASURED by `measure` (tracemalloc, one run). Rank 0 after the gather: the row ids, the gathered arrays, the ranked
+# rows, report.json and the report build + render (build_report, render_all), 16 queries, peak per row. `gradian
+# diagnose`: its rows (Example + FormattedExample) and the report's copy of each row's text: a + b x tokens per row,
+# fitted on 114- and 554-token rows of the bundled stories260K tokenizer (512-token vocab, ~2 bytes of text a token).
+REPORT_BYTES_PER_ROW = 3600  # 12-character row ids
+DIAG_BYTES_PER_ROW = 1060
+DIAG_BYTES_PER_TOKEN = 52
 DIAG_RULES_S_PER_ROW = 4.29 / 100_000  # docs/benchmarks.md section 5: every dataset rule, 100,000 rows, 2 cores
 # ASSUMPTIONS: the flags' defaults.
 MFU = 0.40
 PEAK_TFLOPS = {"H100": 989.0, "A100": 312.0}  # bf16 dense, SXM
+# fp64 without tensor cores, SXM (tensor-core fp64: H100 67, A100 19.5). The scoring's matmuls are small (16 x 16 and
+# 32 x 32 rotations, (rows x 512) x (512 x 42) products per block), so the lower figure is the default.
+FP64_TFLOPS = {"H100": 34.0, "A100": 9.7}
+H2D_GBPS = 10.0  # host -> GPU copies from pageable memory, synchronous (Tensor.to(cuda) without pinning)
 TOKENS = (512, 2048)
 PROJ_DIMS = (16, 32, 64)
 EMBED_K = 32 + 10  # scores.gradient_embedding: dim 32 plus 10 oversampling columns
+EMBED_PASSES = 2  # gradient_embedding: power_iters=1, so 2 subspace passes, then 1 projection pass
 TOKEN_FILE_BYTES = 5  # data/tokenized.py: int32 id + uint8 mask per token (+ ~50 B per row)
 
 # Llama-like bases: the config.json keys shapes_from_configs reads, plus vocab_size.
@@ -110,20 +121,53 @@ def pass_s_per_row(base: dict, T: int, a, gpu: str) -> float:
     return a.checkpoints * T * flops(base, a.r, T) / (a.mfu * PEAK_TFLOPS[gpu] * 1e12) * a.overhead
 
 
-def post_s_per_row(base: dict, a) -> dict[str, float]:
-    """Seconds per row on its rank outside the GPU work (proj 32): the store's write and re-reads, their sha256
-    checks and the CPU scoring. Per checkpoint: a write, then reads for the covariance sums, the EK-FAC eigenvalues
-    and the scores; once: 3 reads for the clustering embedding (2 subspace passes + the projection)."""
+def flops_per_float(o: int, i: int, queries: int) -> dict[str, int]:
+    """fp64 FLOPs per stored float of an (out, in) block in each kind of pass over the store (scores.py): the EK-FAC
+    eigenvalues (rotate QS^T G QA: 2(out + in), square and sum: 2); the scores (M = queries + 1 dot products: 2M,
+    the row norm: 2); the clustering embedding, 2 subspace passes (whiten: 2(out + in) + 1, X V and X^T Y: 4k) and
+    the projection pass (whiten, X V: 2k), k = 42."""
+    rot, k = 2 * (o + i), EMBED_K
+    return {
+        "eig": rot + 2,
+        "scores": 2 * (queries + 1) + 2,
+        "embedding": EMBED_PASSES * (rot + 1 + 4 * k) + rot + 1 + 2 * k,
+    }
+
+
+def scoring_flops_per_row(base: dict, a) -> dict[str, float]:
+    """fp64 FLOPs per row on the scoring device: per checkpoint the eigenvalue and score passes, once the
+    embedding (:func:`flops_per_float` summed over the stored floats of every block)."""
+    out = {"eig": 0.0, "scores": 0.0, "embedding": 0.0}
+    for s in block_shapes(shapes(base, a.r)):
+        o, i = s.projected(32)
+        f = flops_per_float(o, i, a.queries)
+        out["eig"] += o * i * a.checkpoints * f["eig"]
+        out["scores"] += o * i * a.checkpoints * f["scores"]
+        out["embedding"] += o * i * f["embedding"]
+    return out
+
+
+def post_s_per_row(base: dict, a, gpu: str | None = None) -> dict[str, float]:
+    """Seconds per row on its rank outside the training pass (proj 32). Per checkpoint: a store write, then reads
+    for the covariance sums, the EK-FAC eigenvalues and the scores; once: 3 reads for the clustering embedding (2
+    subspace passes + the projection). Every write and read is sha256-checked and every read parsed (safetensors,
+    CPU). The scores and embedding passes convert each block to fp64 on the CPU before the copy to the GPU (a
+    blocking Tensor.to(cuda, float64) converts on the host); the eigenvalue pass copies the stored dtype and converts
+    on the GPU. The fp64 math runs on the GPU (`sdev` in api.py)."""
     st = store(base, a)
     F, b = int(st["floats_per_row"]), st["store_bytes"] / 1e6
+    item = 2 if a.store_dtype == "bf16" else 4
     C = a.checkpoints
-    reads, writes = 3 * C + 3, C
+    reads, writes, converted = 3 * C + 3, C, C + 3
     disk = a.disk_gbps * 1e9 / a.gpus_per_node
     return {
         "write": writes * b / disk,
         "read": reads * b / disk,
         "sha256": (reads + writes) * b / (a.sha_gbps * 1e9),
-        "cpu": F * (C * a.score_ns + a.embed_ns) * 1e-9 / a.cpu_speedup,
+        "parse": reads * b / (a.parse_gbps * 1e9),
+        "convert": converted * F * a.convert_ns * 1e-9 / a.cpu_speedup,
+        "h2d": F * (C * item + converted * 8) / (a.h2d_gbps * 1e9),
+        "gpu": sum(scoring_flops_per_row(base, a).values()) / (a.fp64_tflops[gpu or a.gpu] * 1e12),
     }
 
 
@@ -186,14 +230,14 @@ def table_compute(a) -> None:
           f"MFU {a.mfu:.0%}, b/a {a.overhead}{ck})\n")  # fmt: skip
     cells = ["base", "tokens/row", "GFLOP/token"]
     for g in PEAK_TFLOPS:
-        cells += [f"{g} floor", f"{g} pass (floor x b/a)", f"{g} store + CPU scoring", f"**{g} total**"]
+        cells += [f"{g} floor", f"{g} pass (floor x b/a)", f"{g} store + scoring", f"**{g} total**"]
     head(*cells)
     for name in a.bases or DEFAULT:
         base = BASES[name]
-        post = sum(post_s_per_row(base, a).values()) * 1e6 / 3600
         for T in a.tokens:
             cells = [name, f"{T:,}", fmt(flops(base, a.r, T) / 1e9)]
             for g in PEAK_TFLOPS:
+                post = sum(post_s_per_row(base, a, g).values()) * 1e6 / 3600
                 p = pass_s_per_row(base, T, a, g) * 1e6 / 3600
                 cells += [fmt(p / a.overhead / a.checkpoints), fmt(p), fmt(post), f"**{fmt(p + post, 0)}**"]
             row(*cells)
@@ -216,14 +260,30 @@ def table_store(a) -> None:
 
 
 def table_post(a) -> None:
-    print(f"### Store I/O and CPU scoring per row, on its rank (proj 32, {a.store_dtype} store, {a.disk_gbps:g} GB/s "
-          f"of disk per node of {a.gpus_per_node}; ms)\n")  # fmt: skip
-    head("base", "bytes / row", "write", "re-reads", "sha256 checks", "CPU scores + embedding", "total")
+    print(f"### Store I/O and scoring per row, on its rank ({a.gpu}, fp64 {a.fp64_tflops[a.gpu]:g} TFLOPs, proj 32, "
+          f"{a.store_dtype} store, {a.disk_gbps:g} GB/s of disk per node of {a.gpus_per_node}; ms)\n")  # fmt: skip
+    head("base", "bytes / row", "write", "re-reads", "sha256 checks (CPU)", "safetensors parse (CPU)",
+         "to fp64 (CPU)", "copy to GPU", "GPU fp64 math", "total")  # fmt: skip
     for name in a.bases or DETAIL:
         base = BASES[name]
         p = post_s_per_row(base, a)
         b = store(base, a)["store_bytes"] / 1e6
-        row(name, human_bytes(b), *(fmt(v * 1e3) for v in p.values()), fmt(sum(p.values()) * 1e3))
+        cells = [fmt(v * 1e3, 3 if k == "gpu" else 1) for k, v in p.items()]
+        row(name, human_bytes(b), *cells, fmt(sum(p.values()) * 1e3))
+    print()
+
+
+def table_gpu(a) -> None:
+    print(f"### fp64 work of the scoring on the GPU, per row (proj 32, r={a.r}, {a.queries} queries)\n")
+    head("base", "stored floats / row", "EK-FAC eigenvalues", "scores", "embedding", "FLOPs per stored float",
+         *(f"{g} ms / row at {a.fp64_tflops[g]:g} TFLOPs" for g in PEAK_TFLOPS))  # fmt: skip
+    for name in a.bases or DETAIL:
+        base = BASES[name]
+        fl = scoring_flops_per_row(base, a)
+        F = store(base, a)["floats_per_row"]
+        tot = sum(fl.values())
+        row(name, f"{F:,}", *(si(v, "FLOP") for v in fl.values()), fmt(tot / F, 0),
+            *(fmt(tot / (a.fp64_tflops[g] * 1e12) * 1e3, 4) for g in PEAK_TFLOPS))  # fmt: skip
     print()
 
 
@@ -253,14 +313,16 @@ def table_fixed(a) -> None:
         "tokenize the file (every rank)",
         "eval NLL + query gradients (rank 0)",
         "diagnose (rank 0, after)",
-        "rank-0 RAM for formatted rows",
+        "rank-0 RAM: scores and report",
+        "rank-0 RAM: diagnose",
     )
     for name in a.bases or DETAIL:
         for T in a.tokens:
             fx = fixed_s(name, T, a)
             row(name, f"{T:,}", f"{fmt(fx['load'], 0)} s", f"{fmt(fx['tokenize'] / 60, 0)} min",
                 f"{fmt(fx['eval'] / 60, 1)} min", f"{fmt(fx['diagnose'] / 60, 0)} min",
-                human_bytes(a.rows * T * ROW_BYTES_PER_TOKEN))  # fmt: skip
+                human_bytes(a.rows * REPORT_BYTES_PER_ROW),
+                human_bytes(a.rows * (DIAG_BYTES_PER_ROW + DIAG_BYTES_PER_TOKEN * T)))  # fmt: skip
     print()
 
 
@@ -269,25 +331,29 @@ def table_example(a) -> None:
     print(f"### Worked example: {a.rows:,} rows, {a.gpu} nodes of {a.gpus_per_node}, target {a.target_hours:g} h "
           f"wall (MFU {a.mfu:.0%}, b/a {a.overhead}, proj 32, {a.store_dtype} store{ck})\n")  # fmt: skip
     head("base", "tokens/row", "GPU-hours of row work", "fixed part", "GPUs", "nodes", "wall", "GPU-hours billed",
-         "store per node", "token copies per node", "disk per node")  # fmt: skip
+         "store per rank (plan checks)", "store per node", "token copies per node", "disk per node")  # fmt: skip
     for name in a.bases or DETAIL:
         base = BASES[name]
-        store_all = a.checkpoints * store(base, a, rows=a.rows)["store_bytes"]  # one store per checkpoint
+        st = store(base, a, rows=a.rows)
+        store_all = a.checkpoints * st["store_bytes"]  # one store per checkpoint
+        shard, n_shards = int(st["shard_rows"]), int(st["n_shards"])
         post = sum(post_s_per_row(base, a).values())
         for T in a.tokens:
             gpu_h = a.rows * (pass_s_per_row(base, T, a, a.gpu) + post) / 3600
             fixed_h = sum(fixed_s(name, T, a).values()) / 3600
             room = a.target_hours - fixed_h
             if room <= 0:
-                row(name, f"{T:,}", fmt(gpu_h, 0), f"{fmt(fixed_h)} h", "target below the fixed part", *[""] * 6)
+                row(name, f"{T:,}", fmt(gpu_h, 0), f"{fmt(fixed_h)} h", "target below the fixed part", *[""] * 7)
                 continue
             nodes = math.ceil(gpu_h / room / a.gpus_per_node)
             world = nodes * a.gpus_per_node
             wall = fixed_h + gpu_h / world
             store_node = store_all / nodes
+            rank_rows = min(a.rows, -(-n_shards // world) * shard)  # the largest round-robin share (_rank_rows)
+            store_rank = a.checkpoints * store(base, a, rows=rank_rows)["store_bytes"]
             tok_node = a.gpus_per_node * a.rows * (TOKEN_FILE_BYTES * T + 50)  # every rank: the whole file
             row(name, f"{T:,}", fmt(gpu_h, 0), f"{fmt(fixed_h)} h", f"{world:,}", f"{nodes:,}", f"{fmt(wall)} h",
-                fmt(world * wall, 0), human_bytes(store_node), human_bytes(tok_node),
+                fmt(world * wall, 0), human_bytes(store_rank), human_bytes(store_node), human_bytes(tok_node),
                 human_bytes(store_node + tok_node))  # fmt: skip
     print()
 
@@ -297,6 +363,7 @@ TABLES = {
     "compute": table_compute,
     "store": table_store,
     "post": table_post,
+    "gpu": table_gpu,
     "comm": table_comm,
     "fixed": table_fixed,
     "example": table_example,
@@ -307,27 +374,50 @@ TABLES = {
 
 
 def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16, k: int = 32) -> None:
-    """The MEASURED inputs above, on this machine: CPU time (1 thread) of harm_scores and gradient_embedding per
-    stored float at r / proj-k block shapes (n_linear LoRA'd layers, shard-sized chunks as a 7B store has them),
-    sha256 and tokenizer throughput, and the memory of one formatted 512-token row."""
+    """The MEASURED inputs above, on this machine, one core / 1 thread each: sha256, safetensors parsing and fp32 ->
+    fp64 conversion of shard-sized data at r / proj-k block shapes (n_linear LoRA'd layers, 7B shard rows); the
+    tokenizer; rank 0's memory per row (report) and diagnose's (per row and token). Also, for reference, the CPU
+    time of harm_scores + gradient_embedding (what a CPU device pays), and the fp64 rate it implies by the FLOP count
+    of :func:`flops_per_float`."""
     import hashlib
     import os
-    import random
-    import tracemalloc
-    from pathlib import Path
+    import statistics
 
     import torch
+    from safetensors.torch import load as load_bytes
+    from safetensors.torch import save as save_bytes
 
     from gradian.attribute.plan import shard_rows
     from gradian.attribute.scores import Stats, gradient_embedding, harm_scores, precondition
     from gradian.attribute.source import MemorySource
-    from gradian.data import format_examples, load_tokenizer
-    from gradian.data.types import Example, FormatSettings, FormattedExample
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     dims = {f"l{j}.{kind}": ((r, k) if kind == "A" else (k, r)) for j in range(n_linear) for kind in ("A", "B")}
+    F = sum(o * i for o, i in dims.values())
     chunk = shard_rows(2 * r * k * 224, 8)  # rows per shard of a 7B store (224 LoRA'd layers)
+
+    def median_s(fn, n: int = 5) -> float:
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    shard = {f"g.{n}": torch.randn(chunk, o, i, generator=g) for n, (o, i) in dims.items()}
+    shard |= {f"A.{n}": torch.randn(i, i, dtype=torch.float64, generator=g) for n, (_, i) in dims.items()}
+    shard |= {f"S.{n}": torch.randn(o, o, dtype=torch.float64, generator=g) for n, (o, _) in dims.items()}
+    data = save_bytes(shard)
+    t = median_s(lambda: load_bytes(data))
+    print(f"safetensors parse: {len(data) / t / 1e9:.2f} GB/s of shard bytes, one core (--parse-gbps)")
+    blocks = [v for n, v in shard.items() if n.startswith("g.")]
+    t = median_s(lambda: [b.to(torch.float64) for b in blocks])
+    print(f"fp32 -> fp64 on the CPU: {t / (chunk * F) * 1e9:.2f} ns per float, 1 thread (--convert-ns)")
+    buf = os.urandom(64 << 20)
+    t = median_s(lambda: hashlib.sha256(buf).hexdigest())
+    print(f"sha256: {len(buf) / t / 1e9:.2f} GB/s, one core (--sha-gbps)")
+
     src = MemorySource({n: torch.randn(rows, o, i, generator=g) for n, (o, i) in dims.items()}, chunk=chunk)
 
     def spd(d: int) -> torch.Tensor:
@@ -336,8 +426,7 @@ def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16,
 
     stats = Stats({n: spd(i) for n, (_, i) in dims.items()}, {n: spd(o) for n, (o, _) in dims.items()}, rows, rows)
     V = {n: torch.randn(queries + 1, o, i, generator=g) for n, (o, i) in dims.items()}
-    F = sum(o * i for o, i in dims.values())
-    pre = precondition("ekfac", V, src, stats)  # on the GPU in a run: not part of the CPU figure
+    pre = precondition("ekfac", V, src, stats)
     t = time.process_time()
     harm_scores("ekfac", pre.X, src)
     t_h = time.process_time() - t
@@ -345,24 +434,40 @@ def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16,
     gradient_embedding("ekfac", src, stats, eig=pre.eig)
     t_e = time.process_time() - t
     n = rows * F
+    f = flops_per_float(r, k, queries)  # (r, k) and (k, r) blocks: the same count
     print(
-        f"CPU, 1 thread, {rows} rows x {F:,} floats in chunks of {chunk} rows: scores ({queries} queries) "
-        f"{t_h / n * 1e9:.1f} ns (--score-ns), embedding {t_e / n * 1e9:.1f} ns (--embed-ns) per stored float"
+        f"for reference, a CPU device, 1 thread: scores ({queries} queries) {t_h / n * 1e9:.1f} ns = "
+        f"{f['scores'] / (t_h / n) / 1e9:.1f} GFLOP/s, embedding {t_e / n * 1e9:.1f} ns = "
+        f"{f['embedding'] / (t_e / n) / 1e9:.1f} GFLOP/s, per stored float (fp64, FLOPs as flops_per_float)"
     )
-    buf = os.urandom(64 << 20)
-    t = time.perf_counter()
-    for _ in range(4):
-        hashlib.sha256(buf).hexdigest()
-    print(f"sha256: {4 * len(buf) / (time.perf_counter() - t) / 1e9:.2f} GB/s, one core (--sha-gbps)")
+    _measure_tokens_and_memory(queries)
+
+
+def _measure_tokens_and_memory(queries: int) -> None:
+    import json
+    import os
+    import random
+    import tempfile
+    import tracemalloc
+    from pathlib import Path
+
+    import numpy as np
+
+    from gradian.attribute.api import AttributionResult
+    from gradian.data import format_examples, load_examples, load_tokenizer
+    from gradian.data.types import Example, FormatSettings
+    from gradian.report.build import build_report, texts_of
+    from gradian.report.render import render_all
+
     rng = random.Random(0)
     words = [a + b for a in ("ka", "lo", "mi", "ne", "su", "ta", "ri", "po") for b in ("n", "r", "t", "s", "l", "")]
+    tok = load_tokenizer(Path(__file__).resolve().parents[1] / "examples" / "stories260k" / "base")
     ex = [
         Example(index=i, source="s.jsonl", format="prompt_completion",
                 prompt="Question: " + " ".join(rng.choice(words) for _ in range(60)) + "\nAnswer:",
                 completion=" " + " ".join(rng.choice(words) for _ in range(40)), raw={})
         for i in range(20_000)
     ]  # fmt: skip
-    tok = load_tokenizer(Path(__file__).resolve().parents[1] / "examples" / "stories260k" / "base")
     t = time.perf_counter()
     fx = format_examples(ex, tok, FormatSettings(max_length=4096))
     dt = time.perf_counter() - t
@@ -372,19 +477,64 @@ def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16,
         f"tokenize (format_examples, bundled stories260K tokenizer): {n_tok / dt / cores / 1e6:.2f} M tokens/s "
         f"per core on {cores} cores (--tok-per-s)"
     )
-    import numpy as np
+    del ex, fx
 
-    ids = np.array([rng.randrange(32000) for _ in range(512)], dtype=np.int32)
-    mask = np.ones(512, dtype=np.uint8)
-    tracemalloc.start()
-    keep = [  # as TokenizedRows._row builds it (what rank 0's report assembly and diagnose hold per row)
-        FormattedExample(index=i, input_ids=ids.tolist(), loss_mask=mask.astype(bool).tolist(),
-                         n_tokens_before_truncation=512, n_prompt_tokens=0, n_label_tokens=512)
-        for i in range(1000)
-    ]  # fmt: skip
-    size = tracemalloc.get_traced_memory()[0] / len(keep)
-    tracemalloc.stop()
-    print(f"one formatted 512-token row in memory: {size / 1e3:.1f} KB = {size / 512:.0f} B per token")
+    # what `gradian diagnose` holds (its Examples and FormattedExamples) plus the report's text of every row
+    points = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, prompt_words, completion_words in ((5000, (15, 40), (5, 30)), (2000, (150, 150), (100, 100))):
+            path = Path(tmp) / f"rows_{n}.jsonl"
+            with open(path, "w") as f:
+                for _ in range(n):
+                    p = " ".join(rng.choice(words) for _ in range(rng.randint(*prompt_words)))
+                    c = " ".join(rng.choice(words) for _ in range(rng.randint(*completion_words)))
+                    f.write(json.dumps({"prompt": f"Question: {p}\nAnswer:", "completion": f" {c}"}) + "\n")
+            tracemalloc.start()
+            rows = load_examples(path)
+            frows = format_examples(rows, tok, FormatSettings(max_length=4096))
+            texts = texts_of(rows)
+            size = tracemalloc.get_traced_memory()[0] / n
+            tracemalloc.stop()
+            T = sum(len(f.input_ids) for f in frows) / n
+            points.append((T, size))
+            print(f"diagnose + report texts, {T:.0f}-token rows: {size / 1024:.2f} KiB per row")
+            del rows, frows, texts
+    (t1, s1), (t2, s2) = points
+    b = (s2 - s1) / (t2 - t1)
+    print(f"  fitted: {s1 - b * t1:.0f} B per row + {b:.1f} B per token")
+
+    # rank 0 after the gather: as run_attribution, AttributionResult.write and pipeline (build_report, render_all)
+    N, M = 20_000, queries + 1
+    nr = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        tracemalloc.start()
+        ids = [f"row-{i:08d}" for i in range(N)]  # every rank's train_ids (TokenizedRows.ids()), 12 characters
+        parts = [(np.arange(N), {"ekfac": nr.standard_normal((M, N))}, nr.standard_normal((N, 32)).astype("f4"))]
+        pos = np.concatenate([p[0] for p in parts])
+        harm = np.concatenate([p[1]["ekfac"] for p in parts], axis=1)
+        emb = np.concatenate([p[2] for p in parts])
+        rows_ids = [ids[int(i)] for i in pos]
+        total = harm[-1]
+        order = np.argsort(-total, kind="stable")
+        examples = [
+            {"index": int(pos[i]), "id": rows_ids[i], "score": float(total[i]), "rank": r + 1}
+            for r, i in enumerate(order)
+        ]
+        res = AttributionResult("ekfac", {}, examples, [], [], [], scores=total, item_scores=harm[:-1],
+                                embeddings=emb, embedding_index=[int(i) for i in pos])  # fmt: skip
+        res.write(tmp)
+        report = build_report(res.to_json(), findings=[], embeddings=emb, embedding_index=res.embedding_index)
+        render_all(report, tmp)
+        peak = tracemalloc.get_traced_memory()[1] / N
+        tracemalloc.stop()
+    print(f"rank 0, ids, scores and report ({queries} queries, {N:,} rows): {peak:,.0f} B per row at the peak")
+
+
+def fp64_arg(text: str) -> tuple[str, float]:
+    gpu, _, tflops = text.partition("=")
+    if gpu not in PEAK_TFLOPS or not tflops:
+        raise argparse.ArgumentTypeError(f"expected GPU=TFLOPS with GPU one of {', '.join(PEAK_TFLOPS)}")
+    return gpu, float(tflops)
 
 
 def main() -> None:
@@ -399,10 +549,19 @@ def main() -> None:
     p.add_argument("--checkpoints", type=int, default=1, help="adapter states attributed (--checkpoints)")
     p.add_argument("--proj", nargs="+", type=int, default=list(PROJ_DIMS), help="--proj-dim values to tabulate")
     p.add_argument("--store-dtype", default="fp32", choices=("fp32", "bf16"))
-    p.add_argument("--score-ns", type=float, default=SCORE_NS, help="CPU ns per stored float, scores (measured)")
-    p.add_argument("--embed-ns", type=float, default=EMBED_NS, help="CPU ns per stored float, embedding (measured)")
-    p.add_argument("--cpu-speedup", type=float, default=1.0, help="CPU scoring speed-up per rank over 1 thread")
+    p.add_argument(
+        "--fp64-tflops",
+        nargs="+",
+        type=fp64_arg,
+        default=[],
+        metavar="GPU=TFLOPS",
+        help="fp64 throughput of the scoring on the GPU (default H100=34 A100=9.7, no tensor cores)",
+    )
+    p.add_argument("--h2d-gbps", type=float, default=H2D_GBPS, help="host -> GPU copy GB/s per rank (pageable)")
+    p.add_argument("--convert-ns", type=float, default=CONVERT_NS, help="CPU ns per float, fp32 -> fp64 (measured)")
+    p.add_argument("--cpu-speedup", type=float, default=1.0, help="threads' speed-up of the fp64 conversion over 1")
     p.add_argument("--sha-gbps", type=float, default=SHA_GBPS, help="sha256 GB/s per rank (measured)")
+    p.add_argument("--parse-gbps", type=float, default=PARSE_GBPS, help="safetensors parse GB/s per rank (measured)")
     p.add_argument("--disk-gbps", type=float, default=4.0, help="store disk GB/s per node, read or write")
     p.add_argument("--load-gbps", type=float, default=2.0, help="base weights read GB/s per rank")
     p.add_argument("--tok-per-s", type=float, default=TOK_PER_S_PER_CORE, help="tokens/s per core (measured)")
@@ -415,6 +574,7 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=16, help="regressed eval items (query gradients)")
     p.add_argument("--eval-tokens", type=int, default=512, help="tokens per eval item")
     a = p.parse_args()
+    a.fp64_tflops = FP64_TFLOPS | dict(a.fp64_tflops)
     if a.what == "measure":
         measure()
         return

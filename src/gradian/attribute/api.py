@@ -293,7 +293,7 @@ def run_attribution(
         eig = None
         for m in methods:
             pre = precondition(m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev)
-            h = harm_scores(m, pre.X, src).numpy()
+            h = harm_scores(m, pre.X, src, device=sdev).numpy()
             if len(states) == 1:
                 acc[m] = h
             else:  # dense over all rows: checkpoints may leave out different (non-finite) rows

@@ -146,28 +146,34 @@ def precondition(
     return Preconditioned(out, used, eig)
 
 
-def harm_scores(method: str, X: dict[str, torch.Tensor], G: GradSource | dict[str, torch.Tensor]) -> torch.Tensor:
-    """``harm[m, i] = -<X_m, G_i>`` summed over blocks (M, n rows of ``G``, in its order), fp64; for ``cosine`` the
-    negated cosine similarity of the raw query and training gradients over all blocks. One pass over ``G``."""
+def harm_scores(
+    method: str,
+    X: dict[str, torch.Tensor],
+    G: GradSource | dict[str, torch.Tensor],
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """``harm[m, i] = -<X_m, G_i>`` summed over blocks (M, n rows of ``G``, in its order), fp64, on the CPU (computed
+    on ``device``); for ``cosine`` the negated cosine similarity of the raw query and training gradients over all
+    blocks. One pass over ``G``."""
     src = as_source(G)
     names = list(X)
     M = X[names[0]].shape[0]
     N = src.n_local
-    dots = torch.zeros(M, N, dtype=cv.F64)
-    g_norm2 = torch.zeros(N, dtype=cv.F64)
-    x_norm2 = torch.zeros(M, dtype=cv.F64)
-    xs = {n: X[n].reshape(M, -1).to(cv.F64) for n in names}
+    dots = torch.zeros(M, N, dtype=cv.F64, device=device)
+    g_norm2 = torch.zeros(N, dtype=cv.F64, device=device)
+    x_norm2 = torch.zeros(M, dtype=cv.F64, device=device)
+    xs = {n: X[n].reshape(M, -1).to(device, cv.F64) for n in names}
     for n in names:
         x_norm2 += xs[n].pow(2).sum(1)
     for s, blocks in src.chunks():
         for n in names:
-            g = blocks[n].reshape(blocks[n].shape[0], -1).to(cv.F64)
+            g = blocks[n].reshape(blocks[n].shape[0], -1).to(device, cv.F64)
             e = s + g.shape[0]
             dots[:, s:e] += xs[n] @ g.T
             g_norm2[s:e] += g.pow(2).sum(1)
     if method == "cosine":
         dots = dots / (x_norm2.sqrt()[:, None] * g_norm2.sqrt()[None, :]).clamp_min(1e-300)
-    return -dots
+    return -dots.cpu()
 
 
 def gradient_embedding(
