@@ -205,3 +205,21 @@ def test_quickstart_commands_run_as_written(bundled, tmp_path):
     assert any(c.startswith("gradian doctor") for c in ran) and any(c.startswith("gradian diagnose") for c in ran)
     # the doc states the exit code users will see from diagnose
     assert "exits 1" in text
+
+
+def test_diagnose_row_budget_reads_the_first_rows_and_says_so(tmp_path):
+    """A training file bigger than the setup checks' memory budget: they read its first rows, the report says so,
+    and the rows the report shows still carry their text (read from the file in one streamed pass)."""
+    out = tmp_path / "budget"
+    proc = _run([sys.executable, "-m", "gradian", *_example_argv(out), *FAST, "--diagnose-rows", "100"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    note = "gradian diagnose and the cluster labels read the first 100 of the training file's rows"
+    assert any(n.startswith(note) for n in rep["notes"]), rep["notes"]
+    assert len(rep["examples"]) > 300  # attribution still scored every row
+    for f in rep["findings"]:
+        rows = (f.get("evidence") or {}).get("rows") or []
+        assert all(int(r) < 100 for r in rows), (f["code"], rows[:5])
+    shown = rep["examples"][:20]
+    assert any(e["index"] >= 100 for e in shown)
+    assert all(e.get("text") for e in shown)  # text fetched for top rows beyond the first 100

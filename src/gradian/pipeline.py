@@ -29,9 +29,15 @@ def attribute_and_report(
     tokenizer: str | Path | None = None,
     config: str | Path | None = None,
     logs: str | Path | None = None,
+    diagnose_rows: int | None = None,
     **attribute_kwargs: Any,
 ) -> RunOutput:
-    """Run attribution and the setup checks on the same inputs, join them and write the report into ``out``."""
+    """Run attribution and the setup checks on the same inputs, join them and write the report into ``out``.
+
+    The attribution streams the training file; the setup checks and the cluster labels hold rows in memory (about
+    7.5 KiB each), so on a file bigger than that budget they read only its first ``diagnose_rows`` rows (default:
+    what fits in 40% of the available RAM; 0 = all) and the report says so. The rows the report shows are read
+    from the file whatever their position."""
     from gradian.attribute.api import attribute
     from gradian.diagnose.api import diagnose_full
     from gradian.report.build import build_report
@@ -51,15 +57,27 @@ def attribute_and_report(
     )
     if res.partial:
         return RunOutput(res, {}, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
+    n_rows = int(res.settings.get("n_train", 0))
+    limit = diagnose_row_budget() if diagnose_rows is None else (diagnose_rows or None)
+    limit = limit if limit is not None and limit < n_rows else None
     findings, _notes, ctx = diagnose_full(
-        run=run, train=train, eval=eval, adapter=adapter, base=base, tokenizer=tokenizer, config=config, logs=logs
-    )
+        run=run, train=train, eval=eval, adapter=adapter, base=base, tokenizer=tokenizer, config=config, logs=logs,
+        train_limit=limit,
+    )  # fmt: skip
+    train_rows = list(ctx.train)
+    if ctx.train_limited:
+        msg = (
+            f"gradian diagnose and the cluster labels read the first {limit:,} of the training file's rows (memory "
+            f"budget; --diagnose-rows 0 reads all): setup findings about later rows are not in this report"
+        )
+        res.notes.append(msg)
+        train_rows += _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
     findings_json = [f.to_dict() for f in findings]
     save_report_inputs(
         out,
         embeddings=res.embeddings,
         embedding_index=res.embedding_index,
-        train_examples=ctx.train,
+        train_examples=train_rows,
         eval_examples=ctx.eval,
         findings=findings_json,
         logs=ctx.logs,
@@ -69,9 +87,37 @@ def attribute_and_report(
         findings=findings_json,
         embeddings=res.embeddings,
         embedding_index=res.embedding_index,
-        train_examples=ctx.train,
+        train_examples=train_rows,
         eval_examples=ctx.eval,
         logs=ctx.logs,
     )
     paths = render_all(report, out)
     return RunOutput(res, report, paths, findings)
+
+
+ROW_BYTES = 7.5 * 1024  # diagnose's memory per short training row (measured; docs/limitations.md)
+
+
+def diagnose_row_budget(share: float = 0.4) -> int | None:
+    """Training rows the in-memory setup checks may read: ``share`` of the available RAM at ``ROW_BYTES`` a row
+    (at least 100,000); None when the available RAM is unknown."""
+    from gradian.attribute.plan import probe_ram_available
+
+    ram = probe_ram_available()
+    return None if ram is None else max(100_000, int(share * ram / ROW_BYTES))
+
+
+def _shown_rows(train_file: str | None, res: Any, have: set[int], top: int = 200) -> list[Any]:
+    """The training rows the report shows (the top of the ranking) that diagnose did not read: one streamed pass."""
+    from gradian.data import iter_examples
+
+    want = {int(e["index"]) for e in res.examples[:top]} - have
+    if not want or train_file is None:
+        return []
+    found = []
+    for ex in iter_examples(train_file, strict=False):
+        if ex.index in want:
+            found.append(ex)
+            if len(found) == len(want):
+                break
+    return found

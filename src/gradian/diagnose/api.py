@@ -33,6 +33,7 @@ def diagnose_full(
     thresholds: dict[str, dict[str, Any]] | None = None,
     settings: DiagnoseSettings | None = None,
     overrides: list[str] | None = None,
+    train_limit: int | None = None,
 ) -> tuple[list[Finding], list[Note], DiagnoseContext]:
     settings = settings or load_settings()
     apply_overrides(settings, overrides or [])
@@ -41,7 +42,7 @@ def diagnose_full(
         th.setdefault(k, {}).update(v)
     rules = select_rules(select if select is not None else settings.select, [*settings.ignore, *(ignore or [])])
     ctx = build_context(run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base,
-                        tokenizer=tokenizer, thresholds=th)  # fmt: skip
+                        tokenizer=tokenizer, thresholds=th, train_limit=train_limit)  # fmt: skip
     findings, notes = run_rules(ctx, rules)
     return findings, notes, ctx
 

@@ -59,6 +59,7 @@ class DiagnoseContext:
     generation_config: dict[str, Any] = field(default_factory=dict)
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule name -> threshold -> value
     train_file: str | None = None
+    train_limited: bool = False  # only the first rows of the training file were read (build_context's train_limit)
     eval_file: str | None = None
 
     # ---- helpers shared by rules -------------------------------------------------------------------------------
@@ -154,8 +155,10 @@ def build_context(
     base: str | None = None,
     tokenizer: str | Path | None = None,
     thresholds: dict[str, dict[str, Any]] | None = None,
+    train_limit: int | None = None,
 ) -> DiagnoseContext:
-    """Read every input from files with the shared loaders; what cannot be found stays empty."""
+    """Read every input from files with the shared loaders; what cannot be found stays empty. ``train_limit``: read
+    only the first that many training rows (``ctx.train_limited`` says whether the file had more)."""
     try:
         from gradian import data as gdata
         from gradian import run as grun
@@ -177,8 +180,9 @@ def build_context(
     ctx.setup_known = bool(ctx.setup.config_files or artifacts.config_files or artifacts.adapter_config)
     ctx.logs = load_logs(artifacts) if artifacts.log_file is not None else TrainerLogs()
     if artifacts.train_file is not None:
-        ctx.train, ctx.problems = load_with_problems(artifacts.train_file)
+        ctx.train, ctx.problems = load_with_problems(artifacts.train_file, limit=train_limit)
         ctx.train_file = str(artifacts.train_file)
+        ctx.train_limited = train_limit is not None and len(ctx.train) + len(ctx.problems) >= train_limit
     if artifacts.eval_file is not None:
         ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file)
         ctx.eval_file = str(artifacts.eval_file)
