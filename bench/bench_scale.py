@@ -78,6 +78,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--what", nargs="+", default=["attribute", "cli"], choices=["attribute", "cli"])
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each measured process")
+    ap.add_argument("--results", default="scale.json", help="file name under bench/results")
     args = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="gradian-scale-") as tmp:
@@ -103,7 +104,8 @@ def main() -> None:
     meta = {"proj_dim": args.proj_dim, "batch_size": args.batch_size, "cpu": os.cpu_count(), "threads": args.threads,
             "ru_maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "when": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
-    (RESULTS / "scale.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    meta["cache_bytes"] = os.environ.get("GRADIAN_CACHE_BYTES", "default (1 GiB)")
+    (RESULTS / args.results).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print("\n| rows | measured | wall (s) | peak RSS (MB) | store (MB) | store bytes/row |")
     print("|---:|---|---:|---:|---:|---:|")
     for r in results:

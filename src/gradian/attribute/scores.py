@@ -188,6 +188,7 @@ def gradient_embedding(
     power_iters: int = 1,
     shapes: dict[str, tuple[int, ...]] | None = None,
     device: torch.device | str = "cpu",
+    cache_bytes: int = 512 << 20,
 ) -> torch.Tensor:
     """Training rows embedded for clustering, (n rows of ``G``, dim) fp32 (computed in fp64): their top principal
     components over all ranks' rows.
@@ -198,7 +199,8 @@ def gradient_embedding(
     orthogonal in full dimension, so a random projection keeps mostly noise; the top principal directions keep what
     rows share, which is what a cluster is. They come from randomized subspace iteration in gradient space (seeded
     start ``Omega``, ``V <- orth(X^T X V)`` ``power_iters`` times, then Rayleigh-Ritz on ``X V``): each step is one
-    streamed pass whose (P, k) sums are all-reduced, so ranks never exchange rows. ``eig`` reuses the
+    streamed pass whose (P, k) sums are all-reduced, so ranks never exchange rows; the whitened rows are kept
+    between passes when they fit in ``cache_bytes`` (fp64). ``eig`` reuses the
     eigendecompositions `precondition` computed; ``shapes`` ({block: (out, in)}) is needed when a rank has no rows."""
     src = as_source(G)
     names = src.names
@@ -232,20 +234,33 @@ def gradient_embedding(
 
     shapes = shapes or src.shapes()
     P = {n: int(shapes[n][0]) * int(shapes[n][1]) for n in names}
+    # the whitened rows are needed by every pass: kept when they fit in ``cache_bytes``, else recomputed per pass
+    fits = src.n_local * sum(P.values()) * 8 <= cache_bytes
+    kept: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+    def whitened() -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        if kept:
+            yield from kept
+            return
+        for s, blocks in src.chunks():
+            xs = dict(rows(blocks))
+            if fits:
+                kept.append((s, xs))
+            yield s, xs
+
     V = {n: torch.randn(P[n], k, generator=gen, dtype=dt).to(device) for n in names}
     for _ in range(power_iters + 1):
         W = {n: torch.zeros(P[n], k, dtype=dt, device=device) for n in names}
-        for _, blocks in src.chunks():
-            xs = dict(rows(blocks))
+        for _, xs in whitened():
             Y = sum(xs[n] @ V[n] for n in names)
             for n in names:
                 W[n] += xs[n].T @ Y
         stacked, _ = torch.linalg.qr(torch.cat([src.dist.all_reduce(W[n]) for n in names]))
         V = dict(zip(names, torch.split(stacked, [P[n] for n in names]), strict=True))
     Y = torch.zeros(src.n_local, k, dtype=dt, device=device)
-    for s, blocks in src.chunks():
-        xs = dict(rows(blocks))
+    for s, xs in whitened():
         Y[s : s + next(iter(xs.values())).shape[0]] = sum(xs[n] @ V[n] for n in names)
+    kept.clear()
     evals, evecs = torch.linalg.eigh(src.dist.all_reduce(Y.T @ Y))
     order = torch.argsort(evals, descending=True)[:dim]
     return (Y @ evecs[:, order]).float().cpu()
