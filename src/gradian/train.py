@@ -26,6 +26,7 @@ On CPU a run is deterministic given ``seed`` (LoRA init, shuffling and dropout a
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import time
@@ -363,6 +364,23 @@ class _Rows:
         return {"input_ids": r["input_ids"], "labels": r["labels"]}
 
 
+def _keeps_thread_count(fn):
+    """``cpu_threads`` applies to one run: the process's torch thread count is restored afterwards."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+
+    return wrapper
+
+
+@_keeps_thread_count
 def train_lora(
     base: str | Path,
     train: str | Path,
@@ -378,32 +396,8 @@ def train_lora(
 
     ``config`` is a :class:`TrainConfig` or a mapping of its keys (aliases such as ``learning_rate`` accepted).
     ``exclude_rows`` is a list of 0-based train row indices, or a file of them, to leave out (counterfactual runs).
-    ``cpu_threads`` applies to this run only: the process's torch thread count is restored afterwards.
+    ``cpu_threads`` sets torch's thread count for this run only.
     """
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        return _train_lora(
-            base, train, out, eval_path=eval_path, config=config, exclude_rows=exclude_rows, progress=progress,
-            quiet=quiet,
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train_lora(
-    base: str | Path,
-    train: str | Path,
-    out: str | Path,
-    *,
-    eval_path: str | Path | None = None,
-    config: TrainConfig | dict[str, Any] | None = None,
-    exclude_rows: list[int] | str | Path | None = None,
-    progress: bool = True,
-    quiet: bool = False,
-) -> TrainResult:
-    """:func:`train_lora` without the thread-count restore."""
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
