@@ -149,3 +149,19 @@ def test_pickle_adapter_and_dora_refused(planted, tmp_path):
     with pytest.raises(GradianError, match="DoRA"):
         check_adapter(planted["adapter"], {"peft_type": "LORA", "use_dora": True})
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_bf16_store_halves_the_bytes_and_keeps_the_ranking(planted, tmp_path):
+    """--store-dtype bf16: gradients stored in half the bytes (factors stay fp64); scores follow the fp32 store's."""
+    runs = {}
+    for dt in ("fp32", "bf16"):
+        res = _core(planted, store_dir=tmp_path / dt, store_dtype=dt, batch_size=16)
+        size = sum(f.stat().st_size for f in Path(res.settings["store"]).glob("shard_*.safetensors"))
+        runs[dt] = (res, size)
+    (r32, s32), (r16, s16) = runs["fp32"], runs["bf16"]
+    g_bytes = 4 * r32.settings["stored_floats_per_row"] * r32.settings["n_train"]
+    assert s32 - s16 == pytest.approx(g_bytes / 2, rel=0.01)  # the gradients, and only they, halve
+    rho = spearmanr(r16.scores, r32.scores).statistic
+    assert rho >= 0.99, rho
+    y = np.array(planted["planted"])
+    assert roc_auc_score(y, r16.scores) >= roc_auc_score(y, r32.scores) - 0.01
