@@ -69,3 +69,17 @@ def test_doctor_adapter_for_another_base_is_an_error(tmp_path):
     assert check["status"] == "error"
     assert "do not fit" in check["detail"] and "shape [4, 32]" in check["detail"]
     assert "base_model_name_or_path" in check["fix"]
+
+
+def test_attribute_bad_option_values_are_one_line_before_loading():
+    e = "examples/stories260k"
+    common = ["attribute", "--run", f"{e}/run", "--train", f"{e}/data/train.jsonl", "--eval", f"{e}/data/eval.jsonl",
+              "--out", "/tmp/gradian-never-written", "--no-progress"]  # fmt: skip
+    for flag, value, want in (
+        ("--store-dtype", "fp16", "error: unknown --store-dtype 'fp16'. Fix: use fp32 or bf16."),
+        ("--method", "tracin", "error: unknown --method 'tracin'. Fix: use one of ekfac, kfac, datainf, exact,"),
+        ("--weighting", "loss", "error: unknown --weighting 'loss'. Fix: use uniform or regression."),
+    ):
+        res = gradian(*common, flag, value, cwd=BASE_DIR.parents[2])
+        assert res.returncode == 2
+        assert res.stderr.strip().startswith(want), res.stderr  # one line: nothing loaded, no warnings first

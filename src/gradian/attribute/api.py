@@ -99,6 +99,18 @@ class AdapterState:
     store_parts: dict[str, Any]  # what identifies its gradients in the store (the adapter's fingerprint)
 
 
+def check_options(method: str, weighting: str, store_dtype: str) -> None:
+    """One-line errors for option values, before anything is loaded."""
+    from gradian.attribute.scores import METHODS
+
+    if method not in METHODS:
+        raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
+    if weighting not in ("uniform", "regression"):
+        raise GradianError(f"unknown --weighting {weighting!r}", fix="use uniform or regression")
+    if store_dtype not in ("fp32", "bf16"):
+        raise GradianError(f"unknown --store-dtype {store_dtype!r}", fix="use fp32 or bf16")
+
+
 def select_queries(
     base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str
 ) -> tuple[list[int], np.ndarray]:
@@ -154,12 +166,9 @@ def run_attribution(
 
     from gradian.attribute import engine
     from gradian.attribute.collector import attach_projections, find_lora_blocks
-    from gradian.attribute.scores import METHODS, gradient_embedding, harm_scores, precondition
+    from gradian.attribute.scores import gradient_embedding, harm_scores, precondition
 
-    if method not in METHODS:
-        raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
-    if weighting not in ("uniform", "regression"):
-        raise GradianError(f"unknown weighting {weighting!r}", fix="use uniform or regression")
+    check_options(method, weighting, store_dtype)
     notes = list(notes or [])
     timings: dict[str, float] = {}
     progress = progress and dist.is_main
@@ -618,6 +627,8 @@ def attribute(
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
     from gradian.dist import device_for, from_env
+
+    check_options(method, weighting, store_dtype)
     from gradian.run import discover, format_settings, load_setup
 
     art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
