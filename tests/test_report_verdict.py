@@ -74,8 +74,9 @@ def test_content_finding_is_named_but_the_cause_stays_content():
     clusters, scores = concentrated_case([flag])
     v = make_verdict(clusters, [], examples(scores), REG)
     assert v["kind"] == "concentrated" and v["cause"] == "content"
-    assert "mechanical" not in v["text"] and "What they share: 60%" in v["text"] and "D105" in v["text"]
-    assert v["next_steps"][0].startswith("Fix train eval overlap (D105 train_eval_overlap): drop the overlapping")
+    assert "looks mechanical" not in v["text"] and "What they have in common: 60%" in v["text"] and "D105" in v["text"]
+    assert v["next_steps"][0].startswith("Drop the ")  # the rows first; what they share after
+    assert v["next_steps"][1].startswith("Fix train eval overlap (D105 train_eval_overlap): drop the overlapping")
 
 
 def test_minor_finding_is_not_mechanical():

@@ -246,29 +246,32 @@ def make_verdict(
             about = _join([f"'{c['label']}'" for c in content if c.get("label")])
             sentences.append(
                 ("Its" if len(content) == 1 else "Their")
-                + " rows carry no setup finding that explains them, so the cause looks like content"
+                + " rows carry no setup finding that explains them mechanically, so the cause looks like content"
                 + (f" (rows about {about})." if about else ".")
             )
         for c, f in linked:
             sentences.append(
-                f"What they share: {float(f['percent']):.0f}% of cluster {c['id']}'s rows are flagged by diagnose as "
-                f"{finding_title(f)}."
+                f"What they have in common: {float(f['percent']):.0f}% of cluster {c['id']}'s rows are flagged by "
+                f"diagnose as {finding_title(f)}."
             )
         drop = sorted(
             (r for c in culprits for r in c.get("rows", []) if scores.get(int(r), 0.0) > 0),
             key=lambda r: (-scores.get(int(r), 0.0), r),
         )
-        seen_fix = set()
-        for _, f in mech_found + linked:
-            if f.get("code") in seen_fix:
-                continue
-            seen_fix.add(f.get("code"))
-            if f.get("fix"):
-                next_steps.append(f"Fix {finding_title(f)}: {_fix_text(f)}.")
+        seen_fix: set[Any] = set()
+
+        def fix_steps(found: list[tuple[Any, Mapping[str, Any]]]) -> None:
+            for _, f in found:
+                if f.get("code") not in seen_fix and f.get("fix"):
+                    seen_fix.add(f.get("code"))
+                    next_steps.append(f"Fix {finding_title(f)}: {_fix_text(f)}.")
+
+        fix_steps(mech_found)  # a mechanical cause is fixed first
         next_steps.append(
             f"Drop the {_rows_word(len(drop))} with positive harm in {names} (listed in drop_rows.txt / "
             f"drop_rows.json), re-train, and {VERIFY_HINT}."
         )
+        fix_steps(linked)  # what the content rows share: worth fixing, after the rows themselves
         cause = "mechanical" if mech_found and not content else "content" if not mech_found else "mechanical+content"
         headline = (
             f"{names[0].upper()}{names[1:]} explain{'s' if len(culprits) == 1 else ''} {_pct(harm)} of the regression."
