@@ -76,7 +76,7 @@ def test_attribute_bad_option_values_are_one_line_before_loading():
     common = ["attribute", "--run", f"{e}/run", "--train", f"{e}/data/train.jsonl", "--eval", f"{e}/data/eval.jsonl",
               "--out", "/tmp/gradian-never-written", "--no-progress"]  # fmt: skip
     for flag, value, want in (
-        ("--store-dtype", "fp16", "error: unknown --store-dtype 'fp16'. Fix: use fp32 or bf16."),
+        ("--store-dtype", "fp16", "error: unknown --store-dtype 'fp16'. Fix: use auto, fp32 or bf16."),
         ("--method", "tracin", "error: unknown --method 'tracin'. Fix: use one of ekfac, kfac, datainf, exact,"),
         ("--weighting", "loss", "error: unknown --weighting 'loss'. Fix: use uniform or regression."),
     ):

@@ -107,8 +107,8 @@ def check_options(method: str, weighting: str, store_dtype: str) -> None:
         raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
     if weighting not in ("uniform", "regression"):
         raise GradianError(f"unknown --weighting {weighting!r}", fix="use uniform or regression")
-    if store_dtype not in ("fp32", "bf16"):
-        raise GradianError(f"unknown --store-dtype {store_dtype!r}", fix="use fp32 or bf16")
+    if store_dtype not in ("auto", "fp32", "bf16"):
+        raise GradianError(f"unknown --store-dtype {store_dtype!r}", fix="use auto, fp32 or bf16")
 
 
 def select_queries(
@@ -143,7 +143,7 @@ def run_attribution(
     batch_size: int = 8,
     store_dir: str | Path | None = None,
     store_parts: dict[str, Any] | None = None,
-    store_dtype: str = "fp32",
+    store_dtype: str = "auto",
     train_ids: Sequence[str | None] | None = None,
     eval_ids: list[str | None] | None = None,
     top: int = 20,
@@ -182,6 +182,8 @@ def run_attribution(
         proj_dim = AUTO_PROJ_DIM if n_params > AUTO_PROJECT_ABOVE else 0
     attach_projections(blocks, proj_dim, proj_seed)
     dev = next(model.parameters()).device
+    if store_dtype == "auto":  # the model's own precision: bf16 models (the GPU default) store bf16 gradients
+        store_dtype = "bf16" if next(model.parameters()).dtype == torch.bfloat16 else "fp32"
     settings = {
         "method": method,
         "damping": damping,
@@ -611,7 +613,7 @@ def attribute(
     top: int = 20,
     progress: bool = False,
     extra_methods: tuple[str, ...] = (),
-    store_dtype: str = "fp32",
+    store_dtype: str = "auto",
     dist: Dist | None = None,
     checkpoints: str = "last",
 ) -> AttributionResult:

@@ -34,7 +34,10 @@ def attribute_command(
         "weights.",
     ),
     store_dtype: str = typer.Option(
-        "fp32", "--store-dtype", help="Stored per-row gradients: fp32, or bf16 (half the disk; factors stay fp64)."
+        "auto",
+        "--store-dtype",
+        help="Stored per-row gradients: auto (bf16 for a bf16 model, else fp32), fp32 or bf16 (half the disk; "
+        "factors stay fp64).",
     ),
     max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
     eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
