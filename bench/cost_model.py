@@ -148,17 +148,17 @@ def scoring_flops_per_row(base: dict, a) -> dict[str, float]:
 
 
 def post_s_per_row(base: dict, a, gpu: str | None = None) -> dict[str, float]:
-    """Seconds per row on its rank outside the training pass (proj 32). Per checkpoint: a store write, then reads
-    for the covariance sums, the EK-FAC eigenvalues and the scores; once: 3 reads for the clustering embedding (2
-    subspace passes + the projection). Every write and read is sha256-checked and every read parsed (safetensors,
-    CPU). The scores and embedding passes convert each block to fp64 on the CPU before the copy to the GPU (a
-    blocking Tensor.to(cuda, float64) converts on the host); the eigenvalue pass copies the stored dtype and converts
-    on the GPU. The fp64 math runs on the GPU (`sdev` in api.py)."""
+    """Seconds per row on its rank outside the training pass (proj 32). Per checkpoint: a store write (the covariance
+    sums of fresh shards come from the pass), then reads for the EK-FAC eigenvalues and the scores; once: 3 reads for
+    the clustering embedding (2 subspace passes + the projection). Every write and read is sha256-checked and every
+    read parsed (safetensors, CPU). The scores and embedding passes convert each block to fp64 on the CPU before the
+    copy to the GPU (a blocking Tensor.to(cuda, float64) converts on the host); the eigenvalue pass copies the stored
+    dtype and converts on the GPU. The fp64 math runs on the GPU (`sdev` in api.py)."""
     st = store(base, a)
     F, b = int(st["floats_per_row"]), st["store_bytes"] / 1e6
     item = 2 if a.store_dtype == "bf16" else 4
     C = a.checkpoints
-    reads, writes, converted = 3 * C + 3, C, C + 3
+    reads, writes, converted = 2 * C + 3, C, C + 3
     disk = a.disk_gbps * 1e9 / a.gpus_per_node
     return {
         "write": writes * b / disk,

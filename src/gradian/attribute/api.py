@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.source import Stats
 from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
 
@@ -470,7 +471,6 @@ def _training_gradients(
     import torch
 
     from gradian.attribute import engine, robust
-    from gradian.attribute.scores import Stats
     from gradian.attribute.source import MemorySource, StoreSource
     from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
@@ -486,19 +486,14 @@ def _training_gradients(
         with robust.FaultInjector(model, train_fx, pad_id):
             if store_dir is None:
                 G: dict[str, list[torch.Tensor]] = {k: [] for k in names}
-                A: dict[str, torch.Tensor] = {}
-                S: dict[str, torch.Tensor] = {}
-                n_tok = n_ex = 0
+                stats = Stats.empty()
                 skipped: list[tuple[int, str]] = []
                 for i in mine:
                     lo, hi = rows_of[i]
                     ch = robust.gradients(model, blocks, train_fx[lo:hi], pad_id, state, offset=lo)
                     for k in names:
                         G[k].append(ch.G[k])
-                        A[k] = A[k] + ch.A[k] if k in A else ch.A[k]
-                        S[k] = S[k] + ch.S[k] if k in S else ch.S[k]
-                    n_tok += ch.n_tokens
-                    n_ex += ch.n_examples
+                    stats.add(ch.A, ch.S, ch.n_tokens, ch.n_examples)
                     skipped += [(lo + p, why) for p, why in ch.skipped]
                 positions = [p for i in mine for p in range(*rows_of[i])]
                 bad = {p for p, _ in skipped}
@@ -525,24 +520,19 @@ def _training_gradients(
                     "parts": parts,
                 }
                 store = GradientStore(Path(store_dir), store_key(parts), meta, shards=mine)
-                _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist)
+                fresh, computed = _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist)
                 src = StoreSource(store, names, dist)
-                A, S, n_tok, n_ex = src.stats()
+                stats = src.stats(known=fresh, skip=computed)  # the shards just written are not read back for it
                 skipped = store.skipped
     notes.extend(state.notes)
     if state.oom_retries:
         settings["oom_retries"] = state.oom_retries
-    stats = Stats(
-        {k: dist.all_reduce(v) for k, v in A.items()},
-        {k: dist.all_reduce(v) for k, v in S.items()},
-        int(dist.all_reduce_number(n_tok)),
-        int(dist.all_reduce_number(n_ex)),
-    )
-    return src, stats, skipped
+    return src, stats.all_reduced(dist), skipped
 
 
-def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist) -> None:
-    """Compute this rank's shards the store does not hold yet (resume), and say what was reused."""
+def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist) -> tuple[Stats, set[int]]:
+    """Compute this rank's shards the store does not hold yet (resume), and say what was reused. Returns the
+    covariance sums of the shards it computed, and which those are."""
     from gradian.attribute import robust
 
     for i, why in store.rejected:
@@ -557,14 +547,16 @@ def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, 
             f"reused, recomputing shard(s) {', '.join(map(str, missing))} ({store.dir})"
         )
     state.advance(sum(store.rows(i)[1] - store.rows(i)[0] for i in store.shards if i not in missing))
-    computed = 0
+    fresh = Stats.empty()
     for i in missing:
         lo, hi = store.rows(i)
         ch = robust.gradients(model, blocks, train_fx[lo:hi], pad_id, state, offset=lo)
         store.write_shard(i, ch.G, ch.A, ch.S, ch.n_tokens, ch.n_examples, [(lo + p, why) for p, why in ch.skipped])
-        computed += hi - lo
+        fresh.add(ch.A, ch.S, ch.n_tokens, ch.n_examples)
     settings["store"] = str(store.dir)
+    computed = sum(store.rows(i)[1] - store.rows(i)[0] for i in missing)
     settings["train_rows_computed"] = int(dist.all_reduce_number(computed))
+    return fresh, set(missing)
 
 
 def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence, list[str | None], int]:
@@ -629,9 +621,9 @@ def attribute(
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
     from gradian.dist import device_for, from_env
+    from gradian.run import discover, format_settings, load_setup
 
     check_options(method, weighting, store_dtype)
-    from gradian.run import discover, format_settings, load_setup
 
     art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
     if art.adapter_dir is None:

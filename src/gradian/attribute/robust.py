@@ -145,33 +145,22 @@ def gradients(
     Each finished batch is copied at once into one preallocated (rows, out, in) tensor per block: keeping the
     batches' own small tensors alive between the large temporaries of later batches fragments the heap (measured:
     6x the gradients' size in RSS on CPU)."""
+    from gradian.attribute.source import Stats
+
     names = [b.name for b in blocks]
     G: dict[str, torch.Tensor] = {}
-    A: dict[str, torch.Tensor] = {}
-    S: dict[str, torch.Tensor] = {}
-    n_tok = 0
-    n_ex = 0
+    st = Stats.empty()
     skipped: list[tuple[int, str]] = []
     deferred: list[tuple] = []  # batches with something non-finite: redone after the pass, row by row if needed
 
-    def add_stats(bA, bS, ntok):
-        nonlocal n_tok
-        for k, v in bA.items():
-            A[k] = A[k] + v if k in A else v
-        for k, v in bS.items():
-            S[k] = S[k] + v if k in S else v
-        n_tok += ntok
-
     def consume(start, n, grads, bA, bS, ntok):
-        nonlocal n_ex
         if not G:
             G.update({k: v.new_zeros((len(fxs), *v.shape[1:])) for k, v in grads.items()})
         ok = _finite_rows(grads)
         if bool(ok.all()) and _all_finite(bA) and _all_finite(bS):
             for k in names:
                 G[k][start : start + n].copy_(grads[k])
-            add_stats(bA, bS, ntok)
-            n_ex += n
+            st.add(bA, bS, ntok, n)
         else:
             deferred.append((start, n, grads, ok))
 
@@ -197,10 +186,9 @@ def gradients(
             for j, i in enumerate(g):
                 for k in names:
                     G[k][start + i] = sub.G[k][j]
-            add_stats(sub.A, sub.S, sub.n_tokens)
-            n_ex += sub.n_examples
+            st.add(sub.A, sub.S, sub.n_tokens, sub.n_examples)
             skipped += [(start + g[p], why) for p, why in sub.skipped]
-    return Chunk(G, A, S, n_tok, n_ex, sorted(skipped))
+    return Chunk(G, st.A_sum, st.S_sum, st.n_tokens, st.n_examples, sorted(skipped))
 
 
 class FaultInjector:

@@ -18,20 +18,11 @@ from dataclasses import dataclass, field
 import torch
 
 from gradian.attribute import curvature as cv
-from gradian.attribute.source import GradSource, as_source
+from gradian.attribute.plan import EMBED_CACHE_BYTES, EMBED_DIM
+from gradian.attribute.source import GradSource, Stats, as_source
 from gradian.errors import GradianError
 
 METHODS = ("ekfac", "kfac", "datainf", "exact", "identity", "cosine")
-
-
-@dataclass
-class Stats:
-    """Covariance sums from the training pass (one entry per block)."""
-
-    A_sum: dict[str, torch.Tensor]
-    S_sum: dict[str, torch.Tensor]
-    n_tokens: int
-    n_examples: int
 
 
 @dataclass
@@ -183,12 +174,12 @@ def gradient_embedding(
     *,
     eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] | None = None,
     damping_factor: float = 0.1,
-    dim: int = 32,
+    dim: int = EMBED_DIM,
     seed: int = 0,
     power_iters: int = 1,
     shapes: dict[str, tuple[int, ...]] | None = None,
     device: torch.device | str = "cpu",
-    cache_bytes: int = 512 << 20,
+    cache_bytes: int = EMBED_CACHE_BYTES,
 ) -> torch.Tensor:
     """Training rows embedded for clustering, (n rows of ``G``, dim) fp32 (computed in fp64): their top principal
     components over all ranks' rows.
@@ -209,20 +200,16 @@ def gradient_embedding(
     k = min(N, dim + 10)
     gen = torch.Generator().manual_seed(seed)
     dt = cv.F64  # fp32 is 3x faster here but flips the silhouette choice of k on the bundled example
-    white: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = {}
-    for n in names:
-        if method in ("ekfac", "kfac") and stats is not None:
-            if eig and n in eig:
-                QS, QA, lam, d = eig[n]
-            else:
-                QS, QA, lam_S, lam_A = _factors(stats, n, "cpu")
-                lam = (
-                    cv.kfac_eigenvalues(lam_S, lam_A) if method == "kfac" else ekfac_eigenvalues(src, {n: (QS, QA)})[n]
-                )
-                d = cv.default_damping(lam, damping_factor)
+    white: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = dict.fromkeys(names)
+    if method in ("ekfac", "kfac") and stats is not None:
+        eig = dict(eig or {})
+        todo = {n: _factors(stats, n, "cpu") for n in names if n not in eig}
+        refit = ekfac_eigenvalues(src, {n: f[:2] for n, f in todo.items()}) if method == "ekfac" and todo else {}
+        for n, (QS, QA, lam_S, lam_A) in todo.items():  # one pass for every block precondition did not cover
+            lam = refit[n] if method == "ekfac" else cv.kfac_eigenvalues(lam_S, lam_A)
+            eig[n] = (QS, QA, lam, cv.default_damping(lam, damping_factor))
+        for n, (QS, QA, lam, d) in eig.items():
             white[n] = (QS.to(device, dt), QA.to(device, dt), (lam + d).rsqrt().to(device, dt))
-        else:
-            white[n] = None
 
     def rows(blocks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
         for n in names:

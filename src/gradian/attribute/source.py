@@ -14,14 +14,45 @@ position of every yielded row, in order.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
+from gradian.attribute.plan import cache_bytes as default_cache_bytes
 from gradian.dist import SINGLE, Dist
 
-DEFAULT_CACHE_BYTES = 1 << 30  # shards kept in memory between scoring passes; GRADIAN_CACHE_BYTES overrides
+
+@dataclass
+class Stats:
+    """Covariance sums from the training pass (one entry per block) and the counts they are over."""
+
+    A_sum: dict[str, torch.Tensor]
+    S_sum: dict[str, torch.Tensor]
+    n_tokens: int
+    n_examples: int
+
+    @classmethod
+    def empty(cls) -> Stats:
+        return cls({}, {}, 0, 0)
+
+    def add(self, A: dict[str, torch.Tensor], S: dict[str, torch.Tensor], n_tokens: int, n_examples: int) -> None:
+        """Add one batch's or shard's sums (new tensors: the arguments are never changed in place)."""
+        for k, v in A.items():
+            self.A_sum[k] = self.A_sum[k] + v if k in self.A_sum else v
+        for k, v in S.items():
+            self.S_sum[k] = self.S_sum[k] + v if k in self.S_sum else v
+        self.n_tokens += n_tokens
+        self.n_examples += n_examples
+
+    def all_reduced(self, dist: Dist) -> Stats:
+        """The sums over every rank."""
+        return Stats(
+            {k: dist.all_reduce(v) for k, v in self.A_sum.items()},
+            {k: dist.all_reduce(v) for k, v in self.S_sum.items()},
+            int(dist.all_reduce_number(self.n_tokens)),
+            int(dist.all_reduce_number(self.n_examples)),
+        )
 
 
 class GradSource:
@@ -88,8 +119,7 @@ class StoreSource(GradSource):
         self.store = store
         self.names = list(names)
         self.dist = dist
-        env = os.environ.get("GRADIAN_CACHE_BYTES")
-        self.cache_bytes = int(env) if env else (DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes)
+        self.cache_bytes = default_cache_bytes() if cache_bytes is None else cache_bytes
         self._cache: dict[int, dict[str, torch.Tensor]] = {}
         self._cached = 0
         skip = {p for p, _ in store.skipped}
@@ -120,20 +150,19 @@ class StoreSource(GradSource):
             self._cached += size
         return G
 
-    def stats(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int, int]:
-        """Covariance sums and counts of this source's shards; reads (and caches) every shard once."""
-        A: dict[str, torch.Tensor] = {}
-        S: dict[str, torch.Tensor] = {}
-        n_tok = n_ex = 0
+    def stats(self, known: Stats | None = None, skip: set[int] | frozenset[int] = frozenset()) -> Stats:
+        """Covariance sums and counts of this source's shards: ``known`` (the sums of shards ``skip``, computed in
+        this run) plus every other shard's, read (and cached) once."""
+        total = Stats.empty()
+        if known is not None:
+            total.add(known.A_sum, known.S_sum, known.n_tokens, known.n_examples)
         for i in self.store.shards:
+            if i in skip:
+                continue
             sh = self.store.read_shard(i, self.names)
             self._remember(i, sh.G)
-            for b in self.names:
-                A[b] = A[b] + sh.A[b] if b in A else sh.A[b]
-                S[b] = S[b] + sh.S[b] if b in S else sh.S[b]
-            n_tok += sh.n_tokens
-            n_ex += sh.n_examples
-        return A, S, n_tok, n_ex
+            total.add(sh.A, sh.S, sh.n_tokens, sh.n_examples)
+        return total
 
     def chunks(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
         off = 0

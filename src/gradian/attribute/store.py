@@ -106,15 +106,6 @@ class Shard:
     skipped: list[tuple[int, str]]  # (training row position, reason): stored as zeros, not scored
 
 
-@dataclass
-class Loaded:
-    G: dict[str, torch.Tensor]
-    A_sum: dict[str, torch.Tensor]
-    S_sum: dict[str, torch.Tensor]
-    n_tokens: int
-    n_examples: int
-
-
 STORE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -276,24 +267,3 @@ class GradientStore:
             int(t["n_examples"][0]),
             [(int(p), str(w)) for p, w in rec.get("skipped", [])],
         )
-
-    def stats(self, blocks: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int, int]:
-        """Covariance sums and counts over this process's shards (one read of each)."""
-        A: dict[str, torch.Tensor] = {}
-        S: dict[str, torch.Tensor] = {}
-        n_tok = n_ex = 0
-        for i in self.shards:
-            sh = self.read_shard(i, blocks)
-            for b in blocks:
-                A[b] = A[b] + sh.A[b] if b in A else sh.A[b]
-                S[b] = S[b] + sh.S[b] if b in S else sh.S[b]
-            n_tok += sh.n_tokens
-            n_ex += sh.n_examples
-        return A, S, n_tok, n_ex
-
-    def load(self, blocks: list[str]) -> Loaded:
-        """Every one of this process's shards in memory (small stores and tests; scoring streams instead)."""
-        parts = [self.read_shard(i, blocks) for i in self.shards]
-        A, S, n_tok, n_ex = self.stats(blocks)
-        G = {b: torch.cat([p.G[b] for p in parts]).float() for b in blocks}
-        return Loaded(G, A, S, n_tok, n_ex)
