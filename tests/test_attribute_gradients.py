@@ -71,11 +71,17 @@ def test_padding_does_not_change_gradients():
     together, c1 = gradient_pass(model, blocks, fx, pad_id=0, batch_size=len(fx), covariance=True)
     alone, c2 = gradient_pass(model, blocks, fx, pad_id=0, batch_size=1, covariance=True)
     assert c1.n_tokens == c2.n_tokens == sum(len(f.input_ids) for f in fx)
+
+    # Llama's RMSNorm computes in fp32 even in an fp64 model, so batch shapes that change the fp64 matmuls'
+    # reduction order move results by ~1e-7 relative; padding that leaked in would move them by O(1)
+    def rel(x, y):
+        return float((x - y).norm() / y.norm())
+
     for b in blocks:
-        assert torch.allclose(together[b.name], alone[b.name], rtol=1e-9, atol=1e-12)
+        assert rel(together[b.name], alone[b.name]) < 1e-5
         # padding never enters the covariance statistics
-        assert torch.allclose(c1.A[b.name], c2.A[b.name], rtol=1e-9, atol=1e-12)
-        assert torch.allclose(c1.S[b.name], c2.S[b.name], rtol=1e-9, atol=1e-12)
+        assert rel(c1.A[b.name], c2.A[b.name]) < 1e-5
+        assert rel(c1.S[b.name], c2.S[b.name]) < 1e-5
 
 
 def test_projection_is_jl_and_consistent():
@@ -90,6 +96,14 @@ def test_projection_is_jl_and_consistent():
         want = exact[b.name] @ P.T if b.kind == "A" else P @ exact[b.name]
         assert torch.allclose(proj[b.name], want, rtol=1e-9, atol=1e-12)
         assert proj[b.name].shape[1:] == b.shape
+    # lora_A blocks that read one input (q/k/v, gate/up) project it with one matrix; lora_B blocks each draw their own
+    by = {b.name.rsplit(".", 2)[0] + "." + b.name.rsplit(".", 2)[1] + "." + b.kind: b for b in blocks}
+    layer0 = next(iter(by)).split(".self_attn")[0]
+    q, k, v = (by[f"{layer0}.self_attn.{m}_proj.A"] for m in "qkv")
+    assert q.proj is not None and q.proj is k.proj is v.proj
+    assert by[f"{layer0}.mlp.gate_proj.A"].proj is by[f"{layer0}.mlp.up_proj.A"].proj
+    qb, kb = by[f"{layer0}.self_attn.q_proj.B"], by[f"{layer0}.self_attn.k_proj.B"]
+    assert qb.proj is not None and kb.proj is not None and qb.proj is not kb.proj
 
 
 def test_dora_is_refused_in_one_line():

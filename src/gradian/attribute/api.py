@@ -471,6 +471,7 @@ def _training_gradients(
     import torch
 
     from gradian.attribute import engine, robust
+    from gradian.attribute.collector import PROJ_SCHEME
     from gradian.attribute.source import MemorySource, StoreSource
     from gradian.attribute.store import GradientStore, data_fingerprint, store_key
 
@@ -507,6 +508,7 @@ def _training_gradients(
                     "data": data_fingerprint(train_fx),
                     "proj_dim": settings["proj_dim"],
                     "proj_seed": settings["proj_seed"],
+                    "proj_scheme": PROJ_SCHEME,
                     "dtype": settings["dtype"],
                     "blocks": [[b.name, list(b.shape)] for b in blocks],
                     "schema": 3,

@@ -94,11 +94,31 @@ def rademacher(k: int, d: int, seed: int, name: str, dtype: torch.dtype = torch.
     return (signs.to(dtype) * 2 - 1) / (k**0.5)
 
 
+PROJ_SCHEME = "shared-input/1"  # part of the store key: how projections are drawn
+
+
+def projection_seed_name(b: Block) -> str:
+    """What a block's projection is seeded by. lora_A blocks of one parent module (``...self_attn``, ``...mlp``) with
+    the same input width share one projection, so blocks that read the same input (q/k/v, gate/up) project it once;
+    every lora_B block has its own."""
+    if b.kind == "A":
+        return f"{b.name.rsplit('.', 2)[0]}:A:{b.d_in}"
+    return b.name
+
+
 def attach_projections(blocks: Sequence[Block], proj_dim: int, seed: int = 0) -> None:
-    """Give every block whose wide side exceeds ``proj_dim`` a projection (``proj_dim`` 0: exact, none)."""
+    """Give every block whose wide side exceeds ``proj_dim`` a projection (``proj_dim`` 0: exact, none). Blocks with
+    the same :func:`projection_seed_name` get the same tensor."""
+    drawn: dict[str, torch.Tensor] = {}
     for b in blocks:
         wide = b.d_in if b.kind == "A" else b.d_out
-        b.proj = rademacher(proj_dim, wide, seed, b.name) if 0 < proj_dim < wide else None
+        if not 0 < proj_dim < wide:
+            b.proj = None
+            continue
+        name = projection_seed_name(b)
+        if name not in drawn:
+            drawn[name] = rademacher(proj_dim, wide, seed, name)
+        b.proj = drawn[name]
 
 
 def token_losses(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -111,6 +131,9 @@ def token_losses(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch
     m = loss_mask[:, 1:].to(dt)
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="none")
     return (nll.view(tgt.shape) * m).sum(dim=1)
+
+
+STACK_NUMEL = 1 << 17  # units whose input + output gradient hold more elements than this are not stacked
 
 
 class GradientCollector:
@@ -136,6 +159,9 @@ class GradientCollector:
         self.S: dict[str, torch.Tensor] = {}  # sum over tokens of delta delta^T
         self.n_tokens = 0
         self.n_examples = 0
+        # of the last batch: which rows have finite gradients (B,), and whether its covariance sums are finite
+        self.rows_finite: torch.Tensor = torch.ones(0, dtype=torch.bool)
+        self.stats_finite = True
 
     def __enter__(self) -> GradientCollector:
         for b in self.blocks:
@@ -173,50 +199,70 @@ class GradientCollector:
             (b, a, o) for b in self.blocks for a, o in zip(self._inputs[b.name], self._outputs[b.name], strict=True)
         ]
         deltas = torch.autograd.grad(loss, [o for _, _, o in calls], allow_unused=True)
+        result = self._from_deltas(calls, deltas, token_mask)
+        self.reset()
+        return result
+
+    def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The per-example gradients (and covariance sums) from every call's input and output gradient."""
         m = token_mask.to(torch.bool)
         B = m.shape[0]
-        # units: calls that share one input tensor (q/k/v lora_A, gate/up lora_A) are handled as one wider block
+        # units: calls that share one input tensor and projection (q/k/v lora_A, gate/up lora_A) are one wider block
         units: dict[tuple, list[int]] = {}
         for j, (b, a, _) in enumerate(calls):
-            shared = b.kind == "A" and b.proj is None
-            key = (a.data_ptr(), tuple(a.shape), a.stride(), a.dtype) if shared else ("call", j)
+            shared = b.kind == "A"
+            key = (a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, id(b.proj)) if shared else ("call", j)
             units.setdefault(key, []).append(j)
+        # groups: same-shape units stacked into one batched matmul when they are small (per-op overhead dominates);
+        # large ones run one by one (stacking would copy them, which costs more than the op overhead it saves)
         groups: dict[tuple, list[list[int]]] = {}
         for js in units.values():
             b, a, o = calls[js[0]]
             key = (b.kind, tuple(a.shape), tuple(o.shape), a.dtype, b.proj is not None and tuple(b.proj.shape), len(js))
+            if a.numel() + o.numel() * len(js) > STACK_NUMEL:
+                key = (*key, js[0])
             groups.setdefault(key, []).append(js)
         result: dict[str, torch.Tensor] = {}
-        real = m.reshape(-1).nonzero().squeeze(1) if self.covariance else None
+        self.rows_finite = torch.ones(B, dtype=torch.bool, device=m.device)
+        self._stats_ok = torch.ones((), dtype=torch.bool, device=m.device)
+        real = None if not self.covariance or bool(m.all()) else m.reshape(-1).nonzero().squeeze(1)
         for us in groups.values():
-            self._collect_group(calls, deltas, us, m, real, result)
+            self._collect_group(calls, deltas, us, real, result)
+        self.rows_finite = self.rows_finite.cpu()
+        self.stats_finite = bool(self._stats_ok)
         if self.covariance:
             self.n_tokens += int(m.sum())
             self.n_examples += B
-        self.reset()
         return result
 
-    def _collect_group(self, calls, deltas, units, m, real, result: dict[str, torch.Tensor]) -> None:
+    def _collect_group(self, calls, deltas, units, real, result: dict[str, torch.Tensor]) -> None:
         """Gradients (and covariance sums) of same-shape units (each: the calls sharing one input, their output
-        gradients concatenated), stacked along a leading group axis: one bmm for all their per-example gradients."""
+        gradients concatenated), along a leading group axis: one bmm for all their per-example gradients.
+
+        Padding needs no mask here: the loss is masked and attention is causal with right padding, so ``delta`` is
+        exactly 0 at padded positions and they add nothing to ``G``; the covariance sums take the real tokens only
+        (``real``; None when there is no padding)."""
         first = calls[units[0][0]]
         kind, proj = first[0].kind, first[0].proj is not None
         wd = torch.float64 if first[1].dtype == torch.float64 else torch.float32
         mult = len(units[0])
-        a = torch.stack([calls[js[0]][1].detach() for js in units]).to(wd)  # (s, B, T, i)
-        a = a * m.to(wd).unsqueeze(-1)  # padding out of a; delta is exactly 0 there (masked loss, causal)
 
         def delta(j):
             g = deltas[j]
             return torch.zeros_like(calls[j][2]) if g is None else g
 
-        if mult == 1:
-            d = torch.stack([delta(js[0]) for js in units])
+        def unit_delta(js):
+            return delta(js[0]) if len(js) == 1 else torch.cat([delta(j) for j in js], dim=-1)
+
+        if len(units) == 1:  # no stacking copy
+            a = calls[units[0][0]][1].detach().unsqueeze(0)
+            d = unit_delta(units[0]).detach().unsqueeze(0)
         else:
-            d = torch.stack([torch.cat([delta(j) for j in js], dim=-1) for js in units])
-        d = d.detach().to(wd)  # (s, B, T, mult * o)
+            a = torch.stack([calls[js[0]][1].detach() for js in units])  # (s, B, T, i)
+            d = torch.stack([unit_delta(js) for js in units]).detach()  # (s, B, T, mult * o)
+        a, d = a.to(wd), d.to(wd)
         s_, Bsz, T = d.shape[:3]
-        if proj:  # mult == 1: each projected block is its own unit
+        if proj:
             P = self._proj_stack([calls[js[0]][0] for js in units], wd, d.device)  # (s, k, wide)
             if kind == "A":
                 a = (a.reshape(s_, Bsz * T, -1) @ P.transpose(1, 2)).view(s_, Bsz, T, -1)
@@ -224,9 +270,15 @@ class GradientCollector:
                 d = (d.reshape(s_, Bsz * T, -1) @ P.transpose(1, 2)).view(s_, Bsz, T, -1)
         i_dim, od = a.shape[-1], d.shape[-1]
         o_dim = od // mult
-        # G_i = sum_t delta_t a_t^T for every (block, example) of the group in one bmm
-        g = torch.matmul(d.reshape(s_ * Bsz, T, od).transpose(1, 2), a.reshape(s_ * Bsz, T, i_dim))
+        # G_i = sum_t delta_t a_t^T for every (block, example) of the group in one bmm; computed as (a^T delta)^T
+        # when the output side is the wider one (a tall-thin product runs ~3x slower than a short-wide one)
+        d3, a3 = d.reshape(s_ * Bsz, T, od), a.reshape(s_ * Bsz, T, i_dim)
+        if od > i_dim:
+            g = torch.matmul(a3.transpose(1, 2), d3).transpose(1, 2)
+        else:
+            g = torch.matmul(d3.transpose(1, 2), a3)
         g = g.view(s_, Bsz, od, i_dim)
+        self.rows_finite &= torch.isfinite(g.sum((-2, -1))).all(0)  # a NaN or Inf anywhere makes its sum one
         for u, js in enumerate(units):
             for c, j in enumerate(js):
                 name = calls[j][0].name
@@ -234,17 +286,19 @@ class GradientCollector:
                 result[name] = gj if name not in result else result[name] + gj
         if not self.covariance:
             return
-        # covariance over the real tokens only (padding: ~30% of a length-mixed batch)
-        a2 = a.reshape(s_, Bsz * T, i_dim).index_select(1, real)
+        a2 = a.reshape(s_, Bsz * T, i_dim)
+        d2 = d.reshape(s_, Bsz * T, od)
+        if real is not None:  # padding: ~30% of a length-mixed batch
+            a2, d2 = a2.index_select(1, real), d2.index_select(1, real)
         A = (a2.transpose(1, 2) @ a2).to(self.stat_dtype)  # (s, i, i)
-        d2 = d.reshape(s_, Bsz * T, od).index_select(1, real)
         S = (d2.transpose(1, 2) @ d2).to(self.stat_dtype)  # (s, mult*o, mult*o): diagonal blocks per call
+        self._stats_ok &= torch.isfinite(A.sum() + S.sum())
         for u, js in enumerate(units):
             for c, j in enumerate(js):
                 name = calls[j][0].name
                 Au, Sj = A[u], S[u, c * o_dim : (c + 1) * o_dim, c * o_dim : (c + 1) * o_dim]
-                self.A[name] = self.A[name] + Au if name in self.A else Au.clone()
-                self.S[name] = self.S[name] + Sj if name in self.S else Sj.clone()
+                self.A[name] = self.A[name] + Au if name in self.A else Au  # never changed in place
+                self.S[name] = self.S[name] + Sj if name in self.S else Sj
 
     def _proj_stack(self, blocks: list[Block], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         key = (tuple(b.name for b in blocks), dtype, str(device))

@@ -69,27 +69,15 @@ def _free_accelerator_memory() -> None:
         mps.empty_cache()
 
 
-def _finite_rows(grads: dict[str, torch.Tensor]) -> torch.Tensor:
-    ok = None
-    for v in grads.values():
-        r = torch.isfinite(v).reshape(v.shape[0], -1).all(dim=1)
-        ok = r if ok is None else ok & r
-    assert ok is not None
-    return ok
-
-
-def _all_finite(tensors: dict[str, torch.Tensor]) -> bool:
-    return all(bool(torch.isfinite(t).all()) for t in tensors.values())
-
-
 def _why(grads: dict[str, torch.Tensor], row: int) -> str:
     has_nan = any(bool(torch.isnan(v[row]).any()) for v in grads.values())
     return "nan gradient" if has_nan else "inf gradient"
 
 
 def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, offset: int, consume) -> None:
-    """Batches over ``fxs``, each handed to ``consume(start, n, grads, A, S, n_tokens)`` as it finishes; on OOM the
-    batch size is halved and the pass retried from the first unfinished batch."""
+    """Batches over ``fxs``, each handed to ``consume(start, n, grads, A, S, n_tokens, rows_finite, stats_finite)``
+    as it finishes (the finiteness flags come from the collector, checked per group of blocks); on OOM the batch size
+    is halved and the pass retried from the first unfinished batch."""
     from gradian.attribute import engine
 
     pos = 0
@@ -104,7 +92,7 @@ def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, offse
             col.S.clear()
             col.n_tokens = 0
             col.n_examples = 0
-            consume(start + s, n, grads, A, S, ntok)
+            consume(start + s, n, grads, A, S, ntok, col.rows_finite, col.stats_finite)
             done[0] = start + s + n
             if advance:
                 state.advance(n)
@@ -153,11 +141,10 @@ def gradients(
     skipped: list[tuple[int, str]] = []
     deferred: list[tuple] = []  # batches with something non-finite: redone after the pass, row by row if needed
 
-    def consume(start, n, grads, bA, bS, ntok):
+    def consume(start, n, grads, bA, bS, ntok, ok, stats_ok):
         if not G:
             G.update({k: v.new_zeros((len(fxs), *v.shape[1:])) for k, v in grads.items()})
-        ok = _finite_rows(grads)
-        if bool(ok.all()) and _all_finite(bA) and _all_finite(bS):
+        if stats_ok and bool(ok.all()):
             for k in names:
                 G[k][start : start + n].copy_(grads[k])
             st.add(bA, bS, ntok, n)

@@ -224,8 +224,9 @@ class GradientStore:
         lo, hi = self.rows(i)
         gdt = STORE_DTYPES[self.meta["dtype"]]
         tensors = {f"g.{k}": v.to(gdt).contiguous() for k, v in G.items()}
-        tensors |= {f"A.{k}": v.to(torch.float64).contiguous() for k, v in A.items()}
-        tensors |= {f"S.{k}": v.to(torch.float64).contiguous() for k, v in S.items()}
+        # sums of blocks that share an input are one tensor in memory; safetensors stores each on its own: clone
+        tensors |= {f"A.{k}": v.to(torch.float64).clone(memory_format=torch.contiguous_format) for k, v in A.items()}
+        tensors |= {f"S.{k}": v.to(torch.float64).clone(memory_format=torch.contiguous_format) for k, v in S.items()}
         tensors["n_tokens"] = torch.tensor([n_tok], dtype=torch.int64)
         tensors["n_examples"] = torch.tensor([hi - lo if n_examples is None else n_examples], dtype=torch.int64)
         skipped = [[int(p), str(why)] for p, why in (skipped or [])]
