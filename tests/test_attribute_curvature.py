@@ -112,3 +112,52 @@ def test_agreement_with_dense_damped_fisher(small_adapter_grads, factor):
         + str({k: round(v, 4) for k, v in r.items()})
     )
     assert r["exact"] > 0.999999
+
+
+def test_rotate_rows_equals_rotate():
+    g = torch.Generator().manual_seed(3)
+    G = torch.randn(9, 5, 7, generator=g)  # fp32, as the store keeps them
+    QS = torch.linalg.qr(torch.randn(5, 5, generator=g, dtype=F64))[0]
+    QA = torch.linalg.qr(torch.randn(7, 7, generator=g, dtype=F64))[0]
+    assert torch.allclose(cv.rotate_rows(G, QS, QA), cv.rotate(G, QS, QA), rtol=1e-12, atol=1e-14)
+
+
+def test_kept_rotated_rows_give_the_streamed_scores_and_embedding(small_adapter_grads, monkeypatch):
+    """EK-FAC: the rows precondition rotates for its eigenvalues, kept, give the same scores and embedding as
+    streaming the gradients again (rotated per chunk, nothing kept), and as the embedding's own refit."""
+    from gradian.attribute import scores
+    from gradian.attribute.source import MemorySource
+
+    G, stats, V = small_adapter_grads
+    monkeypatch.setattr(scores, "ROTATE_ROWS_CPU", 3)  # several rotation steps per chunk, one cut short
+    src = MemorySource(G, chunk=16)  # 40 rows: three chunks, the last short
+    kept = precondition("ekfac", V, src, stats, keep_rows=True)
+    streamed = precondition("ekfac", V, src, stats)
+    assert kept.rotated is not None and streamed.rotated is None
+    assert precondition("ekfac", V, src, stats, keep_rows=True, cache_bytes=0).rotated is None  # does not fit
+    h_stream = harm_scores("ekfac", streamed.X, src)
+    h_kept = harm_scores("ekfac", kept.X, src, rotated=kept.rotated)
+    assert torch.allclose(h_kept, h_stream, rtol=1e-10, atol=1e-10 * float(h_stream.abs().max()))
+    ident = precondition("cosine", V, src, stats).X
+    c_kept = harm_scores("cosine", ident, src, rotated=kept.rotated)
+    assert torch.allclose(c_kept, harm_scores("cosine", ident, src), rtol=1e-10, atol=1e-12)
+
+    kw = {"dim": 6, "seed": 1}
+    e_kept = scores.gradient_embedding("ekfac", src, stats, eig=kept.eig, rotated=kept.rotated, **kw)
+    e_stream = scores.gradient_embedding("ekfac", src, stats, eig=streamed.eig, cache_bytes=0, **kw)
+    e_cached = scores.gradient_embedding("ekfac", src, stats, eig=streamed.eig, **kw)
+    e_refit = scores.gradient_embedding("ekfac", src, stats, cache_bytes=0, **kw)  # its own eigenvalue pass
+    assert e_kept.shape == (40, 6)
+    for e in (e_stream, e_cached, e_refit):
+        sign = torch.sign((e * e_kept).sum(0))  # principal components: each up to sign
+        assert torch.allclose(e * sign, e_kept, rtol=1e-4, atol=1e-5 * float(e_kept.abs().max()))
+    # with k = N the subspace is every row's span, so the embedding is the whitened rows' exact top components
+    X = torch.cat(
+        [(cv.rotate(G[n], QS, QA) / (lam + d).sqrt()).reshape(40, -1) for n, (QS, QA, lam, d) in kept.eig.items()], 1
+    )
+    U, S, _ = torch.linalg.svd(X, full_matrices=False)
+    want = (U * S)[:, :6].float()
+    for rot in (kept.rotated, None):
+        e = scores.gradient_embedding("ekfac", src, stats, eig=kept.eig, rotated=rot, dim=39, seed=1)[:, :6]
+        sign = torch.sign((e * want).sum(0))
+        assert torch.allclose(e * sign, want, rtol=1e-4, atol=1e-5 * float(want.abs().max()))

@@ -302,24 +302,29 @@ def run_attribution(
         t = time.perf_counter()
         pos_c = src.positions.numpy()
         seen[pos_c] += 1
-        eig = None
+        eig = rotated = None
         for m in methods:
-            pre = precondition(m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev)
-            h = harm_scores(m, pre.X, src, device=sdev).numpy()
+            keep = m == method and c is states[-1]  # its rotated rows serve its scores and the embedding
+            pre = precondition(
+                m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev, keep_rows=keep
+            )
+            h = harm_scores(m, pre.X, src, device=sdev, rotated=pre.rotated).numpy()
             if len(states) == 1:
                 acc[m] = h
             else:  # dense over all rows: checkpoints may leave out different (non-finite) rows
                 acc.setdefault(m, np.zeros((h.shape[0], len(train_fx))))[:, pos_c] += c.weight * h
             if m == method:
-                eig = pre.eig
+                eig, rotated = pre.eig, pre.rotated
                 settings["damping_used"] = {"mean": float(np.mean(list(pre.damping.values())))} if pre.damping else None
         timings["scores_s"] = timings.get("scores_s", 0.0) + time.perf_counter() - t
     # the clustering embedding: the newest state's gradient geometry (states are oldest first)
     t = time.perf_counter()
     shapes = {b.name: b.shape for b in blocks}
     emb_local = gradient_embedding(
-        method, src, stats, eig=eig, damping_factor=damping_factor, seed=proj_seed, shapes=shapes, device=sdev
-    ).numpy()
+        method, src, stats, eig=eig, rotated=rotated, damping_factor=damping_factor, seed=proj_seed, shapes=shapes,
+        device=sdev,
+    ).numpy()  # fmt: skip
+    del pre, rotated  # the rotated rows are not needed past here
     timings["embedding_s"] = time.perf_counter() - t
     positions = src.positions.numpy()
     if len(states) > 1:  # rows scored at every state

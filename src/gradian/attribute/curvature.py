@@ -44,6 +44,16 @@ def rotate(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tensor:
     return QS.T @ G.to(F64) @ QA
 
 
+def rotate_rows(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tensor:
+    """``QS^T G_i QA`` for every row of ``G`` (n, out, in), fp64 on ``QS``'s device, as two plain matrix products
+    (the rows laid out (out, n * in), then (out * n, in)) instead of n small ones: an (n, out, in) view of an
+    (out, n, in) tensor."""
+    n, o, i = G.shape
+    Gp = torch.empty(o, n, i, dtype=F64, device=QS.device)
+    Gp.copy_(G.permute(1, 0, 2))
+    return ((QS.T @ Gp.view(o, n * i)).view(o * n, i) @ QA).view(o, n, i).permute(1, 0, 2)
+
+
 def unrotate(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tensor:
     return QS @ G @ QA.T
 

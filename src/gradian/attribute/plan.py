@@ -43,7 +43,7 @@ FACTOR_METHODS = ("ekfac", "kfac")  # methods that build Kronecker factors
 MEMORY_CHUNK_ROWS = 1024  # rows per chunk of gradients held in memory (source.MemorySource)
 CACHE_BYTES = 1 << 30  # shards kept in RAM between scoring passes (source.StoreSource)
 EMBED_DIM = 32  # gradient_embedding's default dim
-EMBED_CACHE_BYTES = 512 << 20  # gradient_embedding keeps all whitened rows (fp64) between its passes when they fit
+EMBED_CACHE_BYTES = 512 << 20  # training rows in the eigenbases (fp64), kept for scores and embedding if they fit
 MAX_SHARD_ROWS = 4096  # as api.shard_size
 SHARD_TARGET_BYTES = 256 << 20
 DEFAULT_NAME_LEN = 56  # len("base_model.model.model.layers.31.self_attn.q_proj.lora_A")
@@ -318,7 +318,7 @@ def estimate(
         chunk = min(MEMORY_CHUNK_ROWS, N)
         host = 0
     host += 8 * (chunk * F + M * F + M * N + 2 * N + 3 * F * k + N * k)  # whitened chunk, harm, embedding
-    host += 8 * N * F if 8 * N * F <= EMBED_CACHE_BYTES else 0  # the embedding's whitened rows, when they fit
+    host += 8 * N * F if 8 * N * F <= EMBED_CACHE_BYTES else 0  # the rotated rows (scores, embedding), when they fit
     device = 8 * (2 * M * F + 2 * chunk * widest)  # query rows in and out, one block of a chunk in fp64 (rotated)
     factors = _factor_bytes(shapes, proj_dim) if method in FACTOR_METHODS else 0
     exact = 8 * (N * N + N * F + N * M) if method == "exact" else None

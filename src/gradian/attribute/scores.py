@@ -22,7 +22,23 @@ from gradian.attribute.plan import EMBED_CACHE_BYTES, EMBED_DIM
 from gradian.attribute.source import GradSource, Stats, as_source
 from gradian.errors import GradianError
 
+ROTATE_ROWS_CPU = 128  # rows rotated at a time on a CPU (one block's intermediates stay in cache)
 METHODS = ("ekfac", "kfac", "datainf", "exact", "identity", "cosine")
+
+Layout = dict[str, tuple[int, int, int]]  # block: (offset, out, in) in a row of every block side by side
+Bases = dict[str, tuple[torch.Tensor, torch.Tensor]]  # block: (QS, QA), the Kronecker eigenbasis
+
+
+@dataclass
+class EigenRows:
+    """This rank's training rows in the blocks' Kronecker eigenbases, kept by :func:`precondition` (EK-FAC) for
+    :func:`harm_scores` and :func:`gradient_embedding`: ``rows`` (n local rows, F) fp64 on the scoring device, row
+    i holding ``QS^T G_i QA`` of every block flattened, at ``at[block] = (offset, out, in)``; ``bases`` {block: (QS,
+    QA)}."""
+
+    rows: torch.Tensor
+    at: Layout
+    bases: Bases
 
 
 @dataclass
@@ -33,6 +49,66 @@ class Preconditioned:
     damping: dict[str, float] = field(default_factory=dict)
     # EK-FAC / K-FAC only: per block (QS, QA, eigenvalues, damping), reused by gradient_embedding
     eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = field(default_factory=dict)
+    # EK-FAC with ``keep_rows`` only, when they fit: the training rows in the eigenbases (the eigenvalue pass's)
+    rotated: EigenRows | None = None
+
+
+def _layout(names: list[str], shapes: dict[str, tuple[int, ...]]) -> tuple[Layout, int]:
+    """Every block's (offset, out, in) in a row of the blocks side by side in ``names`` order, and the row's width."""
+    at: Layout = {}
+    off = 0
+    for n in names:
+        o, i = int(shapes[n][0]), int(shapes[n][1])
+        at[n] = (off, o, i)
+        off += o * i
+    return at, off
+
+
+def _step(device: torch.device | str) -> int:
+    """Rows rotated at a time: on a CPU few enough that one block's intermediates stay in cache."""
+    return ROTATE_ROWS_CPU if torch.device(device).type == "cpu" else 4096
+
+
+def _fill(dst: torch.Tensor, blocks: dict[str, torch.Tensor], at: Layout) -> None:
+    """``dst`` (n, F) fp64 <- the chunk's n rows (``blocks``), each block at its place in ``at``."""
+    n = dst.shape[0]
+    for name, (off, o, i) in at.items():
+        dst[:, off : off + o * i].copy_(blocks[name].reshape(n, o * i))
+
+
+def _in_bases(M: torch.Tensor, at: Layout, bases: Bases, back: bool = False) -> torch.Tensor:
+    """The rows of ``M`` (m, F) with each block in ``bases`` rotated into its eigenbasis, ``QS^T M_b QA`` (``back``:
+    out of it, ``QS M_b QA^T``); ``M`` itself when ``bases`` is empty."""
+    if not bases:
+        return M
+    m = M.shape[0]
+    out = torch.empty(m, M.shape[1], dtype=cv.F64, device=M.device)
+    for name, (off, o, i) in at.items():
+        x = M[:, off : off + o * i].reshape(m, o, i)
+        if name in bases:
+            QS, QA = bases[name]
+            x = cv.rotate_rows(x, QS.T, QA.T) if back else cv.rotate_rows(x, QS, QA)
+        out[:, off : off + o * i].view(m, o, i).copy_(x)
+    return out
+
+
+def _square_sums(
+    src: GradSource, at: Layout, F: int, bases: Bases, device: torch.device | str, keep: torch.Tensor | None = None
+) -> torch.Tensor:
+    """This rank's ``sum_i x_i^2`` (F,) over its rows ``x_i`` in the eigenbases (``bases`` has every block of ``at``),
+    one pass; the rows are written to ``keep`` (n local, F) when it is given."""
+    step = _step(device)
+    total = torch.zeros(F, dtype=cv.F64, device=device)
+    for s, blocks in src.chunks():
+        n = next(iter(blocks.values())).shape[0]
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            for name, (off, o, i) in at.items():
+                z = cv.rotate_rows(blocks[name][a:b], *bases[name])
+                total[off : off + o * i] += (z * z).sum(0).reshape(-1)
+                if keep is not None:
+                    keep[s + a : s + b, off : off + o * i].view(b - a, o, i).copy_(z)
+    return total
 
 
 def _factors(stats: Stats, n: str, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -42,16 +118,18 @@ def _factors(stats: Stats, n: str, device) -> tuple[torch.Tensor, torch.Tensor, 
     return QS, QA, lam_S, lam_A
 
 
+def _ekfac_lams(sums: torch.Tensor, src: GradSource, at: Layout, names) -> dict[str, torch.Tensor]:
+    """The EK-FAC eigenvalues (out, in) of blocks ``names`` from this rank's square sums (all-reduced here)."""
+    mean = src.dist.all_reduce(sums) / max(src.n_global, 1)
+    return {n: mean[at[n][0] : at[n][0] + at[n][1] * at[n][2]].view(at[n][1], at[n][2]) for n in names}
+
+
 def ekfac_eigenvalues(
     src: GradSource, bases: dict[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device | str = "cpu"
 ) -> dict[str, torch.Tensor]:
     """EK-FAC eigenvalues ``mean_i (QS^T G_i QA)^2`` of every block in ``bases`` ({block: (QS, QA)}), one pass."""
-    total = {n: torch.zeros(QS.shape[0], QA.shape[0], dtype=cv.F64, device=device) for n, (QS, QA) in bases.items()}
-    for _, blocks in src.chunks():
-        for n, (QS, QA) in bases.items():
-            total[n] += cv.rotate(blocks[n].to(device), QS, QA).pow(2).sum(0)
-    N = max(src.n_global, 1)
-    return {n: src.dist.all_reduce(t) / N for n, t in total.items()}
+    at, F = _layout(list(bases), {n: (QS.shape[0], QA.shape[0]) for n, (QS, QA) in bases.items()})
+    return _ekfac_lams(_square_sums(src, at, F, bases, device), src, at, list(bases))
 
 
 def mean_sq_norms(src: GradSource) -> dict[str, float]:
@@ -75,12 +153,16 @@ def precondition(
     damping: float | dict[str, float] | None = None,
     damping_factor: float = 0.1,
     device: torch.device | str = "cpu",
+    keep_rows: bool = False,
+    cache_bytes: int = EMBED_CACHE_BYTES,
 ) -> Preconditioned:
     """Apply the method's damped inverse curvature to the query rows ``V[block]`` (M, out, in).
 
     ``G`` is the training gradients (a :class:`GradSource`, read in chunks, or a dict of (N, out, in) tensors).
     ``damping`` (absolute: one number for every block, or a dict per block) overrides ``damping_factor x mean
-    eigenvalue`` per block."""
+    eigenvalue`` per block. ``keep_rows`` (EK-FAC): keep the training rows its eigenvalue pass rotates, when they fit
+    in ``cache_bytes`` (fp64), as ``rotated``, so that :func:`harm_scores` and :func:`gradient_embedding` need not
+    read and rotate them again."""
     src = as_source(G)
     if isinstance(damping, dict):
         per_block = damping
@@ -123,10 +205,17 @@ def precondition(
         return Preconditioned(out, used)
     assert stats is not None
     fac = {n: _factors(stats, n, device) for n in names}
+    rotated = None
     if method == "kfac":
         lams = {n: cv.kfac_eigenvalues(fac[n][2], fac[n][3]) for n in names}
     else:
-        lams = ekfac_eigenvalues(src, {n: (fac[n][0], fac[n][1]) for n in names}, device)
+        bases = {n: (fac[n][0], fac[n][1]) for n in names}
+        at, F = _layout(names, {n: tuple(V[n].shape[1:]) for n in names})
+        keep = None
+        if keep_rows and src.n_local * F * 8 <= cache_bytes:
+            keep = torch.empty(src.n_local, F, dtype=cv.F64, device=device)
+            rotated = EigenRows(keep, at, bases)
+        lams = _ekfac_lams(_square_sums(src, at, F, bases, device, keep), src, at, names)
     for n in names:
         QS, QA = fac[n][0], fac[n][1]
         lam = lams[n]
@@ -134,7 +223,13 @@ def precondition(
         out[n] = cv.eigen_precondition(V[n].to(device), QS, QA, lam, d).cpu()
         eig[n] = (QS, QA, lam, d)
         used[n] = d
-    return Preconditioned(out, used, eig)
+    return Preconditioned(out, used, eig, rotated)
+
+
+def _padded(n: int) -> int:
+    """``n`` rounded up to a multiple of 8: MKL's fp64 products with a few columns run much faster at such widths
+    (the padding columns are zeros and are dropped)."""
+    return -(-n // 8) * 8
 
 
 def harm_scores(
@@ -142,13 +237,27 @@ def harm_scores(
     X: dict[str, torch.Tensor],
     G: GradSource | dict[str, torch.Tensor],
     device: torch.device | str = "cpu",
+    rotated: EigenRows | None = None,
 ) -> torch.Tensor:
     """``harm[m, i] = -<X_m, G_i>`` summed over blocks (M, n rows of ``G``, in its order), fp64, on the CPU (computed
     on ``device``); for ``cosine`` the negated cosine similarity of the raw query and training gradients over all
-    blocks. One pass over ``G``."""
+    blocks. One pass over ``G``, or none with ``rotated`` (``G``'s rows in the eigenbases, from :func:`precondition`):
+    then ``-<rot(X_m), rot(G_i)>``, the same number (the bases are orthogonal)."""
     src = as_source(G)
     names = list(X)
     M = X[names[0]].shape[0]
+    if rotated is not None and all(n in rotated.at for n in names):
+        R = rotated.rows
+        Xr = torch.zeros(_padded(M), R.shape[1], dtype=cv.F64, device=R.device)
+        for n in names:
+            off, o, i = rotated.at[n]
+            x = X[n].reshape(M, o, i).to(R.device, cv.F64)
+            Xr[:M, off : off + o * i] = (cv.rotate(x, *rotated.bases[n]) if n in rotated.bases else x).reshape(M, -1)
+        dots = (R @ Xr.T)[:, :M].T
+        if method == "cosine":
+            norms = Xr[:M].norm(dim=1)[:, None] * torch.linalg.vector_norm(R, dim=1)[None, :]
+            dots = dots / norms.clamp_min(1e-300)
+        return -dots.contiguous().cpu()
     N = src.n_local
     dots = torch.zeros(M, N, dtype=cv.F64, device=device)
     g_norm2 = torch.zeros(N, dtype=cv.F64, device=device)
@@ -161,7 +270,8 @@ def harm_scores(
             g = blocks[n].reshape(blocks[n].shape[0], -1).to(device, cv.F64)
             e = s + g.shape[0]
             dots[:, s:e] += xs[n] @ g.T
-            g_norm2[s:e] += g.pow(2).sum(1)
+            if method == "cosine":
+                g_norm2[s:e] += g.pow(2).sum(1)
     if method == "cosine":
         dots = dots / (x_norm2.sqrt()[:, None] * g_norm2.sqrt()[None, :]).clamp_min(1e-300)
     return -dots.cpu()
@@ -180,6 +290,7 @@ def gradient_embedding(
     shapes: dict[str, tuple[int, ...]] | None = None,
     device: torch.device | str = "cpu",
     cache_bytes: int = EMBED_CACHE_BYTES,
+    rotated: EigenRows | None = None,
 ) -> torch.Tensor:
     """Training rows embedded for clustering, (n rows of ``G``, dim) fp32 (computed in fp64): their top principal
     components over all ranks' rows.
@@ -190,8 +301,11 @@ def gradient_embedding(
     orthogonal in full dimension, so a random projection keeps mostly noise; the top principal directions keep what
     rows share, which is what a cluster is. They come from randomized subspace iteration in gradient space (seeded
     start ``Omega``, ``V <- orth(X^T X V)`` ``power_iters`` times, then Rayleigh-Ritz on ``X V``): each step is one
-    streamed pass whose (P, k) sums are all-reduced, so ranks never exchange rows; the whitened rows are kept
-    between passes when they fit in ``cache_bytes`` (fp64). ``eig`` reuses the
+    streamed pass whose (P, k) sums are all-reduced, so ranks never exchange rows. The whitened rows
+    ``X = G Q diag(w)`` (``Q`` the blocks' eigenbases, ``w = (Lambda + damping)^-1/2``) are never formed: the
+    products are ``G (Q w V)`` and ``w Q^T (G^T Y)``, ``Q`` applied to the (P, k) side, or with ``rotated`` (the rows
+    already in the eigenbases, from :func:`precondition` with its ``eig``) ``R (w V)`` and ``w (R^T Y)``. The rows
+    (fp64) are kept between passes when they fit in ``cache_bytes``, else read again per pass. ``eig`` reuses the
     eigendecompositions `precondition` computed; ``shapes`` ({block: (out, in)}) is needed when a rank has no rows."""
     src = as_source(G)
     names = src.names
@@ -200,54 +314,81 @@ def gradient_embedding(
     k = min(N, dim + 10)
     gen = torch.Generator().manual_seed(seed)
     dt = cv.F64  # fp32 is 3x faster here but flips the silhouette choice of k on the bundled example
-    white: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = dict.fromkeys(names)
-    if method in ("ekfac", "kfac") and stats is not None:
-        eig = dict(eig or {})
-        todo = {n: _factors(stats, n, "cpu") for n in names if n not in eig}
-        refit = ekfac_eigenvalues(src, {n: f[:2] for n, f in todo.items()}) if method == "ekfac" and todo else {}
-        for n, (QS, QA, lam_S, lam_A) in todo.items():  # one pass for every block precondition did not cover
+    eigen = method in ("ekfac", "kfac") and stats is not None
+    eig = dict(eig or {}) if eigen else {}
+    if not (eigen and rotated is not None and set(rotated.at) == set(names) and set(names) <= set(eig)):
+        rotated = None
+    if rotated is not None:
+        at, F, R = rotated.at, rotated.rows.shape[1], rotated.rows
+    else:
+        at, F = _layout(names, shapes or src.shapes())
+        R = None
+    bases: Bases = {}  # the eigenbases raw rows are not in: applied to the (F, k) side of the products instead
+    w = None
+    if eigen:
+        todo = {n: _factors(stats, n, device) for n in names if n not in eig}
+        bases_todo = {n: f[:2] for n, f in todo.items()}  # one pass for every block precondition did not cover
+        refit = ekfac_eigenvalues(src, bases_todo, device) if method == "ekfac" and todo else {}
+        for n, (QS, QA, lam_S, lam_A) in todo.items():
             lam = refit[n] if method == "ekfac" else cv.kfac_eigenvalues(lam_S, lam_A)
             eig[n] = (QS, QA, lam, cv.default_damping(lam, damping_factor))
-        for n, (QS, QA, lam, d) in eig.items():
-            white[n] = (QS.to(device, dt), QA.to(device, dt), (lam + d).rsqrt().to(device, dt))
-
-    def rows(blocks: dict[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
+        w = torch.ones(F, dtype=dt, device=device)
         for n in names:
-            g = blocks[n].to(device, dt)
-            w = white[n]
-            if w is not None:
-                g = (w[0].T @ g @ w[1]) * w[2]
-            yield n, g.reshape(g.shape[0], -1)
-
-    shapes = shapes or src.shapes()
-    P = {n: int(shapes[n][0]) * int(shapes[n][1]) for n in names}
-    # the whitened rows are needed by every pass: kept when they fit in ``cache_bytes``, else recomputed per pass
-    fits = src.n_local * sum(P.values()) * 8 <= cache_bytes
-    kept: list[tuple[int, dict[str, torch.Tensor]]] = []
-
-    def whitened() -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
-        if kept:
-            yield from kept
-            return
+            QS, QA, lam, d = eig[n]
+            off, o, i = at[n]
+            w[off : off + o * i] = (lam + d).rsqrt().reshape(-1).to(device, dt)
+            if rotated is None:
+                bases[n] = (QS.to(device, dt), QA.to(device, dt))
+    if R is None and src.n_local * F * 8 <= cache_bytes:
+        R = torch.empty(src.n_local, F, dtype=dt, device=device)
         for s, blocks in src.chunks():
-            xs = dict(rows(blocks))
-            if fits:
-                kept.append((s, xs))
-            yield s, xs
+            _fill(R[s : s + next(iter(blocks.values())).shape[0]], blocks, at)
 
-    V = {n: torch.randn(P[n], k, generator=gen, dtype=dt).to(device) for n in names}
+    def rows() -> Iterator[tuple[int, torch.Tensor]]:
+        """(offset, rows (n, F) fp64) of every chunk: ``R``, else each chunk converted into one reused buffer."""
+        if R is not None:
+            yield 0, R
+            return
+        buf = torch.empty(0, F, dtype=dt, device=device)
+        for s, blocks in src.chunks():
+            n = next(iter(blocks.values())).shape[0]
+            if buf.shape[0] < n:
+                buf = torch.empty(n, F, dtype=dt, device=device)
+            _fill(buf[:n], blocks, at)
+            yield s, buf[:n]
+
+    V = torch.zeros(F, _padded(k), dtype=dt, device=device)  # zero padding columns: faster products
+    for n in names:
+        off, o, i = at[n]
+        V[off : off + o * i, :k] = torch.randn(o * i, k, generator=gen, dtype=dt).to(device)
     for _ in range(power_iters + 1):
-        W = {n: torch.zeros(P[n], k, dtype=dt, device=device) for n in names}
-        for _, xs in whitened():
-            Y = sum(xs[n] @ V[n] for n in names)
-            for n in names:
-                W[n] += xs[n].T @ Y
-        stacked, _ = torch.linalg.qr(torch.cat([src.dist.all_reduce(W[n]) for n in names]))
-        V = dict(zip(names, torch.split(stacked, [P[n] for n in names]), strict=True))
-    Y = torch.zeros(src.n_local, k, dtype=dt, device=device)
-    for s, xs in whitened():
-        Y[s : s + next(iter(xs.values())).shape[0]] = sum(xs[n] @ V[n] for n in names)
-    kept.clear()
+        if w is not None:
+            V *= w[:, None]
+        B = _in_bases(V.T, at, bases, back=True).T  # X V = R (Q w V): Q w V in the rows' coordinates
+        del V
+        Wt = torch.zeros(B.shape[1], F, dtype=dt, device=device) if src.n_local == 0 else None
+        for _, x in rows():
+            y = x @ B
+            Wt = y.T @ x if Wt is None else Wt.addmm_(y.T, x)
+        assert Wt is not None
+        del B
+        Wt = _in_bases(Wt, at, bases)  # X^T Y = w Q^T (R^T Y)
+        if w is not None:
+            Wt *= w
+        Q, _ = torch.linalg.qr(src.dist.all_reduce(Wt[:k]).T)
+        del Wt
+        k = Q.shape[1]  # fewer than k when a tiny adapter has fewer than k parameters
+        V = torch.zeros(F, _padded(k), dtype=dt, device=device)
+        V[:, :k] = Q
+        del Q
+    if w is not None:
+        V *= w[:, None]
+    B = _in_bases(V.T, at, bases, back=True).T
+    Y = torch.zeros(src.n_local, B.shape[1], dtype=dt, device=device)
+    for s, x in rows():
+        Y[s : s + x.shape[0]] = x @ B
+    Y = Y[:, :k]
+    R = None
     evals, evecs = torch.linalg.eigh(src.dist.all_reduce(Y.T @ Y))
     order = torch.argsort(evals, descending=True)[:dim]
     return (Y @ evecs[:, order]).float().cpu()
