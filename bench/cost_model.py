@@ -17,20 +17,20 @@ import argparse
 import math
 import time
 
-from gradian.attribute.plan import LLAMA_MODULES, block_shapes, estimate, human_bytes, shapes_from_configs
+from gradian.attribute.plan import LLAMA_MODULES, Shape, block_shapes, estimate, human_bytes, shapes_from_configs
 
 # --- inputs ----------------------------------------------------------------------------------------------------------
 
 # MEASURED: b/a = gradian end to end / one forward+backward (the floor), wide Llama (hidden 192, 12 layers, LoRA r=8
-# x 7 = 168 blocks, proj 32), 256 rows x 128 tokens, 1 query, process CPU time, 1 thread:
-# bench/results/speed_wide_256_q1-256.json (queries 1: b_over_a_cpu 1.418). The 16-query wall figure is 1.34.
-OVERHEAD = 1.42
+# x 7 = 168 blocks, proj 32), 256 rows x 128 tokens, 1 query, process CPU time, 1 thread, the current code of
+# 2026-12-02: bench/results/speed_wide_256_q1-256.json (queries 1: b_over_a_cpu 1.074). The 16-query wall figure is
+# 1.13 (speed_wide_256_q16.json).
+OVERHEAD = 1.07
 # MEASURED by `measure` on the 2-core shared dev machine (2026-12). sha256 and the tokenizer: medians of 5 runs
 # (spread 1.50-1.69 GB/s, 0.29-0.42 M tokens/s per core; a later run 1.68 and 0.27). Parse and conversion: one run,
 # each the median of 5 repeats.
 SHA_GBPS = 1.64  # hashlib sha256, one core
 PARSE_GBPS = 9.9  # safetensors.torch.load of a shard's bytes (a copy of every tensor), one core
-CONVERT_NS = 1.06  # fp32 -> fp64 on the CPU per stored float, 1 thread (Tensor.to(cuda, float64) converts on the CPU)
 TOK_PER_S_PER_CORE = 0.36e6
 # MEASURED by `measure` (tracemalloc, one run). Rank 0 after the gather: the row ids, the gathered arrays, the ranked
 # rows, report.json and the report build + render (build_report, render_all), 16 queries, peak per row. `gradian
@@ -43,13 +43,15 @@ DIAG_RULES_S_PER_ROW = 4.29 / 100_000  # docs/benchmarks.md section 5: every dat
 # ASSUMPTIONS: the flags' defaults.
 MFU = 0.40
 PEAK_TFLOPS = {"H100": 989.0, "A100": 312.0}  # bf16 dense, SXM
-# fp64 without tensor cores, SXM (tensor-core fp64: H100 67, A100 19.5). The scoring's matmuls are small (16 x 16 and
-# 32 x 32 rotations, (rows x 512) x (512 x 42) products per block), so the lower figure is the default.
+# fp64 without tensor cores, SXM (tensor-core fp64: H100 67, A100 19.5). The scoring's matmuls are small or thin
+# (16 x 16 and 32 x 32 rotations per block, 17 query rows against each block's rows, the embedding's (rows x P) x
+# (P x 48)), so the lower figure is the default.
 FP64_TFLOPS = {"H100": 34.0, "A100": 9.7}
 H2D_GBPS = 10.0  # host -> GPU copies from pageable memory, synchronous (Tensor.to(cuda) without pinning)
 TOKENS = (512, 2048)
 PROJ_DIMS = (16, 32, 64)
 EMBED_K = 32 + 10  # scores.gradient_embedding: dim 32 plus 10 oversampling columns
+EMBED_COLS = -(-EMBED_K // 8) * 8  # its products' width: k padded to a multiple of 8 (scores._padded)
 EMBED_PASSES = 2  # gradient_embedding: power_iters=1, so 2 subspace passes, then 1 projection pass
 TOKEN_FILE_BYTES = 5  # data/tokenized.py: int32 id + uint8 mask per token (+ ~50 B per row)
 
@@ -102,13 +104,35 @@ def flops(base: dict, r: int, T: int) -> float:
     return sum(flops_per_token(base, r, T).values())
 
 
+# Which input tensor each projection's lora_A reads: the collector's units (GradientCollector._from_deltas) are the
+# lora_A blocks that read one input with one projection (projection_seed_name: one per parent module and input width).
+INPUT_OF = {"q_proj": "attn_in", "k_proj": "attn_in", "v_proj": "attn_in", "o_proj": "attn_out", "gate_proj": "mlp_in",
+            "up_proj": "mlp_in", "down_proj": "mlp_mid"}  # fmt: skip
+
+
+def units(base: dict, r: int) -> list[list[Shape]]:
+    """The collector's units of a Llama with LoRA on all 7 projections: per layer the lora_A blocks of q/k/v, of o,
+    of gate/up and of down (4 inputs, each projected once), and every lora_B block on its own."""
+    sh = block_shapes(shapes(base, r))
+    assert len(sh) == 2 * len(LLAMA_MODULES) * base["num_hidden_layers"]  # per layer, per module: lora_A, lora_B
+    out: dict[object, list[Shape]] = {}
+    for j, s in enumerate(sh):
+        layer, m = divmod(j // 2, len(LLAMA_MODULES))
+        out.setdefault((layer, INPUT_OF[LLAMA_MODULES[m]]) if s.kind == "A" else j, []).append(s)
+    return list(out.values())
+
+
 def extra_flops_per_token(base: dict, r: int, proj: int = 32) -> float:
-    """What gradian's training pass adds per token (collector.py), counted high: the projection of each block's wide
-    side (a of lora_A, the output gradient of lora_B) to proj, the per-example gradient, the covariance sums."""
+    """What gradian's training pass adds per token (collector.py), counted high (padding tokens included). Per unit
+    of m blocks (m lora_A blocks reading one input, or one lora_B block): the projection of its wide side (the input
+    of lora_A, once for the unit; the output gradient of lora_B) to proj, the covariance sum of its input (once for
+    the unit) and of its output gradients side by side ((m x out)^2: the diagonal blocks are kept); per block the
+    per-example gradient."""
     total = 0.0
-    for s in block_shapes(shapes(base, r)):
+    for u in units(base, r):
+        s = u[0]
         o, i = s.projected(proj)
-        total += (2 * proj * s.wide if 0 < proj < s.wide else 0) + 2 * o * i + 2 * (o * o + i * i)
+        total += (2 * proj * s.wide if 0 < proj < s.wide else 0) + 2 * len(u) * o * i + 2 * (i * i + (len(u) * o) ** 2)
     return total
 
 
@@ -122,15 +146,18 @@ def pass_s_per_row(base: dict, T: int, a, gpu: str) -> float:
 
 
 def flops_per_float(o: int, i: int, queries: int) -> dict[str, int]:
-    """fp64 FLOPs per stored float of an (out, in) block in each kind of pass over the store (scores.py): the EK-FAC
-    eigenvalues (rotate QS^T G QA: 2(out + in), square and sum: 2); the scores (M = queries + 1 dot products: 2M,
-    the row norm: 2); the clustering embedding, 2 subspace passes (whiten: 2(out + in) + 1, X V and X^T Y: 4k) and
-    the projection pass (whiten, X V: 2k), k = 42."""
-    rot, k = 2 * (o + i), EMBED_K
+    """fp64 FLOPs per stored float of an (out, in) block in each kind of pass over the store (scores.py), when this
+    rank's rows in the eigenbases do not fit in EMBED_CACHE_BYTES (every scale case; else they are kept and the scores
+    and embedding read no shards): the EK-FAC eigenvalues (rotate QS^T G QA: 2(out + in), square and sum: 2); the
+    scores of EK-FAC on the raw rows (M = queries + 1 dot products: 2M; cosine adds 2 for the row norm); the
+    clustering embedding on the raw rows, 2 subspace passes (X B and X^T Y: 4k) and the projection pass (X B: 2k),
+    k = 42 columns padded to 48 (zeros, multiplied all the same). The embedding rotates and whitens its (P x k) side
+    once per pass, not per row: nothing per row."""
+    rot, k = 2 * (o + i), EMBED_COLS
     return {
         "eig": rot + 2,
-        "scores": 2 * (queries + 1) + 2,
-        "embedding": EMBED_PASSES * (rot + 1 + 4 * k) + rot + 1 + 2 * k,
+        "scores": 2 * (queries + 1),
+        "embedding": EMBED_PASSES * 4 * k + 2 * k,
     }
 
 
@@ -150,23 +177,23 @@ def scoring_flops_per_row(base: dict, a) -> dict[str, float]:
 def post_s_per_row(base: dict, a, gpu: str | None = None) -> dict[str, float]:
     """Seconds per row on its rank outside the training pass (proj 32). Per checkpoint: a store write (the covariance
     sums of fresh shards come from the pass), then reads for the EK-FAC eigenvalues and the scores; once: 3 reads for
-    the clustering embedding (2 subspace passes + the projection). Every write and read is sha256-checked and every
-    read parsed (safetensors, CPU). The scores and embedding passes convert each block to fp64 on the CPU before the
-    copy to the GPU (a blocking Tensor.to(cuda, float64) converts on the host); the eigenvalue pass copies the stored
-    dtype and converts on the GPU. The fp64 math runs on the GPU (`sdev` in api.py)."""
+    the clustering embedding (2 subspace passes + the projection). At scale the rows rotated by the eigenvalue pass do
+    not fit in EMBED_CACHE_BYTES, so the scores and the embedding read the raw rows again; the embedding rotates and
+    whitens its (P x k) side, not the rows (:func:`flops_per_float`). Every write and read is sha256-checked and every
+    read parsed (safetensors, CPU). Every read copies each block to the GPU in its stored dtype and converts it to
+    fp64 there (``curvature.to_f64``; a single ``Tensor.to(cuda, float64)`` would convert on the host and send 8 bytes
+    a float). The fp64 math runs on the GPU (`sdev` in api.py)."""
     st = store(base, a)
     F, b = int(st["floats_per_row"]), st["store_bytes"] / 1e6
-    item = 2 if a.store_dtype == "bf16" else 4
     C = a.checkpoints
-    reads, writes, converted = 2 * C + 3, C, C + 3
+    reads, writes = 2 * C + 3, C
     disk = a.disk_gbps * 1e9 / a.gpus_per_node
     return {
         "write": writes * b / disk,
         "read": reads * b / disk,
         "sha256": (reads + writes) * b / (a.sha_gbps * 1e9),
         "parse": reads * b / (a.parse_gbps * 1e9),
-        "convert": converted * F * a.convert_ns * 1e-9 / a.cpu_speedup,
-        "h2d": F * (C * item + converted * 8) / (a.h2d_gbps * 1e9),
+        "h2d": reads * F * (2 if a.store_dtype == "bf16" else 4) / (a.h2d_gbps * 1e9),
         "gpu": sum(scoring_flops_per_row(base, a).values()) / (a.fp64_tflops[gpu or a.gpu] * 1e12),
     }
 
@@ -263,7 +290,7 @@ def table_post(a) -> None:
     print(f"### Store I/O and scoring per row, on its rank ({a.gpu}, fp64 {a.fp64_tflops[a.gpu]:g} TFLOPs, proj 32, "
           f"{a.store_dtype} store, {a.disk_gbps:g} GB/s of disk per node of {a.gpus_per_node}; ms)\n")  # fmt: skip
     head("base", "bytes / row", "write", "re-reads", "sha256 checks (CPU)", "safetensors parse (CPU)",
-         "to fp64 (CPU)", "copy to GPU", "GPU fp64 math", "total")  # fmt: skip
+         "copy to GPU", "GPU fp64 math", "total")  # fmt: skip
     for name in a.bases or DETAIL:
         base = BASES[name]
         p = post_s_per_row(base, a)
@@ -411,9 +438,6 @@ def measure(rows: int = 576, n_linear: int = 32, queries: int = 16, r: int = 16,
     data = save_bytes(shard)
     t = median_s(lambda: load_bytes(data))
     print(f"safetensors parse: {len(data) / t / 1e9:.2f} GB/s of shard bytes, one core (--parse-gbps)")
-    blocks = [v for n, v in shard.items() if n.startswith("g.")]
-    t = median_s(lambda: [b.to(torch.float64) for b in blocks])
-    print(f"fp32 -> fp64 on the CPU: {t / (chunk * F) * 1e9:.2f} ns per float, 1 thread (--convert-ns)")
     buf = os.urandom(64 << 20)
     t = median_s(lambda: hashlib.sha256(buf).hexdigest())
     print(f"sha256: {len(buf) / t / 1e9:.2f} GB/s, one core (--sha-gbps)")
@@ -558,8 +582,6 @@ def main() -> None:
         help="fp64 throughput of the scoring on the GPU (default H100=34 A100=9.7, no tensor cores)",
     )
     p.add_argument("--h2d-gbps", type=float, default=H2D_GBPS, help="host -> GPU copy GB/s per rank (pageable)")
-    p.add_argument("--convert-ns", type=float, default=CONVERT_NS, help="CPU ns per float, fp32 -> fp64 (measured)")
-    p.add_argument("--cpu-speedup", type=float, default=1.0, help="threads' speed-up of the fp64 conversion over 1")
     p.add_argument("--sha-gbps", type=float, default=SHA_GBPS, help="sha256 GB/s per rank (measured)")
     p.add_argument("--parse-gbps", type=float, default=PARSE_GBPS, help="safetensors parse GB/s per rank (measured)")
     p.add_argument("--disk-gbps", type=float, default=4.0, help="store disk GB/s per node, read or write")

@@ -44,11 +44,18 @@ def rotate(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tensor:
     return QS.T @ G.to(F64) @ QA
 
 
+def to_f64(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` on ``device`` in fp64, converted there: one ``.to(cuda, float64)`` of a host tensor converts on the host
+    and sends twice the bytes."""
+    return t.to(device).to(F64)
+
+
 def rotate_rows(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tensor:
     """``QS^T G_i QA`` for every row of ``G`` (n, out, in), fp64 on ``QS``'s device, as two plain matrix products
     (the rows laid out (out, n * in), then (out * n, in)) instead of n small ones: an (n, out, in) view of an
     (out, n, in) tensor."""
     n, o, i = G.shape
+    G = G.to(QS.device)  # a host tensor crosses in its stored dtype and is converted on the device (see to_f64)
     Gp = torch.empty(o, n, i, dtype=F64, device=QS.device)
     Gp.copy_(G.permute(1, 0, 2))
     return ((QS.T @ Gp.view(o, n * i)).view(o * n, i) @ QA).view(o, n, i).permute(1, 0, 2)

@@ -73,7 +73,7 @@ def _fill(dst: torch.Tensor, blocks: dict[str, torch.Tensor], at: Layout) -> Non
     """``dst`` (n, F) fp64 <- the chunk's n rows (``blocks``), each block at its place in ``at``."""
     n = dst.shape[0]
     for name, (off, o, i) in at.items():
-        dst[:, off : off + o * i].copy_(blocks[name].reshape(n, o * i))
+        dst[:, off : off + o * i].copy_(blocks[name].to(dst.device).reshape(n, o * i))  # converted on the device
 
 
 def _in_bases(M: torch.Tensor, at: Layout, bases: Bases, back: bool = False) -> torch.Tensor:
@@ -195,7 +195,7 @@ def precondition(
         corr = {n: torch.zeros_like(V2[n]) for n in names}
         for _, blocks in src.chunks():
             for n in names:
-                g = blocks[n].to(device=device, dtype=cv.F64)
+                g = cv.to_f64(blocks[n], device)
                 corr[n] += cv.datainf_correction(V2[n], g.reshape(g.shape[0], -1), per_block[n])
         N = max(src.n_global, 1)
         for n in names:
@@ -267,7 +267,7 @@ def harm_scores(
         x_norm2 += xs[n].pow(2).sum(1)
     for s, blocks in src.chunks():
         for n in names:
-            g = blocks[n].reshape(blocks[n].shape[0], -1).to(device, cv.F64)
+            g = cv.to_f64(blocks[n].reshape(blocks[n].shape[0], -1), device)
             e = s + g.shape[0]
             dots[:, s:e] += xs[n] @ g.T
             if method == "cosine":
