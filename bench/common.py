@@ -223,5 +223,9 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
 
 
 def write_json(path: Path, data: dict) -> None:
+    """Write ``data``; a result under bench/results from a GPU run (GRADIAN_BENCH_DEVICE=cuda) gets a ``gpu_`` prefix,
+    so it never overwrites the CPU figures the docs quote."""
+    if DEVICE != "cpu" and path.parent.name == "results" and not path.name.startswith("gpu_"):
+        path = path.with_name(f"gpu_{path.name}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))

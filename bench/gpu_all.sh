@@ -2,7 +2,7 @@
 # Every benchmark behind docs/benchmarks.md on one CUDA GPU, sized to finish in under 8 minutes (H100/H200 class).
 # Not yet run: no GPU was available when these benchmarks were written. Needs kronfluence (bench only):
 #   pip install --no-deps kronfluence==1.0.1 einops einconv opt-einsum
-# Results: bench/results/gpu_*.txt and *.json.
+# Results: bench/results/gpu_*.txt and gpu_*.json (bench/common.write_json prefixes them; the CPU figures stay).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GRADIAN_BENCH_DEVICE=cuda
@@ -16,7 +16,7 @@ py 60 bench/bench_speed.py --model wide --rows 1024 --repeats 3 --kronfluence | 
 py 45 bench/bench_speed.py --model wide --rows 256 --queries 1 16 256 --repeats 3 | tee bench/results/gpu_speed_wide_q.txt
 py 30 bench/bench_agreement.py --rows 402 --queries 20 | tee bench/results/gpu_agreement.txt
 # memory: peak RSS and store bytes per row of a 10k-row attribution on the GPU (streamed store)
-py 60 bench/bench_scale.py --rows 10000 --what attribute | tee bench/results/gpu_scale.txt
+py 60 bench/bench_scale.py --rows 10000 --what attribute --results gpu_scale.json | tee bench/results/gpu_scale.txt
 # quality: planted faults for every method (the retrains use gradian.train on a CPU-sized model). LDS (100 retrains)
 # is CPU work not repeated here (bench_quality.py lds); diagnose needs no GPU: its 10k-row throughput on this host.
 py 75 bench/bench_quality.py planted | tee bench/results/gpu_quality.txt
