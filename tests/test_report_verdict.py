@@ -23,6 +23,13 @@ def examples(scores):
     return [{"index": i, "id": f"r{i}", "score": s} for i, s in scores.items()]
 
 
+def cluster_finding(code, name, percent, fix):
+    """A diagnose finding as a cluster summary carries it: the share of the (10-row) culprit cluster it flags."""
+    title = name.replace("_", " ")
+    text = f"{percent:.0f}% of this cluster is flagged: {title} ({code} {name})"
+    return {"code": code, "name": name, "percent": percent, "count": round(percent / 10), "text": text, "fix": fix}
+
+
 def concentrated_case(findings_in_cluster=()):
     scores = {i: (1.0 if i < 10 else 0.01) for i in range(100)}
     scores[5] = -0.2  # a helpful row inside the culprit cluster is not dropped
@@ -46,14 +53,7 @@ def test_concentrated_content():
 
 
 def test_concentrated_mechanical():
-    flag = {
-        "code": "D101",
-        "name": "completion_cut",
-        "percent": 90.0,
-        "count": 9,
-        "text": "90% of this cluster is flagged: completion cut (D101 completion_cut)",
-        "fix": "raise max_length",
-    }
+    flag = cluster_finding("D101", "completion_cut", 90.0, "raise max_length")
     clusters, scores = concentrated_case([flag])
     v = make_verdict(clusters, [], examples(scores), REG)
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
@@ -63,14 +63,7 @@ def test_concentrated_mechanical():
 
 def test_content_finding_is_named_but_the_cause_stays_content():
     """Rows that share eval prompts (D105) are what the culprit has in common, not a pipeline mechanism."""
-    flag = {
-        "code": "D105",
-        "name": "train_eval_overlap",
-        "percent": 60.0,
-        "count": 6,
-        "text": "60% of this cluster is flagged: train eval overlap (D105 train_eval_overlap)",
-        "fix": "drop the overlapping train rows",
-    }
+    flag = cluster_finding("D105", "train_eval_overlap", 60.0, "drop the overlapping train rows")
     clusters, scores = concentrated_case([flag])
     v = make_verdict(clusters, [], examples(scores), REG)
     assert v["kind"] == "concentrated" and v["cause"] == "content"
