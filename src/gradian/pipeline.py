@@ -81,6 +81,7 @@ def attribute_and_report(
         eval_examples=ctx.eval,
         findings=findings_json,
         logs=ctx.logs,
+        item_scores=res.item_scores,
     )
     report = build_report(
         res.to_json(),

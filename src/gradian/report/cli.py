@@ -82,8 +82,12 @@ def save_report_inputs(
     eval_examples: Sequence[Any] | None = None,
     findings: Sequence[Mapping[str, Any]] | None = None,
     logs: Any = None,
+    item_scores: Any = None,
 ) -> None:
-    """Save what `gradian report` needs besides report.json (see the module docstring). Skips what is None."""
+    """Save what `gradian report` needs besides report.json (see the module docstring). Skips what is None.
+
+    ``item_scores`` (query items x rows, columns in ``embedding_index`` order, rows in ``settings.query_items``
+    order) goes to ``item_scores.npy``: the verdict's stability check resamples the regressed items from it."""
     import numpy as np
 
     from gradian.report.build import logs_to_dict
@@ -94,6 +98,8 @@ def save_report_inputs(
         np.save(out / "embeddings.npy", np.asarray(embeddings, dtype=np.float32))
         if embedding_index is not None:
             np.save(out / "embeddings_index.npy", np.asarray(embedding_index, dtype=np.int64))
+    if item_scores is not None:
+        np.save(out / "item_scores.npy", np.asarray(item_scores, dtype=np.float32))
     for name, ex in (("rows.jsonl", train_examples), ("eval_rows.jsonl", eval_examples)):
         if ex is not None:
             with (out / name).open("w", encoding="utf-8") as f:
