@@ -91,6 +91,7 @@ def attribute_and_report(
         train_examples=train_rows,
         eval_examples=ctx.eval,
         logs=ctx.logs,
+        item_scores=res.item_scores,
     )
     paths = render_all(report, out)
     return RunOutput(res, report, paths, findings)

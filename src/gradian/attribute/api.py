@@ -3,9 +3,9 @@
 Pipeline (one pass over the training data):
 
 1. Score every eval item's completion NLL (mean per completion token, completion as written: no EOS appended unless
-   ``eval_eos``) under the base model (adapter disabled) and the fine-tune. An item *regressed* when
-   ``finetuned - base > threshold`` (default 0.05 nats/token, i.e. its per-token perplexity rose by more than 5%;
-   well above fp32/bf16 noise and below the shifts a harmful fine-tune causes).
+   ``eval_eos``) under the base model (adapter disabled) and the fine-tune. An item *regressed* when its rise is
+   larger than the fine-tune's ordinary drift on this eval set (:mod:`gradian.attribute.regression`; ``threshold``
+   is the rule's floor in nats/token).
 2. Query gradients at the fine-tuned adapter, one per regressed item (kept, so each row's harm can be split by item);
    the query is their sum (``weighting="uniform"``) or weighted by the regression size (``"regression"``).
 3. One forward+backward per training batch: per-example LoRA gradients from hooks and K-FAC covariance sums, stored
@@ -28,6 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.regression import (
+    DEFAULT_MIN_DELTA,
+    RegressionCall,
+    RegressionRule,
+    call_regressions,
+    regression_summary,
+)
 from gradian.attribute.source import Stats
 from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
@@ -114,17 +121,17 @@ def check_options(method: str, weighting: str, store_dtype: str) -> None:
 
 def select_queries(
     base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str
-) -> tuple[list[int], np.ndarray]:
-    """Indices of the query items and their regression sizes (finetuned - base)."""
-    delta = ft_nll - base_nll
-    ok = np.isfinite(delta)
+) -> tuple[list[int], RegressionCall]:
+    """Indices of the query items and the regression call (:mod:`gradian.attribute.regression`; ``threshold`` is its
+    ``min_delta`` floor)."""
+    call = call_regressions(base_nll, ft_nll, RegressionRule(min_delta=threshold))
     if query == "all":
-        idx = [int(i) for i in np.flatnonzero(ok)]
+        idx = [int(i) for i in np.flatnonzero(np.isfinite(call.delta))]
     elif query == "regressed":
-        idx = [int(i) for i in np.flatnonzero(ok & (delta > threshold))]
+        idx = [int(i) for i in np.flatnonzero(call.regressed)]
     else:
         raise GradianError(f"unknown --query {query!r}", fix="use regressed or all")
-    return idx, delta
+    return idx, call
 
 
 def run_attribution(
@@ -140,7 +147,7 @@ def run_attribution(
     proj_seed: int = 0,
     query: str = "regressed",
     weighting: str = "uniform",
-    threshold: float = 0.05,
+    threshold: float = DEFAULT_MIN_DELTA,
     batch_size: int = 8,
     store_dir: str | Path | None = None,
     store_parts: dict[str, Any] | None = None,
@@ -221,7 +228,9 @@ def run_attribution(
         )
     base_nll, ft_nll = dist.broadcast(nll)
     timings["eval_nll_s"] = time.perf_counter() - t
-    q_idx, delta = select_queries(base_nll, ft_nll, threshold, query)
+    q_idx, call = select_queries(base_nll, ft_nll, threshold, query)
+    delta = call.delta
+    settings["regression"] = {**RegressionRule(min_delta=threshold).to_dict(), **call.to_dict()}
     eval_items = [
         {
             "index": int(eval_fx[i].index),
@@ -229,14 +238,16 @@ def run_attribution(
             "base_nll": _f(base_nll[i]),
             "finetuned_nll": _f(ft_nll[i]),
             "delta": _f(delta[i]),
-            "regressed": bool(np.isfinite(delta[i]) and delta[i] > threshold),
+            "relative": _f(call.relative[i]),
+            "n_tokens": int(sum(eval_fx[i].loss_mask[1:])),
+            "regressed": bool(call.regressed[i]),
         }
         for i in range(len(eval_fx))
     ]
     regressed = [e for e in eval_items if e["regressed"]]
     if not q_idx:
         msg = (
-            f"no eval item regressed (finetuned - base completion NLL > {threshold} nats/token) in {len(eval_fx)} items"
+            f"no eval item regressed in {len(eval_fx)} items: " + regression_summary(call)
             if query == "regressed"
             else "no eval item has completion tokens"
         )
@@ -600,7 +611,7 @@ def attribute(
     proj_seed: int = 0,
     query: str = "regressed",
     weighting: str = "uniform",
-    threshold: float = 0.05,
+    threshold: float = DEFAULT_MIN_DELTA,
     device: str | None = None,
     dtype: str | None = None,
     batch_size: int = 8,

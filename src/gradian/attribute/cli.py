@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from gradian.attribute.regression import DEFAULT_MIN_DELTA
+
 
 def attribute_command(
     run: Path | None = typer.Option(None, "--run", help="Training output dir (adapter, configs, trainer_state)."),
@@ -23,7 +25,11 @@ def attribute_command(
     ),
     query: str = typer.Option("regressed", "--query", help="regressed (default) or all eval items."),
     weighting: str = typer.Option("uniform", "--weighting", help="uniform or regression (weight items by NLL rise)."),
-    threshold: float = typer.Option(0.05, "--threshold", help="Regressed if NLL rises by more (nats/token)."),
+    threshold: float = typer.Option(
+        DEFAULT_MIN_DELTA,
+        "--threshold",
+        help="Floor of the regression rule: an item's NLL must rise by more (nats/token) and beyond the drift.",
+    ),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: auto)."),
     dtype: str | None = typer.Option(None, "--dtype", help="auto | fp32 | bf16 | fp64 (default: bf16 on GPU)."),
     batch_size: int = typer.Option(8, "--batch-size", min=1),
@@ -98,13 +104,16 @@ def attribute_command(
     written = ", ".join(str(p) for p in output.paths.values())
     if res.no_regression:
         con.print(
-            "No eval item regressed; nothing to attribute (rerun with --query all to rank rows anyway). "
+            "No eval item regressed beyond the fine-tune's ordinary drift; nothing to attribute (rerun with --query "
+            "all to rank rows anyway). "
             f"Setup findings are in the report. Wrote {written}.",
             highlight=False,
         )
         raise typer.Exit(0)
     n_reg = len(res.regressed)
-    con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed (completion NLL up > {threshold} nats/token).")
+    reg = res.settings.get("regression") or {}
+    cut = f"completion NLL up by more than {reg['cutoff']:.0%} of its base value" if "cutoff" in reg else "see report"
+    con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed ({cut}).")
     ids = {r["index"]: r for r in res.examples}
     t = Table(title=f"Most harmful training rows ({res.method}; positive = pushed toward the regression)")
     for col in ("rank", "row", "id", "harm", "worst item"):

@@ -14,6 +14,7 @@ import numpy as np
 
 from gradian.errors import GradianError
 from gradian.report.clusters import MAP_POINTS, finding_train_rows, fit_clusters, summarize_clusters
+from gradian.report.culprits import CulpritPolicy
 from gradian.report.verdict import make_verdict
 
 SCHEMA = "gradian.report/1"
@@ -142,6 +143,8 @@ def build_report(
     k: int | None = None,
     seed: int = 0,
     top_n: int = 25,
+    item_scores: np.ndarray | None = None,
+    policy: CulpritPolicy | None = None,
 ) -> dict[str, Any]:
     """The final report.json content.
 
@@ -151,7 +154,9 @@ def build_report(
     ``embeddings``: ``(n_rows, k)`` gradient embeddings; row j belongs to training row ``embedding_index[j]``
     (default: training row j). Without embeddings a previous assignment is reused, else there are no clusters.
     ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
-    labels and the text shown. ``logs``: TrainerLogs or its dict form.
+    labels and the text shown. ``logs``: TrainerLogs or its dict form. ``item_scores``: the per-item harm
+    (``settings.query_items`` x rows, columns in ``embedding_index`` order) for the verdict's stability check;
+    ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`).
 
     Adds ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
     ``cluster`` (id or None) and ``findings`` (codes); shown rows gain ``text`` and ``contributions``.
@@ -256,11 +261,46 @@ def build_report(
     report["clusters"] = clusters
     report["clustering"] = clustering
     report["findings"] = findings
-    report["verdict"] = make_verdict(clusters, findings, examples, regressed, n_rows=n_rows)
+    settings = attribution.get("settings") or {}
+    s_items, s_rows = _regressed_item_scores(item_scores, settings, regressed, embedding_index)
+    report["verdict"] = make_verdict(
+        clusters,
+        findings,
+        examples,
+        regressed,
+        n_rows=n_rows,
+        item_scores=s_items,
+        item_rows=s_rows,
+        texts=texts or None,
+        regression=settings.get("regression") if isinstance(settings, Mapping) else None,
+        policy=policy,
+    )
     log_dict = logs_to_dict(logs) if logs is not None else (attribution.get("logs") or None)
     if log_dict:
         report["logs"] = log_dict
     return report
+
+
+def _regressed_item_scores(
+    item_scores: np.ndarray | None,
+    settings: Any,
+    regressed: Sequence[Mapping[str, Any]],
+    embedding_index: Sequence[int] | None,
+) -> tuple[np.ndarray | None, list[int] | None]:
+    """The rows of ``item_scores`` that belong to regressed items (``--query all`` scores every item), and the
+    training row of each column; (None, None) when they cannot be matched."""
+    if item_scores is None or not isinstance(settings, Mapping):
+        return None, None
+    arr = np.asarray(item_scores)
+    q = [int(i) for i in settings.get("query_items") or []]
+    if arr.ndim != 2 or len(q) != arr.shape[0]:
+        return None, None
+    want = {int(r["index"]) for r in regressed}
+    pick = [k for k, i in enumerate(q) if i in want]
+    cols = [int(i) for i in embedding_index] if embedding_index is not None else list(range(arr.shape[1]))
+    if not pick or len(cols) != arr.shape[1]:
+        return None, None
+    return arr[pick], cols
 
 
 def _map(

@@ -138,6 +138,20 @@ def load_embeddings(out_dir: Path) -> tuple[Any, list[int] | None]:
     return None, None
 
 
+def load_item_scores(out_dir: Path) -> Any:
+    """The per-item harm matrix from item_scores.npy, or None (older reports: the verdict skips its stability
+    check)."""
+    import numpy as np
+
+    path = out_dir / "item_scores.npy"
+    if not path.is_file():
+        return None
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise GradianError(f"cannot read it ({err})", where=str(path)) from None
+
+
 def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
     """Rebuild and re-render the report in out_dir from what is saved there."""
     from gradian.report.build import build_report
@@ -159,6 +173,7 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
         if not isinstance(findings, list):
             raise GradianError("expected a list of findings", where=str(out / "findings.json"))
     emb, idx = load_embeddings(out)
+    item_scores = load_item_scores(out)
     train = _read_jsonl(out / "rows.jsonl") if (out / "rows.jsonl").is_file() else None
     evals = _read_jsonl(out / "eval_rows.jsonl") if (out / "eval_rows.jsonl").is_file() else None
     logs = _read_json(out / "trainer_logs.json") if (out / "trainer_logs.json").is_file() else None
@@ -171,6 +186,7 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
         eval_examples=evals,
         logs=logs,
         seed=seed,
+        item_scores=item_scores,
     )
     return render_all(report, out)
 

@@ -1,0 +1,278 @@
+"""Culprit rows from the harm itself: is the harm concentrated, in which rows, how sure, and what they share.
+
+Three steps, pure numpy over the per-item harm matrix ``S`` (regressed items x training rows; a row's harm is its
+column sum):
+
+1. **Head.** The rows whose harm stands out from the bulk of the file's rows: harm above
+   ``median + head_z x robust spread`` (the spread is 1.4826 x the median absolute deviation, so ``head_z`` is a
+   z-score of the ordinary rows), at most ``max_head_fraction`` of the rows. Only the positive side is read:
+   in a contradiction (a renamed entity) the rows that still teach the old fact are strongly *helpful*, so the
+   negative tail is signal too and is no null for the positive one.
+2. **Concentrated or spread.** The head is a culprit only when it carries at least ``min_head_share`` of the total
+   positive harm and it is *stable*: over ``bootstrap`` resamples of the regressed items (with replacement), the
+   head found in each resample agrees with the full head (mean Jaccard ``>= min_stability``). Rows that make the head
+   in fewer than ``keep_frequency`` of the resamples are left out of it. Harm that comes from one or two items, or
+   from whichever rows happen to be longest, does not survive that.
+3. **Groups.** The head rows are grouped by what they share: a *mechanical* diagnose finding (one that declares how
+   rows became tokens: truncation, EOS, cut completions, loops) that flags a sizeable part of the head and is enriched
+   there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
+   remaining head rows form a content group, described by their distinctive terms and by the content findings that
+   flag at least ``flag_share`` of them.
+
+Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
+calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
+
+# Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
+LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
+
+
+def finding_cause(f: Mapping[str, Any]) -> str:
+    """``mechanical``, ``content`` or ``setup``: what the rule behind a finding declares (older findings: by code)."""
+    cause = f.get("cause")
+    if cause in ("mechanical", "content", "setup"):
+        return str(cause)
+    code = str(f.get("code") or "")
+    if code in LEGACY_CONTENT_RULES:
+        return "content"
+    return "mechanical" if code.startswith("D") else "setup"
+
+
+@dataclass(frozen=True)
+class CulpritPolicy:
+    """The thresholds the verdict's culprit decision reads (see the module docstring)."""
+
+    head_z: float = field(default=4.0, metadata={"help": "Head: harm above median + this many robust spreads."})
+    max_head_fraction: float = field(default=0.3, metadata={"help": "Head: at most this share of the rows."})
+    min_head_share: float = field(
+        default=0.2, metadata={"help": "A culprit head carries at least this share of the positive harm."}
+    )
+    bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
+    min_stability: float = field(
+        default=0.5, metadata={"help": "A culprit head's mean Jaccard agreement with the resampled heads."}
+    )
+    keep_frequency: float = field(
+        default=0.5, metadata={"help": "A head row is kept when it makes the head in this share of the resamples."}
+    )
+    min_items_for_stability: int = field(
+        default=3, metadata={"help": "Fewer regressed items than this: stability cannot be measured."}
+    )
+    flag_share: float = field(
+        default=0.5, metadata={"help": "A finding describes a group when it flags this share of the group's rows."}
+    )
+    min_group_share: float = field(
+        default=0.2, metadata={"help": "A mechanical group holds at least this share of the head rows."}
+    )
+    enrichment: float = field(
+        default=2.0, metadata={"help": "A mechanical finding's share of the head is this multiple of its file share."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
+
+    def __post_init__(self) -> None:
+        for name, v in asdict(self).items():
+            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"CulpritPolicy.{name} must be a finite number >= 0, got {v!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Group:
+    """Head rows that share one thing."""
+
+    cause: str  # "mechanical" | "content"
+    rows: list[int]  # training-row indices, most harmful first
+    harm_share: float  # share of the total positive harm
+    finding: Mapping[str, Any] | None = None  # the mechanical finding that defines it
+    shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
+    terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.finding
+        return {
+            "cause": self.cause,
+            "rows": self.rows,
+            "size": len(self.rows),
+            "harm_share": self.harm_share,
+            "finding": None if f is None else {"code": f.get("code"), "name": f.get("name")},
+            "shared": self.shared,
+            "terms": self.terms,
+        }
+
+
+@dataclass
+class Culprits:
+    """The culprit decision for one report."""
+
+    concentrated: bool
+    head: list[int]  # training-row indices, most harmful first (also when not concentrated: the candidate)
+    head_share: float  # share of the positive harm the head carries
+    stability: float | None  # mean Jaccard of resampled heads with the head; None when not measurable
+    groups: list[Group]
+    reason: str  # why concentrated or not, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concentrated": self.concentrated,
+            "head": self.head,
+            "head_share": self.head_share,
+            "stability": self.stability,
+            "groups": [g.to_dict() for g in self.groups],
+            "reason": self.reason,
+        }
+
+
+def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+    """Rows whose harm stands out from the bulk: ``s > median + head_z x 1.4826 MAD``, positive, at most
+    ``max_head_fraction`` of the rows (the most harmful ones)."""
+    s = np.asarray(s, dtype=np.float64)
+    n = len(s)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    med = float(np.median(s))
+    spread = 1.4826 * float(np.median(np.abs(s - med)))
+    if spread <= 0:
+        spread = float(np.std(s)) or 1.0
+    mask = (s > med + policy.head_z * spread) & (s > 0)
+    cap = max(1, int(policy.max_head_fraction * n))
+    if mask.sum() > cap:
+        keep = np.argsort(-s, kind="stable")[:cap]
+        mask = np.zeros(n, dtype=bool)
+        mask[keep] = True
+    return mask
+
+
+def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    union = int((a | b).sum())
+    return 1.0 if union == 0 else int((a & b).sum()) / union
+
+
+def find_culprits(
+    item_scores: np.ndarray | None,
+    scores: np.ndarray,
+    rows: Sequence[int],
+    *,
+    findings: Sequence[Mapping[str, Any]] = (),
+    texts: Mapping[int, str] | None = None,
+    policy: CulpritPolicy | None = None,
+) -> Culprits:
+    """Decide whether the harm is concentrated and in which rows. ``scores[j]`` is the harm of training row
+    ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check."""
+    policy = policy or CulpritPolicy()
+    s = np.asarray(scores, dtype=np.float64)
+    rows = [int(r) for r in rows]
+    pos_total = float(np.clip(s, 0, None).sum())
+    mask = head_mask(s, policy)
+    stability = None
+    S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
+    if S is not None and S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability:
+        rng = np.random.default_rng(policy.seed)
+        m = S.shape[0]
+        freq = np.zeros(len(s))
+        jac = []
+        for _ in range(int(policy.bootstrap)):
+            pick = rng.integers(0, m, size=m)
+            hb = head_mask(S[pick].sum(0), policy)
+            freq += hb
+            jac.append(_jaccard(mask, hb))
+        freq /= max(1, int(policy.bootstrap))
+        stability = float(np.mean(jac)) if jac else None
+        mask = mask & (freq >= policy.keep_frequency)
+    order = [j for j in np.argsort(-s, kind="stable") if mask[j]]
+    head = [rows[j] for j in order]
+    head_share = float(s[mask].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
+
+    if not head:
+        reason = "no row's harm stands out from the rest of the rows"
+        concentrated = False
+    elif head_share < policy.min_head_share:
+        reason = (
+            f"the {len(head)} rows that stand out carry {head_share:.0%} of the harm, under the "
+            f"{policy.min_head_share:.0%} a culprit group needs"
+        )
+        concentrated = False
+    elif stability is not None and stability < policy.min_stability:
+        reason = (
+            f"the rows that stand out change when the regressed items are resampled (agreement {stability:.2f}, "
+            f"under {policy.min_stability:.2f})"
+        )
+        concentrated = False
+    else:
+        reason = f"{len(head)} rows stand out from the rest and carry {head_share:.0%} of the harm"
+        concentrated = True
+    score_of = {rows[j]: float(s[j]) for j in range(len(s))}
+    groups = group_rows(head, score_of, pos_total, findings, texts, len(rows), policy) if concentrated else []
+    return Culprits(concentrated, head, head_share, stability, groups, reason)
+
+
+def group_rows(
+    head: Sequence[int],
+    score_of: Mapping[int, float],
+    pos_total: float,
+    findings: Sequence[Mapping[str, Any]],
+    texts: Mapping[int, str] | None,
+    n_rows: int,
+    policy: CulpritPolicy,
+) -> list[Group]:
+    """Split the head into mechanical groups (one per enriched mechanical finding) and one content group."""
+
+    def share(rs: Sequence[int]) -> float:
+        return sum(max(0.0, score_of.get(r, 0.0)) for r in rs) / pos_total if pos_total > 0 else 0.0
+
+    def ordered(rs: set[int]) -> list[int]:
+        return sorted(rs, key=lambda r: (-score_of.get(r, 0.0), r))
+
+    left = set(head)
+    groups: list[Group] = []
+    flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
+    while left:
+        best = None
+        for f, frows in flagged:
+            hit = frows & left
+            if len(hit) < max(2, policy.min_group_share * len(head)):
+                continue
+            if n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
+                continue
+            if best is None or len(hit) > len(best[1]):
+                best = (f, hit)
+        if best is None:
+            break
+        f, hit = best
+        groups.append(Group("mechanical", ordered(hit), share(list(hit)), finding=f))
+        left -= hit
+        flagged = [(g, r) for g, r in flagged if g is not f]
+    if left:
+        rest = ordered(left)
+        group = Group("content", rest, share(rest))
+        content = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "content"]
+        for f, frows in content:
+            hit = len(frows & left)
+            if hit >= policy.flag_share * len(left):
+                group.shared.append(
+                    {
+                        "code": f.get("code"),
+                        "name": f.get("name"),
+                        "count": hit,
+                        "share": hit / len(left),
+                        "fix": f.get("fix"),
+                    }
+                )
+        group.shared.sort(key=lambda d: -d["count"])
+        if texts:
+            inside = [terms_of(texts[r]) for r in rest if r in texts]
+            outside = [terms_of(t) for r, t in texts.items() if r not in left]
+            group.terms = distinctive_terms(inside, outside)
+        groups.append(group)
+    groups.sort(key=lambda g: -g.harm_share)
+    return groups
