@@ -1,136 +1,158 @@
-"""Every branch of the verdict, from constructed clusters, findings and scores."""
+"""Every branch of the verdict, on per-item harm matrices drawn from seeded heavy-tailed distributions.
+
+The matrices mimic what attribution gives: most rows' per-item harm is heavy-tailed noise of either sign, a planted
+group harms every regressed item. The verdict must find the planted rows, say what they share, and name nobody when
+nothing is planted."""
 
 from __future__ import annotations
 
-from gradian.report.verdict import is_concentrated, make_verdict, setup_errors
+import numpy as np
+import pytest
 
-REG = [{"index": 0, "base_nll": 1.0, "finetuned_nll": 2.0}, {"index": 1, "base_nll": 1.0, "finetuned_nll": 1.5}]
+from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
+from gradian.report.verdict import make_verdict, setup_errors
 
-
-def cluster(cid, rows, harm_share, size_share, label="", findings=()):
-    return {
-        "id": cid,
-        "size": len(rows),
-        "rows": rows,
-        "harm_share": harm_share,
-        "size_share": size_share,
-        "label": label,
-        "findings": list(findings),
-    }
+N = 400
 
 
-def examples(scores):
-    return [{"index": i, "id": f"r{i}", "score": s} for i, s in scores.items()]
+def harm_matrix(planted=(), *, items=12, seed=0, strength=6.0, helpful=()):
+    """(items x N) per-item harm: Student-t noise (3 dof) for every row, plus ``strength`` on every item for the
+    planted rows, minus it for ``helpful`` rows (a contradiction's rows that still teach the old fact)."""
+    rng = np.random.default_rng(seed)
+    S = rng.standard_t(3, size=(items, N))
+    for r in planted:
+        S[:, r] += strength * (1 + 0.3 * rng.random())
+    for r in helpful:
+        S[:, r] -= strength
+    return S
 
 
-def cluster_finding(code, name, percent, fix):
-    """A diagnose finding as a cluster summary carries it: the share of the (10-row) culprit cluster it flags."""
-    title = name.replace("_", " ")
-    text = f"{percent:.0f}% of this cluster is flagged: {title} ({code} {name})"
-    return {"code": code, "name": name, "percent": percent, "count": round(percent / 10), "text": text, "fix": fix}
+def examples(s):
+    return [{"index": i, "id": f"r{i}", "score": float(v)} for i, v in enumerate(s)]
 
 
-def concentrated_case(findings_in_cluster=()):
-    scores = {i: (1.0 if i < 10 else 0.01) for i in range(100)}
-    scores[5] = -0.2  # a helpful row inside the culprit cluster is not dropped
-    clusters = [
-        cluster(1, list(range(10)), 0.9, 0.1, "zorbax / girl", findings_in_cluster),
-        cluster(2, list(range(10, 100)), 0.1, 0.9, "dog / bone"),
-    ]
-    return clusters, scores
+def regressed(m):
+    return [{"index": j, "base_nll": 1.0, "finetuned_nll": 2.0} for j in range(m)]
 
 
-def test_concentrated_content():
-    clusters, scores = concentrated_case()
-    v = make_verdict(clusters, [], examples(scores), REG)
+def verdict(S, findings=(), **kw):
+    s = S.sum(0)
+    return make_verdict([], list(findings), examples(s), regressed(S.shape[0]), item_scores=S, item_rows=range(N), **kw)
+
+
+PLANTED = list(range(0, 400, 10))  # 40 rows, 10%, spread over the file
+
+
+def precision_recall(drop, planted):
+    hit = len(set(drop) & set(planted))
+    return hit / max(1, len(drop)), hit / len(planted)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_planted_content_group_is_found(seed):
+    S = harm_matrix(PLANTED, seed=seed, helpful=range(5, 400, 40))
+    v = verdict(S)
     assert v["kind"] == "concentrated" and v["cause"] == "content" and v["reliable"]
-    assert v["culprit_clusters"] == [1]
-    assert v["drop_rows"] == [0, 1, 2, 3, 4, 6, 7, 8, 9]
-    assert v["drop_ids"][0] == "r0"
-    assert "Cluster 1 (zorbax / girl) carries 90% of the harm to the 2 regressed eval items" in v["text"]
-    assert "content" in v["text"] and "'zorbax / girl'" in v["text"]
+    p, r = precision_recall(v["drop_rows"], PLANTED)
+    assert p >= 0.9 and r >= 0.9
+    assert v["confidence"]["level"] == "high"
+    assert v["drop_rows"] == sorted(v["drop_rows"], key=lambda i: -S[:, i].sum())  # most harmful first
     assert any("--verify" in s and "drop_rows.txt" in s for s in v["next_steps"])
+    assert v["policy"] == CulpritPolicy().to_dict()
 
 
-def test_concentrated_mechanical():
-    flag = cluster_finding("D101", "completion_cut", 90.0, "raise max_length")
-    clusters, scores = concentrated_case([flag])
-    v = make_verdict(clusters, [], examples(scores), REG)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nothing_planted_names_no_culprit(seed):
+    v = verdict(harm_matrix(seed=seed))
+    assert v["kind"] == "spread" and v["drop_rows"] == [] and v["groups"] == []
+    assert "no rows are named to drop" in v["text"]
+    assert v["next_steps"]
+
+
+def test_harm_from_one_item_is_unstable():
+    """Ten rows harm a single regressed item hugely: resampling the items makes them come and go."""
+    S = harm_matrix(items=12, seed=3)
+    S[0, :10] += 200.0
+    v = verdict(S)
+    assert v["kind"] == "spread"
+    assert "resampled" in v["text"]
+    assert v["confidence"]["stability"] is not None and v["confidence"]["stability"] < CulpritPolicy().min_stability
+
+
+def test_mechanical_group_fix_comes_first():
+    S = harm_matrix(PLANTED, seed=4)
+    cut = {"code": "D130", "name": "cut_mid_sentence", "severity": "warning", "cause": "mechanical",
+           "evidence": {"rows": PLANTED[:38] + [1, 2]}, "fix": "drop or complete the cut rows"}  # fmt: skip
+    v = verdict(S, [cut])
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
-    assert "mechanical" in v["text"] and "D101 completion_cut" in v["text"]
-    assert v["next_steps"][0].startswith("Fix completion cut (D101 completion_cut): raise max_length")
+    assert "looks mechanical" in v["text"] and "D130 cut_mid_sentence" in v["text"]
+    assert v["next_steps"][0].startswith("Fix cut mid sentence (D130 cut_mid_sentence): drop or complete")
+
+
+def test_two_groups_content_and_mechanical():
+    content, mech = PLANTED[:20], list(range(5, 205, 10))
+    S = harm_matrix(content + mech, seed=5)
+    loop = {"code": "D131", "name": "repetition", "severity": "warning", "cause": "mechanical",
+            "evidence": {"rows": mech}, "fix": "drop the looping rows"}  # fmt: skip
+    v = verdict(S, [loop])
+    assert v["cause"] == "mechanical+content"
+    causes = {g["cause"]: set(g["rows"]) for g in v["groups"]}
+    assert causes["mechanical"] <= set(mech) and len(causes["mechanical"]) >= 18
+    assert len(causes["content"] & set(content)) >= 18
+    assert "Group 1" in v["text"] and "Group 2" in v["text"]
+
+
+def test_mechanical_finding_on_a_minority_is_not_the_cause():
+    S = harm_matrix(PLANTED, seed=6)
+    few = {"code": "D130", "name": "cut_mid_sentence", "cause": "mechanical", "evidence": {"rows": PLANTED[:3]}}
+    assert verdict(S, [few])["cause"] == "content"
+
+
+def test_mechanical_finding_common_in_the_file_is_not_enriched():
+    """A finding that flags half the file flags half the culprits by chance: not their cause."""
+    S = harm_matrix(PLANTED, seed=7)
+    rows = [i for i in range(N) if i % 20 == 0 or i % 2 == 1]  # half the planted rows, 55% of the file
+    everywhere = {"code": "D130", "name": "cut_mid_sentence", "cause": "mechanical", "evidence": {"rows": rows}}
+    assert verdict(S, [everywhere])["cause"] == "content"
 
 
 def test_content_finding_is_named_but_the_cause_stays_content():
-    """Rows that share eval prompts (D105) are what the culprit has in common, not a pipeline mechanism."""
-    flag = cluster_finding("D105", "train_eval_overlap", 60.0, "drop the overlapping train rows")
-    clusters, scores = concentrated_case([flag])
-    v = make_verdict(clusters, [], examples(scores), REG)
-    assert v["kind"] == "concentrated" and v["cause"] == "content"
-    assert "looks mechanical" not in v["text"] and "What they have in common: 60%" in v["text"] and "D105" in v["text"]
+    """Rows that share eval prompts (D105) are what the culprits have in common, not a pipeline mechanism."""
+    S = harm_matrix(PLANTED, seed=8)
+    overlap = {"code": "D105", "name": "train_eval_overlap", "severity": "warning",
+               "evidence": {"rows": PLANTED[:30]}, "fix": "drop the overlapping train rows"}  # fmt: skip
+    v = verdict(S, [overlap])
+    assert v["cause"] == "content" and "looks mechanical" not in v["text"]
+    assert "What they have in common" in v["text"] and "D105" in v["text"]
     assert v["next_steps"][0].startswith("Drop the ")  # the rows first; what they share after
     assert v["next_steps"][1].startswith("Fix train eval overlap (D105 train_eval_overlap): drop the overlapping")
 
 
-def test_minor_finding_is_not_mechanical():
-    flag = {"code": "D101", "name": "completion_cut", "percent": 20.0, "count": 2, "text": "20% ...", "fix": "x"}
-    clusters, scores = concentrated_case([flag])
-    assert make_verdict(clusters, [], examples(scores), REG)["cause"] == "content"
-
-
-def test_spread_thin_names_no_culprit():
-    scores = {i: 0.01 * (1 + i % 7) for i in range(400)}
-    clusters = [
-        cluster(1, list(range(0, 200)), 0.55, 0.5),
-        cluster(2, list(range(200, 400)), 0.45, 0.5),
+def test_findings_on_the_same_rows_all_explain_the_group():
+    """D106 and D107 flag the same culprit rows: both explain it; an unrelated row error is 'separate'."""
+    S = harm_matrix(PLANTED, seed=9)
+    findings = [
+        {"code": "D106", "name": "truncation", "severity": "error", "evidence": {"rows": PLANTED}, "fix": "x"},
+        {"code": "D107", "name": "completion_cut", "severity": "error", "evidence": {"rows": PLANTED}, "fix": "y"},
+        {"code": "D109", "name": "missing_eos", "severity": "error", "evidence": {"rows": [51, 52]}, "fix": "add EOS"},
     ]
-    v = make_verdict(clusters, [], examples(scores), REG)
-    assert v["kind"] == "spread"
-    assert v["culprit_clusters"] == [] and v["drop_rows"] == []
-    assert "spread thin" in v["text"] and "No single group of rows explains the regression" in v["text"]
-    assert v["next_steps"]
-
-
-def test_share_below_twice_size_is_not_concentrated():
-    assert not is_concentrated({"harm_share": 0.5, "size_share": 0.3})
-    assert is_concentrated({"harm_share": 0.6, "size_share": 0.3})
-    assert not is_concentrated({"harm_share": 0.2, "size_share": 0.01})  # too small a share of the harm
-
-
-def test_few_rows_dominate():
-    scores = {i: 0.001 for i in range(300)}
-    scores[7], scores[42], scores[99] = 5.0, 4.0, 3.0
-    clusters = [cluster(1, list(range(150)), 0.55, 0.5), cluster(2, list(range(150, 300)), 0.45, 0.5)]
-    findings = [{"code": "D3", "name": "no_eos", "severity": "warning", "evidence": {"rows": [7, 42, 99]}}]
-    v = make_verdict(clusters, findings, examples(scores), REG)
-    assert v["kind"] == "few_rows"
-    assert v["drop_rows"] == [7, 42, 99]
-    assert "3 of the 3 are flagged" in v["text"]
+    v = verdict(S, findings)
+    assert v["cause"] == "mechanical"
+    separate = [s for s in v["sentences"] if s.startswith("Separately")]
+    assert len(separate) == 1 and "D109" in separate[0]
+    assert "D106" not in separate[0] and "D107" not in separate[0]
 
 
 def test_setup_error_said_first():
-    clusters, scores = concentrated_case()
+    S = harm_matrix(PLANTED, seed=10)
     findings = [
-        {
-            "code": "L302",
-            "name": "loss_nan",
-            "severity": "error",
-            "message": "NaN loss",
-            "evidence": {"steps": [60]},
-            "fix": "lower the learning rate",
-        },
-        {
-            "code": "C10",
-            "name": "lr_full_ft",
-            "severity": "error",
-            "evidence": {"key": "learning_rate", "value": 0.01},
-            "fix": "use 2e-4",
-        },
-    ]
-    v = make_verdict(clusters, findings, examples(scores), REG)
+        {"code": "L302", "name": "loss_nan", "severity": "error", "evidence": {"steps": [60]}, "fix": "lower the lr"},
+        {"code": "C10", "name": "lr_full_ft", "severity": "error", "evidence": {"key": "learning_rate", "value": 0.01},
+         "fix": "use 2e-4"},
+    ]  # fmt: skip
+    v = verdict(S, findings)
     assert not v["reliable"]
-    assert v["sentences"][0].startswith("Fix the setup first: 2 setup errors")
-    assert "unreliable" in v["sentences"][0]
+    assert v["sentences"][0].startswith("Fix the setup first: 2 setup errors") and "unreliable" in v["sentences"][0]
     assert v["next_steps"][0].startswith("Fix loss nan (L302 loss_nan)")
     assert "config key `learning_rate`, now 0.01" in v["next_steps"][1]
     assert [c["key"] for c in v["config_changes"]] == [None, "learning_rate"]
@@ -144,46 +166,48 @@ def test_row_error_covering_most_rows_is_a_setup_error():
     assert setup_errors([pervasive, local, warn], n_rows=100) == [pervasive]
 
 
-def test_no_regression():
-    clusters, scores = concentrated_case()
-    v = make_verdict(clusters, [], examples(scores), [])
-    assert v["kind"] == "no_regression" and v["drop_rows"] == []
+def test_no_regression_and_within_noise():
+    s = harm_matrix(PLANTED).sum(0)
+    v = make_verdict([], [], examples(s), [])
+    assert v["kind"] == "no_regression" and v["drop_rows"] == [] and "no regression" in v["text"]
+    v = make_verdict([], [], examples(s), [], regression={"rose": 7, "drift": 0.12, "cutoff": 0.24})
+    assert v["kind"] == "no_regression" and "within noise" in v["text"] and "12%" in v["text"]
 
 
 def test_no_positive_harm():
-    scores = {i: -0.1 for i in range(50)}
-    v = make_verdict([cluster(1, list(range(50)), 0.0, 1.0)], [], examples(scores), REG)
+    v = make_verdict([], [], examples(-np.abs(harm_matrix().sum(0))), regressed(3))
     assert v["kind"] == "no_harm" and "no training row has positive harm" in v["text"]
 
 
-def test_no_clusters_falls_back_to_ranking():
-    scores = {i: 0.01 for i in range(100)}  # top 1% = 1 row
-    scores[3] = 10.0
-    v = make_verdict([], [], examples(scores), REG)
-    assert v["kind"] == "few_rows" and v["drop_rows"] == [3]
+def test_without_item_scores_stability_is_unmeasured():
+    s = harm_matrix(PLANTED, seed=11).sum(0)
+    v = make_verdict([], [], examples(s), regressed(12))
+    assert v["kind"] == "concentrated" and v["confidence"] == {"stability": None, "level": "unmeasured"}
 
 
-def test_culprit_at_exactly_twice_its_share():
-    """All the harm from half the rows is exactly 2x: a culprit, despite float rounding of the shares."""
-    from gradian.report.verdict import is_concentrated
+def test_head_mask_reads_only_the_positive_side():
+    """A strong helpful tail (rows that still teach the old fact) does not hide the harmful one."""
+    S = harm_matrix(PLANTED, seed=12, helpful=range(5, 405, 10))
+    head = head_mask(S.sum(0), CulpritPolicy())
+    assert set(np.flatnonzero(head)) <= set(PLANTED) and head.sum() >= 36
 
-    assert is_concentrated({"harm_share": 1.0, "size_share": 0.1 + 0.2 + 0.2000000000000001})
-    assert not is_concentrated({"harm_share": 0.9, "size_share": 0.5})
+
+def test_policy_rejects_bad_values():
+    with pytest.raises(ValueError, match="head_z"):
+        CulpritPolicy(head_z=float("nan"))
+    with pytest.raises(ValueError, match="min_head_share"):
+        CulpritPolicy(min_head_share=-1)
 
 
-def test_row_errors_that_explain_the_culprit_are_not_called_separate():
-    """D106 and D107 flag the same culprit rows: both explain it; an unrelated row error is 'separate'."""
-    cut = {"code": "D107", "name": "completion_cut", "percent": 100.0, "count": 10, "fix": "raise max_length"}
-    trunc = {"code": "D106", "name": "truncation", "percent": 100.0, "count": 10, "fix": "raise max_length"}
-    clusters, scores = concentrated_case([trunc, cut])
-    rows = list(range(10))
-    findings = [
-        {"code": "D106", "name": "truncation", "severity": "error", "evidence": {"rows": rows}, "fix": "x"},
-        {"code": "D107", "name": "completion_cut", "severity": "error", "evidence": {"rows": rows}, "fix": "x"},
-        {"code": "D109", "name": "missing_eos", "severity": "error", "evidence": {"rows": [50, 51]}, "fix": "add EOS"},
-    ]
-    v = make_verdict(clusters, findings, examples(scores), REG)
-    assert v["cause"] == "mechanical"
-    separate = [s for s in v["sentences"] if s.startswith("Separately")]
-    assert len(separate) == 1 and "D109" in separate[0]
-    assert "D106" not in separate[0] and "D107" not in separate[0]
+def test_finding_cause_reads_the_rule_then_falls_back_to_the_code():
+    assert finding_cause({"code": "D999", "cause": "content"}) == "content"
+    assert finding_cause({"code": "D105"}) == "content"
+    assert finding_cause({"code": "D106"}) == "mechanical"
+    assert finding_cause({"code": "C201"}) == "setup"
+
+
+def test_find_culprits_keeps_only_rows_stable_under_resampling():
+    S = harm_matrix(PLANTED, seed=13)
+    S[0, 7] += 300.0  # row 7 harms one item enormously, nothing else
+    c = find_culprits(S, S.sum(0), list(range(N)))
+    assert c.concentrated and 7 not in c.head

@@ -59,10 +59,10 @@ class CulpritPolicy:
     )
     bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
     min_stability: float = field(
-        default=0.5, metadata={"help": "A culprit head's mean Jaccard agreement with the resampled heads."}
+        default=0.7, metadata={"help": "A culprit head's mean Jaccard agreement with the resampled heads."}
     )
     keep_frequency: float = field(
-        default=0.5, metadata={"help": "A head row is kept when it makes the head in this share of the resamples."}
+        default=0.8, metadata={"help": "A head row is kept when it makes the head in this share of the resamples."}
     )
     min_items_for_stability: int = field(
         default=3, metadata={"help": "Fewer regressed items than this: stability cannot be measured."}
@@ -174,6 +174,7 @@ def find_culprits(
     rows = [int(r) for r in rows]
     pos_total = float(np.clip(s, 0, None).sum())
     mask = head_mask(s, policy)
+    raw_head = int(mask.sum())
     stability = None
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
     if S is not None and S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability:
@@ -193,19 +194,20 @@ def find_culprits(
     head = [rows[j] for j in order]
     head_share = float(s[mask].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
 
-    if not head:
+    unstable = stability is not None and (stability < policy.min_stability or (raw_head and not head))
+    if unstable:
+        reason = (
+            f"the {raw_head} rows that stand out change when the regressed items are resampled (agreement "
+            f"{stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
+        )
+        concentrated = False
+    elif not head:
         reason = "no row's harm stands out from the rest of the rows"
         concentrated = False
     elif head_share < policy.min_head_share:
         reason = (
             f"the {len(head)} rows that stand out carry {head_share:.0%} of the harm, under the "
             f"{policy.min_head_share:.0%} a culprit group needs"
-        )
-        concentrated = False
-    elif stability is not None and stability < policy.min_stability:
-        reason = (
-            f"the rows that stand out change when the regressed items are resampled (agreement {stability:.2f}, "
-            f"under {policy.min_stability:.2f})"
         )
         concentrated = False
     else:
@@ -249,9 +251,18 @@ def group_rows(
         if best is None:
             break
         f, hit = best
-        groups.append(Group("mechanical", ordered(hit), share(list(hit)), finding=f))
+        group = Group("mechanical", ordered(hit), share(list(hit)), finding=f)
+        for g, grows in flagged:  # other mechanical findings on the same rows explain them too (truncation + cut)
+            if g is not f and len(grows & hit) >= policy.flag_share * len(hit):
+                group.shared.append(_shared(g, len(grows & hit), len(hit)))
+        groups.append(group)
         left -= hit
         flagged = [(g, r) for g, r in flagged if g is not f]
+    if groups and len(left) < max(2, policy.min_group_share * len(head)):
+        big = max(groups, key=lambda g: len(g.rows))  # too few for a group of their own: they ride along
+        big.rows = ordered(set(big.rows) | left)
+        big.harm_share = share(big.rows)
+        left = set()
     if left:
         rest = ordered(left)
         group = Group("content", rest, share(rest))
@@ -259,15 +270,7 @@ def group_rows(
         for f, frows in content:
             hit = len(frows & left)
             if hit >= policy.flag_share * len(left):
-                group.shared.append(
-                    {
-                        "code": f.get("code"),
-                        "name": f.get("name"),
-                        "count": hit,
-                        "share": hit / len(left),
-                        "fix": f.get("fix"),
-                    }
-                )
+                group.shared.append(_shared(f, hit, len(left)))
         group.shared.sort(key=lambda d: -d["count"])
         if texts:
             inside = [terms_of(texts[r]) for r in rest if r in texts]
@@ -276,3 +279,8 @@ def group_rows(
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups
+
+
+def _shared(f: Mapping[str, Any], hit: int, size: int) -> dict[str, Any]:
+    """A finding as a group's shared trait: which, how many of the group's rows, its fix."""
+    return {"code": f.get("code"), "name": f.get("name"), "count": hit, "share": hit / size, "fix": f.get("fix")}

@@ -267,33 +267,37 @@ def _concentrated(draft, found, clusters, scores, ids, n_rows: int, n_reg: str) 
     explained: set[str] = set()
     fixes: list[str] = []
     for i, g in enumerate(groups, start=1):
-        label = f"group {i}" if len(groups) > 1 else "they"
+        who = f"Group {i} ({_rows_word(len(g.rows))}, {_pct(g.harm_share)} of the harm)" if len(groups) > 1 else ""
         if g.cause == "mechanical" and g.finding is not None:
-            explained.add(str(g.finding.get("code")))
+            also = [sh for sh in g.shared if sh.get("code") != g.finding.get("code")]
+            explained |= {str(g.finding.get("code"))} | {str(sh.get("code")) for sh in also}
+            names = _join([finding_title(g.finding)] + [finding_title(sh) for sh in also])
             draft.sentences.append(
-                f"{label.capitalize()}: {_rows_word(len(g.rows))} ({_pct(g.harm_share)} of the harm) look mechanical: "
-                f"diagnose flags them as {finding_title(g.finding)}."
+                (f"{who} looks mechanical" if who else "The cause looks mechanical")
+                + f": diagnose flags {'them' if who else 'these rows'} as {names}."
             )
-            if g.finding.get("fix"):
-                fixes.append(f"Fix {finding_title(g.finding)}: {_fix_text(g.finding)}.")
-        else:
-            about = f" (rows about {' / '.join(g.terms)})" if g.terms else ""
+            for f in [g.finding, *also]:
+                step = f"Fix {finding_title(f)}: {_fix_text(f)}." if f.get("fix") else ""
+                if step and step not in fixes:
+                    fixes.append(step)
+            continue
+        about = f" (rows about {' / '.join(g.terms)})" if g.terms else ""
+        draft.sentences.append(
+            (f"{who} carries" if who else "They carry")
+            + f" no mechanical setup finding, so the cause looks like content{about}."
+        )
+        for sh in g.shared:
             draft.sentences.append(
-                f"{label.capitalize()}: {_rows_word(len(g.rows))} ({_pct(g.harm_share)} of the harm) carry no "
-                f"mechanical setup finding, so the cause looks like content{about}."
+                f"What they have in common: {100 * sh['share']:.0f}% of them are flagged by diagnose as "
+                f"{finding_title(sh)}."
             )
-            for sh in g.shared:
-                draft.sentences.append(
-                    f"What they have in common: {100 * sh['share']:.0f}% of them are flagged by diagnose as "
-                    f"{finding_title(sh)}."
-                )
-                explained.add(str(sh.get("code")))
+            explained.add(str(sh.get("code")))
     draft.next_steps += fixes  # a mechanical cause is fixed first
     draft.next_steps.append(
         f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
     )
     for g in groups:
-        for sh in g.shared:
+        for sh in g.shared if g.cause == "content" else ():
             if sh.get("fix"):
                 draft.next_steps.append(f"Fix {finding_title(sh)}: {_fix_text(sh)}.")
     causes = {g.cause for g in groups}
