@@ -262,6 +262,20 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     parts.append(f'<p class="headline">{esc(v.get("headline", ""))}</p>')
     for s in v.get("sentences") or []:
         parts.append(f"<p>{esc(s)}</p>")
+    conf = _confidence_text(v)
+    if conf:
+        parts.append(f'<p class="meta" id="verdict-confidence">{esc(conf)}</p>')
+    groups = v.get("groups") or []
+    if groups:
+        body = "".join(
+            f"<tr><td>{i}</td><td>{esc(g.get('cause', ''))}</td><td class=num>{esc(g.get('size', 0))}</td>"
+            f"<td class=num>{_pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
+            for i, g in enumerate(groups, start=1)
+        )
+        parts.append(
+            '<table id="verdict-groups"><thead><tr><th>group</th><th>cause</th><th>rows</th><th>share of harm</th>'
+            "<th>what the rows share</th></tr></thead><tbody>" + body + "</tbody></table>"
+        )
     steps = v.get("next_steps") or []
     if steps:
         parts.append("<h3>Next steps</h3><ol>" + "".join(f"<li>{esc(s)}</li>" for s in steps) + "</ol>")
@@ -275,6 +289,36 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     parts.append(f'<p class="meta">Criterion: {esc(v.get("criterion", ""))}.</p>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def _confidence_text(v: Mapping[str, Any]) -> str:
+    """'Confidence: high (...)' from the verdict's stability measurement, or ''."""
+    conf = v.get("confidence") or {}
+    how = v.get("how") or {}
+    if not conf or v.get("kind") not in ("concentrated", "spread"):
+        return ""
+    n = (v.get("policy") or {}).get("bootstrap")
+    if conf.get("stability") is None:
+        return "Confidence: unmeasured (fewer than three regressed items to resample)."
+    text = (
+        f"Confidence: {conf.get('level')} (the culprit rows found again in {n} resamples of the regressed items "
+        f"agree {float(conf['stability']):.2f} on average, as Jaccard overlap)."
+    )
+    return text + (f" Decision: {how['reason']}." if how.get("reason") else "")
+
+
+def _group_trait(g: Mapping[str, Any]) -> str:
+    """What a verdict group's rows share, in a few words."""
+    bits = []
+    f = g.get("finding")
+    if f:
+        bits.append(f"flagged {f.get('code')} {f.get('name')}")
+    bits += [
+        f"{100 * float(sh.get('share', 0)):.0f}% {sh.get('code')} {sh.get('name')}" for sh in g.get("shared") or []
+    ]
+    if g.get("terms"):
+        bits.append("terms: " + " / ".join(g["terms"]))
+    return "; ".join(bits) or "no shared finding or term"
 
 
 def _regressed_html(report: Mapping[str, Any]) -> str:
@@ -484,6 +528,21 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
     lines += [md_escape(s) for s in v.get("sentences") or []]
     lines.append("")
+    conf = _confidence_text(v)
+    if conf:
+        lines += [md_escape(conf), ""]
+    if v.get("groups"):
+        lines += [
+            _md_table(
+                ["group", "cause", "rows", "share of harm", "what the rows share"],
+                [
+                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), _pct(g.get("harm_share")),
+                     md_escape(_group_trait(g))]
+                    for i, g in enumerate(v["groups"], start=1)
+                ],
+            ),
+            "",
+        ]  # fmt: skip
     if v.get("next_steps"):
         lines += ["Next steps:", ""] + [f"{i}. {md_escape(s)}" for i, s in enumerate(v["next_steps"], 1)] + [""]
     if v.get("drop_rows"):
