@@ -1,6 +1,6 @@
 """End to end, through the real CLI and real runs: the issue's must-shows.
 
-- On the bundled example the report names the planted cluster first, with its share of harm.
+- On the bundled example the verdict names the planted rows (precision and recall), with their share of harm.
 - On a run where the harmful rows are also truncated, the verdict says the cause is mechanical and gives the fix.
 - The quickstart's commands for the bundled example run as written.
 
@@ -62,24 +62,21 @@ def bundled(tmp_path_factory):
     return {"argv": argv, "out": out, "proc": proc, "report": json.loads((out / "report.json").read_text("utf-8"))}
 
 
-def test_bundled_example_report_names_the_planted_cluster_first(bundled):
+def test_bundled_example_verdict_names_the_planted_rows(bundled):
     report, out = bundled["report"], bundled["out"]
     planted = json.loads((EXAMPLE / "data" / "planted.json").read_text("utf-8"))
     harmful = set(planted["harmful_cluster"]["indices"])
     v = report["verdict"]
     assert v["kind"] == "concentrated" and v["cause"] == "content", v["text"]
-    first = next(c for c in report["clusters"] if c["id"] == v["culprit_clusters"][0])
-    assert first["id"] == 1  # clusters are numbered most harmful first
-    assert first["harm_share"] >= 0.4, first
-    rows = [int(r) for r in first["rows"]]
-    assert sum(r in harmful for r in rows) >= 0.7 * len(rows), (len(rows), sorted(set(rows) - harmful))
-    # the verdict states the culprit's share of the harm (one culprit here: the share is its own)
-    shares = sum(c["harm_share"] for c in report["clusters"] if c["id"] in v["culprit_clusters"])
-    assert f"{100 * shares:.0f}% of the harm" in v["text"]
-    assert v["text"].startswith("Cluster 1 ")
-    assert set(v["drop_rows"]) & harmful
+    drop = set(v["drop_rows"])
+    assert len(drop & harmful) >= 0.8 * len(drop), sorted(drop - harmful)  # precision
+    assert len(drop & harmful) >= 0.7 * len(harmful), sorted(harmful - drop)  # recall
+    assert f"carry {100 * v['how']['head_share']:.0f}% of the harm" in v["text"]
+    assert v["confidence"]["level"] in ("high", "medium"), v["confidence"]
+    (group,) = v["groups"]
+    assert group["cause"] == "content" and "zorblax" in group["terms"]
     html = (out / "report.html").read_text("utf-8")
-    assert first["label"] and first["label"] in html
+    assert 'id="verdict-groups"' in html and "zorblax" in html
     assert (out / "drop_rows.txt").is_file()
     assert "Traceback" not in bundled["proc"].stdout + bundled["proc"].stderr
 
@@ -127,16 +124,9 @@ def test_truncated_harmful_rows_give_a_mechanical_verdict(truncated):
     assert truncated["train"].n_truncated == len(harmful)  # only the planted rows are cut
     v = report["verdict"]
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical", v["text"]
-    culprits = [c for c in report["clusters"] if c["id"] in v["culprit_clusters"]]
-    assert culprits
-    flagged = [
-        c for c in culprits
-        if any(f["code"] in ("D106", "D107") and f["percent"] >= 50.0 for f in c.get("findings") or [])
-    ]  # fmt: skip
-    assert flagged, [(c["id"], c.get("findings")) for c in culprits]
-    for c in flagged:  # the culprit is the planted rows
-        rows = [int(r) for r in c["rows"]]
-        assert sum(r in harmful for r in rows) >= 0.5 * len(rows)
+    (group,) = [g for g in v["groups"] if g["cause"] == "mechanical"]
+    assert group["finding"]["code"] in ("D106", "D107")
+    assert len(set(group["rows"]) & harmful) >= 0.8 * len(group["rows"])
     assert "The cause looks mechanical" in v["text"] and "truncation" in v["text"]
     # the truncation fix comes first among the next steps, ahead of dropping rows
     fix = [s for s in v["next_steps"] if "max_length" in s]

@@ -128,10 +128,15 @@ def attribute_command(
             f"{worst['eval_id'] or worst['eval_index']}" if worst else "",
         )
     con.print(t)
+    from gradian.report.render import confidence_text
+
     verdict = output.report.get("verdict") or {}
     if verdict:
         con.rule("Verdict")
         con.print(verdict.get("text") or verdict.get("headline") or "", highlight=False)
+        conf = confidence_text(verdict)
+        if conf:
+            con.print(f"[dim]{conf}[/]", highlight=False)
         for i, step in enumerate(verdict.get("next_steps") or [], start=1):
             con.print(f"  {i}. {step}", highlight=False)
     con.print(f"Wrote {written}.", highlight=False)

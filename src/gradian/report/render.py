@@ -262,7 +262,7 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     parts.append(f'<p class="headline">{esc(v.get("headline", ""))}</p>')
     for s in v.get("sentences") or []:
         parts.append(f"<p>{esc(s)}</p>")
-    conf = _confidence_text(v)
+    conf = confidence_text(v)
     if conf:
         parts.append(f'<p class="meta" id="verdict-confidence">{esc(conf)}</p>')
     groups = v.get("groups") or []
@@ -291,7 +291,7 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _confidence_text(v: Mapping[str, Any]) -> str:
+def confidence_text(v: Mapping[str, Any]) -> str:
     """'Confidence: high (...)' from the verdict's stability measurement, or ''."""
     conf = v.get("confidence") or {}
     how = v.get("how") or {}
@@ -528,7 +528,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
     lines += [md_escape(s) for s in v.get("sentences") or []]
     lines.append("")
-    conf = _confidence_text(v)
+    conf = confidence_text(v)
     if conf:
         lines += [md_escape(conf), ""]
     if v.get("groups"):

@@ -1,0 +1,177 @@
+"""Calibrate the verdict's thresholds on the planted-fault suite, from what attribution saved: no retraining.
+
+    python bench/calibrate_verdict.py --runs bench/work/scenarios            # score the default policy
+    python bench/calibrate_verdict.py --runs bench/work/scenarios --search   # grid over the thresholds
+
+Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the planted rows and the expected cause,
+"none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
+verdict is recomputed as the default ``--query regressed`` run would make it: the regression rule picks the items,
+their per-item harm is summed (scores are linear in the query, so this equals a fresh run) and
+:func:`gradian.report.verdict.make_verdict` decides. A run passes when the verdict's ``drop_rows`` reach precision
+and recall >= 0.8 against the planted rows and the cause is right, or, on a control, when no culprit is named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
+from gradian.report.culprits import CulpritPolicy  # noqa: E402
+from gradian.report.verdict import make_verdict  # noqa: E402
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    kind: str
+    cause: str  # expected: content | mechanical | content+mechanical | none
+    planted: set[int]
+    base: np.ndarray
+    ft: np.ndarray
+    items: list[int]  # eval index of each item_scores row
+    S: np.ndarray  # (items, rows)
+    cols: list[int]
+    findings: list[dict]
+    texts: dict[int, str]
+    roles: list[str]
+
+
+def load_run(d: Path) -> Run | None:
+    attr = d / "attr"
+    if not (attr / "item_scores.npy").is_file() or not (d / "planted.json").is_file():
+        return None
+    planted = json.loads((d / "planted.json").read_text())
+    rep = json.loads((attr / "report.json").read_text())
+    ev = rep.get("eval") or []
+    findings = json.loads((attr / "findings.json").read_text()) if (attr / "findings.json").is_file() else []
+    texts = {}
+    if (attr / "rows.jsonl").is_file():
+        for line in (attr / "rows.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            texts[int(r["index"])] = r.get("text") or ""
+    return Run(
+        d.name,
+        str(planted.get("kind")),
+        str(planted.get("cause")),
+        {int(i) for i in planted.get("rows") or []},
+        np.array([e["base_nll"] if e["base_nll"] is not None else np.nan for e in ev], dtype=float),
+        np.array([e["finetuned_nll"] if e["finetuned_nll"] is not None else np.nan for e in ev], dtype=float),
+        [int(i) for i in rep["settings"]["query_items"]],
+        np.load(attr / "item_scores.npy").astype(np.float64),
+        np.load(attr / "embeddings_index.npy").astype(int).tolist(),
+        findings,
+        texts,
+        list(planted.get("eval_roles") or []),
+    )
+
+
+def auc(scores: np.ndarray, pos: np.ndarray) -> float:
+    from scipy.stats import mannwhitneyu
+
+    if pos.all() or not pos.any():
+        return float("nan")
+    return float(mannwhitneyu(scores[pos], scores[~pos]).statistic / (pos.sum() * (~pos).sum()))
+
+
+def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy) -> dict:
+    call = call_regressions(run.base, run.ft, rule)
+    ev_index = list(range(len(run.base)))
+    reg_items = [i for i in ev_index if call.regressed[i]]
+    pick = [k for k, i in enumerate(run.items) if i in set(reg_items)]
+    S = run.S[pick]
+    s = S.sum(0) if pick else np.zeros(len(run.cols))
+    examples = [{"index": r, "id": None, "score": float(v)} for r, v in zip(run.cols, s, strict=True)]
+    regressed = [{"index": i} for i in reg_items]
+    v = make_verdict(
+        [], run.findings, examples, regressed, n_rows=len(run.cols), item_scores=S if pick else None,
+        item_rows=run.cols, texts=run.texts, regression=call.to_dict(), policy=policy,
+    )  # fmt: skip
+    drop = set(v["drop_rows"])
+    out = {"name": run.name, "kind": run.kind, "expected": run.cause, "verdict": v["kind"], "cause": v["cause"]}
+    out["n_regressed"] = len(reg_items)
+    roles = run.roles
+    if roles and len(roles) == len(run.base):
+        out["targets_regressed"] = sum(1 for i in reg_items if roles[i] == "target")
+        out["controls_regressed"] = sum(1 for i in reg_items if roles[i] == "control")
+        out["n_targets"] = roles.count("target")
+    out["stability"] = v["confidence"]["stability"]
+    if run.cause == "none" or not run.planted:
+        out["pass"] = v["kind"] != "concentrated"
+        out["n_drop"] = len(drop)
+        return out
+    pos = np.array([c in run.planted for c in run.cols])
+    k = len(run.planted)
+    order = np.argsort(-s, kind="stable")
+    out["auc"] = auc(s, pos) if pick else float("nan")
+    out["p_at_k"] = float(pos[order[:k]].mean()) if pick else 0.0
+    hit = len(drop & run.planted)
+    out["precision"] = hit / len(drop) if drop else 0.0
+    out["recall"] = hit / k
+    want = set(run.cause.split("+"))
+    got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
+    out["cause_right"] = got == want
+    out["pass"] = out["precision"] >= 0.8 and out["recall"] >= 0.8 and out["cause_right"]
+    return out
+
+
+def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy) -> tuple[int, list[dict]]:
+    rows = [evaluate(r, rule, policy) for r in runs]
+    return sum(r["pass"] for r in rows), rows
+
+
+GRID = {
+    "head_z": [2.0, 2.5, 3.0, 3.5, 4.0],
+    "min_head_share": [0.1, 0.2, 0.3],
+    "min_stability": [0.5, 0.6, 0.7, 0.8],
+    "keep_frequency": [0.5, 0.7, 0.8],
+}
+RULE_GRID = {"noise_multiple": [1.0, 1.5, 2.0, 3.0], "min_relative": [0.05, 0.1]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, default=REPO / "bench" / "work" / "scenarios")
+    ap.add_argument("--search", action="store_true", help="grid-search the thresholds (leave-one-kind-out reported)")
+    ap.add_argument("--json", type=Path, help="write per-run rows here")
+    args = ap.parse_args()
+    runs = [r for d in sorted(args.runs.iterdir()) if d.is_dir() and (r := load_run(d)) is not None]
+    print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
+    if args.search:
+        results = []
+        for rv in itertools.product(*RULE_GRID.values()):
+            rule = RegressionRule(**dict(zip(RULE_GRID, rv, strict=True)))
+            for pv in itertools.product(*GRID.values()):
+                policy = CulpritPolicy(**dict(zip(GRID, pv, strict=True)))
+                n, rows = score(runs, rule, policy)
+                results.append((n, rule, policy, rows))
+        results.sort(key=lambda t: -t[0])
+        for n, rule, policy, _ in results[:15]:
+            print(n, "/", len(runs), rule, {k: getattr(policy, k) for k in GRID})
+        # leave-one-kind-out: choose on the other kinds, test on the held-out one
+        kinds = sorted({r.kind for r in runs})
+        held = 0
+        for kind in kinds:
+            best = max(results, key=lambda t: sum(x["pass"] for x in t[3] if x["kind"] != kind))
+            held += sum(x["pass"] for x in best[3] if x["kind"] == kind)
+        print(f"leave-one-kind-out: {held} / {len(runs)} pass on the held-out kind")
+        return
+    n, rows = score(runs, RegressionRule(), CulpritPolicy())
+    for r in rows:
+        print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
+    print(f"{n} / {len(runs)} pass")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
