@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from gradian.attribute.regression import DEFAULT_MIN_DELTA
+from gradian.attribute.regression import DEFAULT_MIN_DELTA, describe_change
 
 
 def attribute_command(
@@ -112,7 +112,11 @@ def attribute_command(
         raise typer.Exit(0)
     n_reg = len(res.regressed)
     reg = res.settings.get("regression") or {}
-    cut = f"completion NLL up by more than {reg['cutoff']:.0%} of its base value" if "cutoff" in reg else "see report"
+    cut = (
+        f"completion NLL up by more than {describe_change(reg['cutoff'], reg.get('scale', 'relative'))}"
+        if "cutoff" in reg
+        else "see report"
+    )
     con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed ({cut}).")
     ids = {r["index"]: r for r in res.examples}
     t = Table(title=f"Most harmful training rows ({res.method}; positive = pushed toward the regression)")

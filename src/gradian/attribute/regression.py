@@ -38,7 +38,11 @@ class RegressionRule:
     )
     noise_multiple: float = field(
         default=2.0,
-        metadata={"help": "The relative rise must exceed this multiple of the drift (RMS of the items that improved)."},
+        metadata={"help": "The rise must exceed this multiple of the drift (the spread of the items that improved)."},
+    )
+    scale: str = field(
+        default="relative",
+        metadata={"help": "Compare rises as 'relative' (share of the base NLL) or 'absolute' (nats/token) changes."},
     )
 
     def __post_init__(self) -> None:
@@ -46,8 +50,10 @@ class RegressionRule:
             v = getattr(self, name)
             if not np.isfinite(v) or v < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.scale not in ("relative", "absolute"):
+            raise ValueError(f"scale must be 'relative' or 'absolute', got {self.scale!r}")
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
 
 
@@ -58,9 +64,10 @@ class RegressionCall:
     regressed: np.ndarray  # (n_items,) bool
     delta: np.ndarray  # finetuned - base, nats/token
     relative: np.ndarray  # delta / base
-    drift: float | None  # RMS relative change of the items that improved; None when none improved
-    cutoff: float  # the relative rise an item needed
+    drift: float | None  # spread of the changes of the items that improved (rule.scale); None when none improved
+    cutoff: float  # the rise an item needed (rule.scale)
     rose: int  # items whose NLL rose at all beyond the floors (regressed or within drift)
+    scale: str = "relative"
 
     @property
     def within_noise(self) -> bool:
@@ -71,6 +78,7 @@ class RegressionCall:
         return {
             "drift": None if self.drift is None else float(self.drift),
             "cutoff": float(self.cutoff),
+            "scale": self.scale,
             "rose": int(self.rose),
             "regressed": int(self.regressed.sum()),
             "n_items": int(len(self.regressed)),
@@ -86,20 +94,32 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
     ok = np.isfinite(delta)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(ok, delta / np.maximum(base, 1e-6), np.nan)
-    neg = rel[ok & (rel < 0)]
-    drift = float(np.sqrt(np.mean(neg**2))) if neg.size else None
-    cutoff = max(rule.min_relative, rule.noise_multiple * drift if drift is not None else 0.0)
+    change = rel if rule.scale == "relative" else delta
+    neg = change[ok & (change < 0)]
+    # half-normal scale of the improvements: median |x| = 0.6745 sigma; robust to one item that improved a lot
+    drift = float(1.4826 * np.median(np.abs(neg))) if neg.size else None
+    floor = rule.min_relative if rule.scale == "relative" else rule.min_delta
+    cutoff = max(floor, rule.noise_multiple * drift if drift is not None else 0.0)
     floors = ok & (delta > rule.min_delta) & (rel > rule.min_relative)
-    regressed = floors & (rel > cutoff)
-    return RegressionCall(regressed, delta, rel, drift, cutoff, int(floors.sum()))
+    regressed = floors & (change > cutoff)
+    return RegressionCall(regressed, delta, rel, drift, cutoff, int(floors.sum()), rule.scale)
+
+
+def describe_change(x: float, scale: str) -> str:
+    """A change on the rule's scale in words: '12% of the base NLL' or '0.080 nats/token'."""
+    return f"{x:.0%} of the base NLL" if scale == "relative" else f"{x:.3f} nats/token"
 
 
 def regression_summary(call: RegressionCall) -> str:
     """One clause saying what the rule found: how many rose, the drift and the cut-off."""
-    drift = "no item improved, so the drift is unknown" if call.drift is None else f"drift {call.drift:.0%}"
+    drift = (
+        "no item improved, so the drift is unknown"
+        if call.drift is None
+        else f"drift {describe_change(call.drift, call.scale)}"
+    )
+    need = describe_change(call.cutoff, call.scale)
     if call.within_noise:
         return (
-            f"{call.rose} rose, but none by more than the fine-tune's ordinary drift ({drift} of the base NLL; "
-            f"an item needed +{call.cutoff:.0%})"
+            f"{call.rose} rose, but none by more than the fine-tune's ordinary drift ({drift}; an item needed +{need})"
         )
-    return f"{int(call.regressed.sum())} rose by more than +{call.cutoff:.0%} of their base NLL ({drift})"
+    return f"{int(call.regressed.sum())} rose by more than +{need} ({drift})"

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.regression import describe_change
 from gradian.report.clusters import finding_title, finding_train_rows
 from gradian.report.culprits import CulpritPolicy, find_culprits
 
@@ -207,7 +208,12 @@ def make_verdict(
     if not regressed:
         reg = regression or {}
         if reg.get("rose"):
-            drift = "" if reg.get("drift") is None else f" (the items that improved moved by {reg['drift']:.0%})"
+            scale = str(reg.get("scale", "relative"))
+            drift = (
+                ""
+                if reg.get("drift") is None
+                else f" (the items that improved moved by {describe_change(reg['drift'], scale)})"
+            )
             draft.sentences.append(
                 f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
                 f"fine-tune's ordinary drift{drift}: the change is within noise, so there is no regression to "
