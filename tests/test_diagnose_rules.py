@@ -12,7 +12,7 @@ import pytest
 
 from gradian.data.types import Example
 from gradian.diagnose.engine import missing_need, params_for, run_rule
-from gradian.diagnose.registry import all_rules
+from gradian.diagnose.registry import CAUSES, all_rules
 from gradian.run.types import LogPoint
 from test_diagnose_helpers import EOS, clean_context, formatted_for, pc_example, refmt
 
@@ -536,6 +536,16 @@ def test_codes_names_docs_unique():
     for r in RULES:
         assert r.code[0] in "DCLX" and r.name.islower() and " " not in r.name
         assert r.summary and r.why and r.example and r.fix
+        assert r.cause in CAUSES and (r.cause == "setup") == (r.code[0] in "CLX" or r.code == "D125"), r.code
+
+
+def test_findings_carry_their_rules_cause():
+    ctx = clean_context()
+    P["D104"](ctx)
+    P["D106"](ctx)
+    by_code = {r.code: r for r in RULES}
+    dicts = [f.to_dict() for code in ("D104", "D106") for f in run_rule(by_code[code], ctx)]
+    assert {d["code"]: d["cause"] for d in dicts} == {"D104": "content", "D106": "mechanical"}
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.code}-{r.name}")

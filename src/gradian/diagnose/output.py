@@ -115,7 +115,7 @@ def to_markdown(findings: list[Finding], notes: list[Note]) -> str:
 
 def rule_doc_text(r: Rule) -> str:
     lines = [
-        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}]",
+        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}, cause: {r.cause}]",
         "",
         r.summary,
         "",
@@ -143,7 +143,7 @@ def rule_doc_text(r: Rule) -> str:
 
 def rule_doc_markdown(r: Rule) -> str:
     lines = [f"# {r.code} `{r.name}`", "", f"**Severity:** {r.severity.value}" + (f" ({r.tiers})" if r.tiers else "")
-             + f" · **Group:** {r.group}", "", "## What it detects", "", r.summary, "", "## Why it matters", "", r.why,
+             + f" · **Group:** {r.group} · **Cause:** {r.cause}", "", "## What it detects", "", r.summary, "", "## Why it matters", "", r.why,
              "", "## Example", "", r.example, "", "## Fix", "", r.fix, ""]  # fmt: skip
     if r.thresholds:
         lines += ["## Thresholds", "", "| name | default | meaning |", "|---|---|---|"]

@@ -38,7 +38,7 @@ def _tfile(ctx: DiagnoseContext) -> str | None:
 
 
 @rule(
-    "D101", "schema", "error", needs=(),
+    "D101", "schema", "error", cause="mechanical", needs=(),
     summary="Rows mix formats (prompt/completion, messages, text), have extra or missing keys, or are not valid "
     "JSON/UTF-8.",
     why="Trainers pick one format per dataset from the first rows; rows in another format or with other keys are "
@@ -94,7 +94,7 @@ def schema(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D102", "roles", "error", needs=("train",),
+    "D102", "roles", "error", cause="mechanical", needs=("train",),
     summary="Conversation rows with an unknown role, two consecutive turns of one role, no assistant turn, or a last "
     "turn that is not the assistant's.",
     why="Chat templates raise or silently render such rows wrong; with assistant-only loss a row without an "
@@ -135,7 +135,7 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D103", "empty_target", "warning", needs=("train",),
+    "D103", "empty_target", "warning", cause="mechanical", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of rows with an empty target above which the rule fires")},
     summary="Completions or assistant turns that are empty or whitespace only.",
     why="Rows with nothing to learn waste steps and, with completion-only loss, produce all -100 labels (NaN loss in "
@@ -155,7 +155,7 @@ def empty_target(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D104", "duplicates", "warning", needs=("train",), tiers="W/I",
+    "D104", "duplicates", "warning", cause="content", needs=("train",), tiers="W/I",
     thresholds={
         "exact_percent": (2.0, "exact-duplicate rows (beyond the first copy), in percent, above which it warns"),
         "near_jaccard": (0.9, "MinHash Jaccard similarity of 5-word shingles counted as a near duplicate (info)"),
@@ -199,7 +199,7 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D105", "train_eval_overlap", "error", needs=("train", "eval"), tiers="E/W",
+    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W",
     thresholds={
         "near_jaccard": (0.9, "MinHash Jaccard above which a train row counts as the same as an eval row"),
         "long_words": (20, "an overlapping row with at least this many words is a real leak (error)"),
@@ -251,7 +251,7 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D106", "truncation", "warning", needs=("formatted",), tiers="W/E",
+    "D106", "truncation", "warning", cause="mechanical", needs=("formatted",), tiers="W/E",
     thresholds={
         "warn_percent": (1.0, "percent of rows over the max length above which it warns"),
         "error_percent": (5.0, "percent of rows over the max length above which it is an error"),
@@ -287,7 +287,7 @@ def truncation(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D107", "completion_cut", "error", needs=("formatted",),
+    "D107", "completion_cut", "error", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (0.0, "percent of rows cut inside the completion tolerated")},
     summary="Truncation falls inside the completion, so its end and the EOS are lost.",
     why="The model is trained on answers that stop mid-way and never sees where they end: at inference it rambles "
@@ -310,7 +310,7 @@ def completion_cut(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D108", "zero_trainable", "error", needs=("formatted",),
+    "D108", "zero_trainable", "error", cause="mechanical", needs=("formatted",),
     summary="Rows with no label tokens: the prompt alone fills the max length, or the mask leaves nothing.",
     why="Such rows contribute nothing; a batch made only of them gives a NaN loss (0/0), and eval_loss turns NaN.",
     example="A 2,000-token prompt with max_length 1024 and completion-only loss.",
@@ -329,7 +329,7 @@ def zero_trainable(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D109", "missing_eos", "error", needs=("formatted",),
+    "D109", "missing_eos", "error", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (0.0, "percent of (uncut) rows without a trained EOS tolerated")},
     summary="The target has no EOS / end-of-turn label token and the trainer will not add one.",
     why="The model never learns to stop: generations run on until max_new_tokens.",
@@ -353,7 +353,7 @@ def missing_eos(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D110", "bos_count", "error", needs=("formatted", "tokenizer"),
+    "D110", "bos_count", "error", cause="mechanical", needs=("formatted", "tokenizer"),
     summary="Two BOS tokens at the start of a row, or none where the tokenizer adds one.",
     why="A doubled BOS (template adds it, then the tokenizer again) or a missing one shifts the model off its "
     "pre-training distribution.",
@@ -388,7 +388,7 @@ def bos_count(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D111", "special_in_content", "warning", needs=("train",),
+    "D111", "special_in_content", "warning", cause="mechanical", needs=("train",),
     summary="Template control strings (<|im_end|>, <|eot_id|>, </s>, ...) inside message content or a prompt.",
     why="They tokenize to real special tokens: the model learns to end turns in odd places, and turn boundaries in "
     "the rendered sequence are wrong.",
@@ -426,7 +426,7 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D112", "template_mismatch", "warning", needs=("train",),
+    "D112", "template_mismatch", "warning", cause="mechanical", needs=("train",),
     summary="Pre-rendered text uses another template family's markers than the model's chat template, or rows mix "
     "families.",
     why="The model is trained on one turn format and served with another ([INST] text on a ChatML model, Alpaca "
@@ -475,7 +475,7 @@ def _marker(ctx: DiagnoseContext) -> tuple[str | None, str | None]:
 
 
 @rule(
-    "D113", "response_marker_absent", "error", needs=("train",),
+    "D113", "response_marker_absent", "error", cause="mechanical", needs=("train",),
     summary="Marker-based completion masking (DataCollatorForCompletionOnlyLM response_template) and the marker is "
     "missing from a row, as text or as tokens in context.",
     why="Rows where the collator cannot find the marker get all labels -100 (TRL only warns) or, tokenized in "
@@ -521,7 +521,7 @@ def response_marker_absent(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D114", "token_boundary", "warning", needs=("formatted",),
+    "D114", "token_boundary", "warning", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (1.0, "percent of rows whose prompt tokens are not a prefix, above which it fires")},
     summary="tokens(prompt) is not a prefix of tokens(prompt + completion) for more than a share of rows.",
     why="The prompt/completion boundary falls inside a merged token: the mask is off by one token and the first "
@@ -541,7 +541,7 @@ def token_boundary(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D115", "size_small", "warning", needs=("train",), tiers="W/E",
+    "D115", "size_small", "warning", cause="content", needs=("train",), tiers="W/E",
     thresholds={"warn_below": (100, "rows below which it warns"), "error_below": (10, "rows below which it errors")},
     summary="Too few training rows: fewer than 100 (warning), fewer than 10 (error).",
     why="With a handful of rows the adapter memorises them; the eval numbers are noise.",
@@ -565,7 +565,7 @@ def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
 
 
 @rule(
-    "D116", "identical_targets", "warning", needs=("train",),
+    "D116", "identical_targets", "warning", cause="content", needs=("train",),
     thresholds={"max_percent": (30.0, "share of rows with one same target above which it fires")},
     summary="One completion is the target of more than 30% of rows (classification label sets are left to "
     "label_imbalance).",
@@ -591,7 +591,7 @@ def identical_targets(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D117", "boilerplate_prefix", "warning", needs=("train",),
+    "D117", "boilerplate_prefix", "warning", cause="content", needs=("train",),
     thresholds={"min_share": (0.5, "shared prefix as a share of the mean prompt length above which it fires")},
     summary="A shared prompt prefix (system prompt, instructions) makes up most of every row while the loss covers "
     "the inputs.",
@@ -624,7 +624,7 @@ def boilerplate_prefix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D118", "length_outliers", "info", needs=("train",),
+    "D118", "length_outliers", "info", cause="content", needs=("train",),
     thresholds={"factor": (10.0, "a row this many times the median length counts as an outlier"),
                 "min_chars": (2000, "only rows at least this long count")},
     summary="Rows far longer than the median row.",
@@ -649,7 +649,7 @@ _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x
 
 
 @rule(
-    "D119", "encoding_artifacts", "warning", needs=("train",),
+    "D119", "encoding_artifacts", "warning", cause="mechanical", needs=("train",),
     thresholds={"max_percent": (0.5, "percent of rows with artifacts above which it fires")},
     summary="Replacement characters, mojibake (Ã©, â€™) or control characters in the text.",
     why="A decode with the wrong codec upstream: the model learns the garbage.",
@@ -670,7 +670,7 @@ _NULLS = {"nan", "none", "null", "undefined", "[object object]", "<na>"}
 
 
 @rule(
-    "D120", "null_strings", "warning", needs=("train",),
+    "D120", "null_strings", "warning", cause="content", needs=("train",),
     summary="Targets that are a serialized missing value: 'nan', 'None', 'null', 'undefined'.",
     why="A pandas/JSON export turned missing values into strings; the model learns to answer 'nan'.",
     example='{"prompt": "...", "completion": "nan"}',
@@ -687,7 +687,7 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D121", "answer_in_prompt", "warning", needs=("train",),
+    "D121", "answer_in_prompt", "warning", cause="content", needs=("train",),
     thresholds={"max_percent": (5.0, "percent of rows whose target appears in the prompt above which it fires"),
                 "min_chars": (20, "only targets at least this long are checked")},
     summary="The completion appears verbatim in the prompt.",
@@ -710,7 +710,7 @@ def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D122", "label_imbalance", "warning", needs=("train",),
+    "D122", "label_imbalance", "warning", cause="content", needs=("train",),
     thresholds={"max_share": (0.8, "share of the majority label above which it fires")},
     summary="Classification-style data (at most 20 distinct short targets) where one label dominates.",
     why="The adapter learns the prior: it predicts the majority label and accuracy looks fine.",
@@ -732,7 +732,7 @@ _REFUSALS = ("as an ai language model", "i'm sorry, but i can't", "i cannot assi
 
 
 @rule(
-    "D123", "refusal_boilerplate", "info", needs=("train",),
+    "D123", "refusal_boilerplate", "info", cause="content", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires")},
     summary="Targets with distilled refusal boilerplate ('As an AI language model...').",
     why="Distilled data carries the teacher's refusals: the adapter learns to refuse harmless requests.",
@@ -750,7 +750,7 @@ def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D124", "truncation_estimate", "info", needs=("train",),
+    "D124", "truncation_estimate", "info", cause="mechanical", needs=("train",),
     thresholds={"chars_per_token": (3.5, "characters per token assumed without a tokenizer"),
                 "warn_percent": (1.0, "percent of rows likely over the max length above which it fires")},
     summary="Without a tokenizer: rows whose character length suggests they exceed the max length.",
@@ -773,7 +773,7 @@ def truncation_estimate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D125", "eval_split_size", "info", needs=("eval",),
+    "D125", "eval_split_size", "info", cause="setup", needs=("eval",),
     thresholds={"min_rows": (20, "eval rows below which eval loss is too noisy")},
     summary="The eval set is tiny, or larger than the train set.",
     why="A few eval rows give a noisy eval_loss (early stopping on noise); an eval set larger than train is usually "
@@ -794,7 +794,7 @@ def eval_split_size(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D126", "double_eos", "warning", needs=("formatted", "tokenizer"),
+    "D126", "double_eos", "warning", cause="mechanical", needs=("formatted", "tokenizer"),
     summary="Rows that end with two EOS tokens: the data already has eos_token and the trainer appends another.",
     why="The model learns to emit EOS twice; some serving stacks then return an empty next turn.",
     example='completion "Paris.</s>" with TRL >= 0.16, which appends </s> again.',
