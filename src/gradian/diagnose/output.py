@@ -115,7 +115,8 @@ def to_markdown(findings: list[Finding], notes: list[Note]) -> str:
 
 def rule_doc_text(r: Rule) -> str:
     lines = [
-        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}, cause: {r.cause}]",
+        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}, "
+        f"cause: {r.cause}]",
         "",
         r.summary,
         "",
@@ -143,8 +144,8 @@ def rule_doc_text(r: Rule) -> str:
 
 def rule_doc_markdown(r: Rule) -> str:
     lines = [f"# {r.code} `{r.name}`", "", f"**Severity:** {r.severity.value}" + (f" ({r.tiers})" if r.tiers else "")
-             + f" · **Group:** {r.group} · **Cause:** {r.cause}", "", "## What it detects", "", r.summary, "", "## Why it matters", "", r.why,
-             "", "## Example", "", r.example, "", "## Fix", "", r.fix, ""]  # fmt: skip
+             + f" · **Group:** {r.group} · **Cause:** {r.cause}", "", "## What it detects", "", r.summary, "",
+             "## Why it matters", "", r.why, "", "## Example", "", r.example, "", "## Fix", "", r.fix, ""]  # fmt: skip
     if r.thresholds:
         lines += ["## Thresholds", "", "| name | default | meaning |", "|---|---|---|"]
         lines += [f"| `{k}` | `{t.default!r}` | {t.help} |" for k, t in r.thresholds.items()] + [""]
