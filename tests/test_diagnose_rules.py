@@ -216,6 +216,14 @@ def _(ctx):
     return {"rows": [10]}
 
 
+@planted("D127")
+def _(ctx):
+    msgs = [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c d"}]
+    ctx.train[3] = Example(index=3, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    ctx.formatted, ctx.format_error = None, "it has no chat template"  # what build_context records (test_diagnose_cli)
+    return {"rows": [3], "severity": "error"}
+
+
 # ---- config --------------------------------------------------------------------------------------------------------
 @planted("C201")
 def _(ctx):

@@ -812,3 +812,25 @@ def double_eos(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, len(fx), _tfile(ctx)),
             fix=Fix(text="Strip eos_token from the data; the trainer appends it", key="add_eos", value=True),
         )
+
+
+@rule(
+    "D127", "unformattable", "error", needs=("train", "tokenizer"), cause="mechanical",
+    summary="The rows cannot be formatted with the given tokenizer: chat rows and a tokenizer without a chat "
+    "template, or a template that raises on the rows.",
+    why="The trainer renders every row with the tokenizer's chat template; without one it raises (or, in older "
+    "versions, silently uses a default template the model was never trained on). The token-level checks cannot run "
+    "either; every other check still does.",
+    example='messages rows with --base pointing at a base model whose tokenizer_config.json has no "chat_template".',
+    fix="Pass --tokenizer DIR of the chat model you train (its tokenizer_config.json has chat_template), or set a "
+    "chat template on the tokenizer before training.",
+)  # fmt: skip
+def unformattable(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    if not ctx.format_error:
+        return
+    chat = [e.index for e in ctx.train if e.messages is not None]
+    name = getattr(ctx.tokenizer, "name_or_path", "") or type(ctx.tokenizer).__name__
+    yield Hit(
+        f"these rows cannot be formatted with this tokenizer ({name}): {ctx.format_error}",
+        evidence=rows_ev(chat or [e.index for e in ctx.train], len(ctx.train), _tfile(ctx), tokenizer=str(name)),
+    )
