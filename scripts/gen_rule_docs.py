@@ -26,6 +26,12 @@ def pages() -> dict[str, str]:
         "",
         "Cause: *mechanical* (how rows became tokens), *content* (what the rows say), *setup* (config, logs, run).",
         "",
+        "Row positions: text and Markdown output name rows as an editor shows them (`lines in train.jsonl: 3` is",
+        "line 3, 1-based; for CSV/TSV the line where the record starts, header = line 1; JSON arrays and Parquet by",
+        "1-based row number). `--format json` prints a list of findings `{code, name, severity, cause, message,",
+        "evidence, fix}` whose `evidence.rows` are **0-based data-row indices** (blank lines are not rows), the",
+        "numbering `python -m gradian.diagnose.droprows --rows` takes.",
+        "",
         "| code | name | severity | cause | what it detects |",
         "|---|---|---|---|---|",
     ]
