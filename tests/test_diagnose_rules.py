@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import struct
 from pathlib import Path
 
@@ -179,7 +180,11 @@ def _(ctx):
 def _(ctx):
     for i in range(20):
         ctx.train[i].prompt = ctx.train[i].prompt + ctx.train[i].completion
-    return {"rows": list(range(20))}
+    for i in (30, 31):  # chat rows whose assistant turn copies the user turn
+        q = ctx.train[i].prompt
+        msgs = [{"role": "user", "content": q}, {"role": "assistant", "content": q}]
+        ctx.train[i] = Example(index=i, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    return {"rows": [*range(20), 30, 31]}
 
 
 @planted("D122")
@@ -222,6 +227,79 @@ def _(ctx):
     ctx.train[3] = Example(index=3, source="t", format="messages", messages=msgs, raw={"messages": msgs})
     ctx.formatted, ctx.format_error = None, "it has no chat template"  # what build_context records (test_diagnose_cli)
     return {"rows": [3], "severity": "error"}
+
+
+ENGLISH = "the cat sat on a mat while the dogs ran far and wide over the green hills under a blue sky".split()
+FRENCH = "le chat est assis sur le tapis pendant que les chiens couraient loin dans les collines vertes".split()
+
+
+def english_rows(ctx, n_words=20):
+    rng = random.Random(1)
+    for e in ctx.train:
+        e.prompt = " ".join(rng.choice(ENGLISH) for _ in range(10)) + "\nAnswer:"
+        e.completion = " " + " ".join(rng.choice(ENGLISH) for _ in range(n_words)) + "."
+        e.raw = {"prompt": e.prompt, "completion": e.completion}
+
+
+@planted("D128")
+def _(ctx):
+    english_rows(ctx)
+    for i in (3, 4, 5):
+        ctx.train[i].completion = ctx.train[i].completion[:-1].rsplit(" ", 1)[0]  # cut mid-sentence
+    return {"rows": [3, 4, 5]}
+
+
+@planted("D129")
+def _(ctx):
+    ctx.train[7].completion = " The cat sat on the mat today." * 4
+    return {"rows": [7], "severity": "error"}
+
+
+@planted("D130")
+def _(ctx):
+    for i in (8, 9):
+        ctx.train[i] = Example(index=i, source="t", format="text", text="### Question: a b\n### Answer: c d")
+    ctx.train[10].completion += "\nAnswer: another turn"
+    return {"rows": [8, 9, 10]}
+
+
+@planted("D131")
+def _(ctx):
+    ctx.train[10].prompt = "{instruction}\n\n{{input}}\nAnswer:"
+    return {"rows": [10], "severity": "error"}
+
+
+@planted("D132")
+def _(ctx):
+    ctx.train[11].completion = " <p>w1 <b>w2</b>&nbsp;w3</p>"
+    return {"rows": [11]}
+
+
+@planted("D133")
+def _(ctx):
+    english_rows(ctx, n_words=40)
+    for i in (12, 13):
+        ctx.train[i].completion = " #### 42"
+    return {"rows": [12, 13]}
+
+
+@planted("D134")
+def _(ctx):
+    english_rows(ctx)
+    ctx.train[14].prompt = " ".join(FRENCH) + "\nAnswer:"
+    ctx.train[14].completion = " " + " ".join(reversed(FRENCH)) + "."
+    return {"rows": [14]}
+
+
+@planted("D135")
+def _(ctx):
+    for k, e in enumerate(ctx.train):
+        e.completion = " positive" if k % 2 else " negative"
+    for i in (16, 17):
+        ctx.train[i].prompt = ctx.train[15].prompt
+    ctx.train[16].completion = ctx.train[17].completion = " positive"
+    ctx.train[15].completion = " negative"
+    return {"rows": [15]}
 
 
 # ---- config --------------------------------------------------------------------------------------------------------

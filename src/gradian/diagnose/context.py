@@ -62,6 +62,7 @@ class DiagnoseContext:
     train_file: str | None = None
     train_limited: bool = False  # only the first rows of the training file were read (build_context's train_limit)
     eval_file: str | None = None
+    cache: dict[str, Any] = field(default_factory=dict)  # per-row measures several rules share (textstats.cache)
 
     # ---- helpers shared by rules -------------------------------------------------------------------------------
     def src(self, key: str) -> str | None:

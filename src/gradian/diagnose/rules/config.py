@@ -527,9 +527,6 @@ def assistant_mask_no_tag(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                       value="completion_only"))  # fmt: skip
 
 
-_INSTR_MARKERS = ("### Response:", "[/INST]", "<|im_start|>assistant", "<|start_header_id|>assistant", "Assistant:")
-
-
 @rule(
     "C216", "loss_on_prompt", "warning", needs=("setup",),
     summary="The loss covers the prompt: train_on_inputs / train_on_prompt true, completion_only_loss false, or "
@@ -560,11 +557,14 @@ def loss_on_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             ),
         )
         return
-    text_rows = [e.index for e in ctx.train if e.text is not None and any(m in e.text for m in _INSTR_MARKERS)]
+    from gradian.diagnose.rules.content import template_layout  # the markers learned from the file, + known ones
+
+    text_rows, markers = template_layout(ctx)
     if text_rows and len(text_rows) >= 0.5 * len(ctx.train):
-        yield Hit(f"{len(text_rows)} instruction-style rows are stored as plain text: the loss covers their prompts",
+        yield Hit(f"{len(text_rows)} instruction-style rows are stored as plain text ({', '.join(markers)}): the "
+                  "loss covers their prompts",
                   evidence={"rows": text_rows, "count": len(text_rows), "total": len(ctx.train),
-                            "file": ctx.train_file},
+                            "file": ctx.train_file, "markers": markers},
                   fix=Fix(text="Store rows as prompt/completion or messages so the prompt can be masked"))  # fmt: skip
 
 

@@ -688,24 +688,36 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 @rule(
     "D121", "answer_in_prompt", "warning", cause="content", needs=("train",),
-    thresholds={"max_percent": (5.0, "percent of rows whose target appears in the prompt above which it fires"),
-                "min_chars": (20, "only targets at least this long are checked")},
-    summary="The completion appears verbatim in the prompt.",
-    why="A templating bug leaks the answer into the input: the model learns to copy, and eval loss is meaningless.",
-    example='prompt "Q: 2+2? A: 4\\n" completion "4" built from the wrong column.',
-    fix="Fix the prompt template so it does not include the answer column.",
+    thresholds={"max_percent": (1.0, "percent of rows that copy (or leak) above which it fires"),
+                "min_chars": (20, "only texts at least this long are checked")},
+    summary="An answer that copies its prompt, or a completion that appears verbatim in the prompt, in every row "
+    "format (prompt/completion, and each assistant turn against the user turn before it).",
+    why="A join or templating bug: the answer column holds the question (the model learns to echo), or the answer "
+    "leaks into the input (the model learns to copy, and eval loss is meaningless).",
+    example='prompt "Q: 2+2? A: 4\\n" completion "4" built from the wrong column; or an assistant turn equal to the '
+    "user turn.",
+    fix="Fix the join / prompt template so the answer column holds the answer and the prompt does not.",
 )  # fmt: skip
 def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = []
+    from gradian.diagnose.textstats import row_pairs
+
+    leak, copy = [], []
     for e in ctx.train:
-        tgt = (e.completion or "").strip()
-        if e.prompt and len(tgt) >= t.min_chars and tgt in e.prompt:
-            rows.append(e.index)
+        for prompt, answer in row_pairs(e):
+            a, p = normalize(answer), normalize(prompt)
+            if len(a) >= t.min_chars and a in p:
+                leak.append(e.index)
+                break
+            if len(p) >= t.min_chars and p in a:
+                copy.append(e.index)
+                break
+    rows = sorted(set(leak) | set(copy))
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
-            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) contain their completion in the prompt",
-            evidence=rows_ev(rows, len(ctx.train), _tfile(ctx)),
-            fix=drop_fix("Fix the prompt template; drop the leaking rows", rows, _tfile(ctx), "D121"),
+            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%): {len(copy)} answer(s) copy their prompt, "
+            f"{len(leak)} prompt(s) contain their answer",
+            evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), copies=len(copy), leaks=len(leak)),
+            fix=drop_fix("Fix the join / prompt template; drop the listed rows", rows, _tfile(ctx), "D121"),
         )
 
 
