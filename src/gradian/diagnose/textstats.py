@@ -42,6 +42,31 @@ _SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 _WORDS = re.compile(r"\w+")
 
 
+def loop_measures(text: str) -> tuple[int, float, float]:
+    """The repetition measures the repetition rule uses, computed lean: the most copies of one sentence of 4+ words,
+    the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams."""
+    units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
+    seen = Counter(units)
+    copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
+    dup_sent = (
+        sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1) if len(seen) < len(units) else 0.0
+    )
+    words = text.lower().split()
+    n = 10
+    if len(words) < 2 * n:
+        return copies, dup_sent, 0.0
+    grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    counts = Counter(grams)
+    if len(counts) == len(grams):
+        return copies, dup_sent, 0.0
+    covered = [False] * len(words)
+    for i, g in enumerate(grams):
+        if counts[g] > 1:
+            covered[i : i + n] = [True] * n
+    wchars = sum(len(w) for w in words) or 1
+    return copies, dup_sent, sum(len(w) for w, c in zip(words, covered, strict=True) if c) / wchars
+
+
 def repetition(text: str) -> dict[str, float]:
     """Gopher-style repetition measures of one text (Rae et al. 2021, as in datatrove's GopherRepetitionFilter):
     the share of characters in duplicated lines / sentences, the top 2-4-gram character share, and the duplicated
@@ -86,8 +111,16 @@ def line_markers(text: str) -> set[str]:
     return {m.group(1).strip() for m in _MARKER_LINE.finditer(text) if len(m.group(1).split()) <= 4}
 
 
+_KNOWN_RE = re.compile("|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True)))
+
+
 def known_markers(text: str) -> set[str]:
-    return {m for m in KNOWN_MARKERS if m in text}
+    return set(_KNOWN_RE.findall(text)) if _KNOWN_RE.search(text) else set()
+
+
+def sample(items: list, n: int = 5000) -> list:
+    """Up to about ``n`` evenly spaced items: enough to learn a file's norm, cheap at 100k rows."""
+    return items[:: max(1, len(items) // n)]
 
 
 def learned_markers(texts: list[str], min_share: float = 0.1, min_rows: int = 3) -> dict[str, int]:
@@ -119,6 +152,8 @@ def row_pairs(e: Example) -> list[tuple[str, str]]:
 
 def script_of(text: str) -> str | None:
     """The dominant Unicode script family of a text's letters (by the first word of their Unicode name)."""
+    if text.isascii():
+        return "LATIN" if any(ch.isalpha() for ch in text) else None
     c: Counter[str] = Counter()
     for ch in text:
         if ch.isalpha():

@@ -20,6 +20,16 @@ def _answers(ctx: DiagnoseContext) -> list[tuple[int, str, str]]:
     return ts.cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in ts.row_pairs(e)])
 
 
+def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
+    """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'):
+    a learned ending signature, for files whose answers end in a fixed final line."""
+    firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
+    top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
+    if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
+        return set()  # a word or a number starts many lines anyway; only a marker like '####' makes a signature
+    return {i for i, f in firsts if f != top}
+
+
 @rule(
     "D128", "cut_completion", "warning", needs=("train",), tiers="W/E", cause="mechanical",
     thresholds={
@@ -28,7 +38,8 @@ def _answers(ctx: DiagnoseContext) -> list[tuple[int, str, str]]:
         "error_percent": (5.0, "percent of answers cut at which it is an error"),
     },
     summary="Answers that end mid-sentence (on a letter, comma, colon or dash) in a file whose answers normally end "
-    "cleanly (terminal punctuation in any script, a closing quote or bracket after it, or a number).",
+    "cleanly (terminal punctuation in any script, a closing quote or bracket after it, or a number), or whose last "
+    "line lacks the marker nearly every answer's last line starts with (GSM8K's '#### 72').",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
@@ -45,7 +56,7 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     clean = sum(1 for _, c in judged if c == "clean")
     if clean / len(judged) < t.norm_share:
         return
-    rows = sorted({i for i, c in judged if c != "clean"})
+    rows = sorted({i for i, c in judged if c != "clean"} | _off_signature(ans, float(t.norm_share)))
     if rows:
         p = pct(len(rows), len(ctx.train))
         yield Hit(
@@ -80,12 +91,12 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         tgt = e.target_text()
         if len(tgt) < 40:
             continue
-        r = ts.repetition(tgt)
-        if r["max_sentence_copies"] >= t.sentence_copies:
+        copies, dup_sent, dup_10 = ts.loop_measures(tgt)
+        if copies >= t.sentence_copies:
             worst["sentence repeated"] += 1
-        elif r["dup_sentence_chars"] >= t.dup_sentence_share:
+        elif dup_sent >= t.dup_sentence_share:
             worst["repeated sentences"] += 1
-        elif r["dup_10gram"] >= t.dup_10gram_share:
+        elif dup_10 >= t.dup_10gram_share:
             worst["repeated 10-grams"] += 1
         else:
             continue
@@ -152,8 +163,9 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     prompts = [p for _, p, _ in _answers(ctx)]
     if not prompts:
         return
-    learned = set(ts.learned_markers(prompts, 0.5))
-    inside = sorted({i for i, _, a in _answers(ctx) if (ts.line_markers(a) & learned) or ts.known_markers(a)})
+    learned = sorted(ts.learned_markers(ts.sample(prompts), 0.5))
+    inside = sorted({i for i, _, a in _answers(ctx)
+                     if any("\n" + m in a for m in learned) or ts.known_markers(a)})  # fmt: skip
     if inside:
         yield Hit(
             f"{len(inside)} answer(s) contain prompt markers ({', '.join(sorted(learned)[:4]) or 'known families'}): "
@@ -250,8 +262,10 @@ _TOKENS = re.compile(r"\w+")
 )  # fmt: skip
 def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     groups: dict[tuple[str, ...], list[tuple[int, int]]] = defaultdict(list)
-    for i, p, a in _answers(ctx):
-        kind = tuple(sorted(ts.line_markers(p)))[:3]  # the prompt's layout stands for its kind
+    answers = _answers(ctx)
+    layouts = sorted(ts.learned_markers(ts.sample([p for _, p, _ in answers]), 0.1))
+    for i, p, a in answers:
+        kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind
         groups[kind].append((i, len(_TOKENS.findall(a))))
     rows = []
     for members in groups.values():
@@ -273,32 +287,23 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 _W = re.compile(r"[^\W\d_]+")
 
 
-def _trigrams(text: str) -> list[str]:
-    s = " " + " ".join(_W.findall(text.lower())) + " "
-    return [s[k : k + 3] for k in range(len(s) - 2)]
+_LANGID: list = []
 
 
-def _foreign_by_trigrams(ctx: DiagnoseContext, candidates: list[int], z: float) -> list[int]:
-    """Of the candidate rows, those whose character trigrams are unlikely under a model of the file's rows
-    (add-one smoothed, built from up to 2,000 evenly spaced rows; median and MAD from those rows)."""
-    if not candidates:
-        return []
-    import math
+def _lang_scores(text: str) -> dict[str, float]:
+    """py3langid's (langid.py's model: 97 languages, offline, n-gram naive Bayes) log-probability per language,
+    per character, of the text's words only (numbers and formulas mislead it)."""
+    if not _LANGID:
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-    step = max(1, len(ctx.train) // 2000)
-    sample = ctx.train[::step]
-    counts = Counter(g for e in sample for g in _trigrams(e.plain_text()))
-    total, vocab = sum(counts.values()), len(counts) + 1
+        _LANGID.append(LanguageIdentifier.from_pickled_model(MODEL_FILE))
+    words = " ".join(_W.findall(text))
+    return {lang: float(s) / max(1, len(words)) for lang, s in _LANGID[0].rank(words)}
 
-    def score(text: str) -> float:
-        gs = _trigrams(text)
-        return sum(math.log((counts[g] + 1) / (total + vocab)) for g in gs) / max(1, len(gs))
 
-    ref = sorted(score(e.plain_text()) for e in sample)
-    med = ref[len(ref) // 2]
-    mad = sorted(abs(x - med) for x in ref)[len(ref) // 2] or 1e-9
-    by_idx = {e.index: e for e in ctx.train}
-    return [i for i in candidates if score(by_idx[i].plain_text()) < med - z * mad]
+def _top_lang(text: str) -> str:
+    sc = _lang_scores(text)
+    return max(sc, key=sc.__getitem__)
 
 
 @rule(
@@ -308,33 +313,53 @@ def _foreign_by_trigrams(ctx: DiagnoseContext, candidates: list[int], z: float) 
         "profile_words": (50, "the file's most common words (in 2%+ of rows) that make up its language profile"),
         "ratio": (0.25, "a row whose share of profile words is below this fraction of the file's median is foreign"),
         "min_median": (0.2, "the file's median share of profile words below which it has no clear language profile"),
-        "trigram_z": (3.0, "and its character-trigram log-likelihood under the file's model is this many MADs "
-                      "below the median (telegraphic rows in the file's language pass this)"),
+        "sample": (300, "texts of ordinary profile share identified to learn the file's majority language"),
+        "margin": (0.5, "log-probability per character by which another language must beat the file's language "
+                   "(clean English maths and reviews: <= 0.1; French, German, Spanish sentences: >= 1.3)"),
     },
-    summary="Rows in another language or script than the file's majority, by a language profile learned from the "
-    "file (its most common words) and the Unicode script of the letters.",
+    summary="Rows in another language or script than the file's majority: texts (answer and prompt apart) with few "
+    "of the file's common words, confirmed by an offline language-ID model (py3langid) against the language of the "
+    "file's ordinary rows; and letters in another Unicode script than nearly all rows'.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set.",
     fix="Drop the rows, or split them into their own set.",
     seen_in="mixed crawls",
 )  # fmt: skip
 def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    toks = [(e.index, _W.findall(e.plain_text().lower())) for e in ctx.train]
-    n = len(toks)
+    n = len(ctx.train)
     if n < 20:
         return
-    df = Counter(w for _, ws in toks for w in set(ws))
-    markers = ts.learned_markers([e.plain_text() for e in ctx.train[:: max(1, n // 2000)]], 0.9)
-    template = {w for m in markers for w in _W.findall(m.lower())}  # "question", "answer": the file's layout words
-    toks = [(i, [w for w in ws if w not in template]) for i, ws in toks]
-    common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n})
+    # judge the answer and the prompt separately: an English prompt must not hide a foreign answer
+    segs = [(e.index, seg) for e in ctx.train
+            for seg in ((e.target_text(), e.prompt or "") if e.text is None else (e.text,)) if seg]  # fmt: skip
+    words = [seg.lower().split() for _, seg in segs]  # whitespace words: the profile is learned the same way
+    rows_sample = ts.sample(ctx.train)
+    df: Counter[str] = Counter()
+    for e in rows_sample:
+        df.update(set(e.plain_text().lower().split()))
+    markers = ts.learned_markers([e.plain_text() for e in rows_sample], 0.9)
+    template = {w for m in markers for w in m.lower().split()}  # "question:", "answer:": the file's layout words
+    n_s = len(rows_sample)
+    common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
     profile = {w for w, _ in common.most_common(t.profile_words)}
-    scores = [(i, sum(w in profile for w in ws) / len(ws)) for i, ws in toks if len(ws) >= t.min_words]
+    has, layout = profile.__contains__, template.__contains__
+    lens = [len(ws) - (sum(map(layout, ws)) if template else 0) for ws in words]
+    scores = [(k, sum(map(has, ws)) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
+              if m >= t.min_words]  # fmt: skip
     if len(scores) < 20:
         return
     med = sorted(s for _, s in scores)[len(scores) // 2]
-    low = [i for i, s in scores if s < t.ratio * med] if med >= t.min_median else []
-    rows = set(_foreign_by_trigrams(ctx, low, float(t.trigram_z)))
+    low = [segs[k] for k, s in scores if s < t.ratio * med] if med >= t.min_median else []
+    rows: set[int] = set()
+    if low:
+        ordinary = [segs[k][1] for k, s in scores if s >= med]
+        main_lang = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))]).most_common(1)
+        main_lang = main_lang[0][0]
+        for i, x in low:
+            sc = _lang_scores(x)
+            top = max(sc, key=sc.__getitem__)
+            if top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
+                rows.add(i)
     scripts = {e.index: ts.script_of(e.plain_text()) for e in ctx.train}
     main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if main and cnt >= 0.8 * n:

@@ -91,6 +91,39 @@ def schema(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, total, _tfile(ctx), expected_keys=sorted(main_keys), differing_keys=extra),
             fix=drop_fix("Give every row the same keys, or drop the listed rows", rows, _tfile(ctx), "D101"),
         )
+    yield from _message_keys(ctx, total)
+
+
+_MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "weight", "function_call", "thinking",
+                 "reasoning_content", "from", "value"}  # fmt: skip
+
+
+def _message_keys(ctx: DiagnoseContext, total: int) -> Iterator[Hit]:
+    """Keys inside a message that chat templates and trainers ignore (the OpenAI cookbook flags them too), unless
+    most of the file's messages carry them."""
+    per_row: dict[int, set[str]] = {}
+    counts: Counter[str] = Counter()
+    n_msgs = 0
+    for e in ctx.train:
+        msgs = e.raw.get("messages") or e.raw.get("conversations") if e.messages is not None else None
+        if not isinstance(msgs, list):
+            continue
+        for m in msgs:
+            if isinstance(m, dict):
+                n_msgs += 1
+                odd = set(m) - _MESSAGE_KEYS
+                counts.update(odd)
+                if odd:
+                    per_row.setdefault(e.index, set()).update(odd)
+    common = {k for k, c in counts.items() if c >= 0.5 * n_msgs}
+    rows = sorted(i for i, ks in per_row.items() if ks - common)
+    if rows:
+        keys = sorted({k for i in rows for k in per_row[i] - common})
+        yield Hit(
+            f"{len(rows)} conversation row(s) have messages with keys the chat template ignores: {', '.join(keys[:8])}",
+            evidence=rows_ev(rows, total, _tfile(ctx), message_keys=keys),
+            fix=drop_fix("Remove the extra message keys (or drop the rows)", rows, _tfile(ctx), "D101"),
+        )
 
 
 @rule(
