@@ -372,8 +372,14 @@ def _(ctx):
 
 
 @planted("C212")
-def _(ctx):
-    ctx.setup.base_model = "meta-llama/Meta-Llama-3-8B"
+def _(ctx, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    emb = torch.randn(1000, 8, generator=torch.Generator().manual_seed(0))
+    emb[5] = 0.0  # the FakeTokenizer maps the template's tokens to id 5: an untrained (zero) row in the weights
+    save_file({"model.embed_tokens.weight": emb}, str(tmp_path / "model.safetensors"))
+    ctx.setup.base_model = ctx.artifacts.base = str(tmp_path)
     ctx.tokenizer.chat_template = "<|start_header_id|>{{ m }}<|eot_id|>"
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     ctx.train[0] = Example(index=0, source="t", format="messages", messages=msgs)

@@ -237,9 +237,12 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         "near_jaccard": (0.9, "MinHash Jaccard above which a train row counts as the same as an eval row"),
         "long_words": (20, "an overlapping row with at least this many words is a real leak (error)"),
         "error_percent": (2.0, "share of eval rows overlapped (in percent) at which short rows are an error too"),
+        "generic_completions": (2, "a shared prompt the train file pairs with more distinct completions than this is "
+                                "a generic opening, not a leak"),
     },
     summary="Train rows equal or nearly equal to eval rows (error; short generic rows like 'Great phone.' under 2% of "
-    "the eval set are a warning); train rows that share an eval row's prompt (warning).",
+    "the eval set are a warning); train rows that share a distinctive eval prompt (warning; a prompt the train file "
+    "pairs with many different completions is a generic opening, not a leak).",
     why="Contamination makes eval loss and benchmark numbers measure memorisation: the run looks better than it is.",
     example="The same question in train.jsonl and eval.jsonl, differently whitespaced.",
     fix="Re-split by a hash of the normalized prompt; drop the overlapping train rows.",
@@ -271,9 +274,15 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )  # fmt: skip
     eval_prompts = {normalize(e.prompt): e.index for e in ctx.eval if e.prompt and len(e.prompt.split()) >= 3}
     done = {i for i, _, _ in pairs}
-    prompt_rows = [
-        e.index for e in ctx.train if e.prompt and e.index not in done and normalize(e.prompt) in eval_prompts
-    ]
+    # a prompt the train file pairs with many different completions is a generic opening or template ("Once upon a
+    # time, there was a little girl named"), not a leaked eval item: only distinctive prompts count
+    answers: dict[str, set[str]] = {}
+    for e in ctx.train:
+        if e.prompt and (k := normalize(e.prompt)) in eval_prompts:
+            answers.setdefault(k, set()).add(normalize(e.target_text()))
+    generic = {k for k, v in answers.items() if len(v) > t.generic_completions}
+    prompt_rows = [e.index for e in ctx.train if e.prompt and e.index not in done
+                   and (k := normalize(e.prompt)) in eval_prompts and k not in generic]  # fmt: skip
     if prompt_rows:
         yield Hit(
             f"{len(prompt_rows)} train row(s) share their prompt with an eval row (different completion)",
