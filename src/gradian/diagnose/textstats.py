@@ -44,16 +44,22 @@ _WORDS = re.compile(r"\w+")
 
 def loop_measures(text: str) -> tuple[int, float, float]:
     """The repetition measures the repetition rule uses, computed lean: the most copies of one sentence of 4+ words,
-    the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams."""
+    the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams.
+    A repeated 10-gram needs at least 10 repeated word occurrences, a repeated sentence at least one: rows with
+    fewer skip the work."""
+    words = text.lower().split()
+    n_dup = len(words) - len(set(words))
+    if n_dup == 0:
+        return 1, 0.0, 0.0
     units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
     seen = Counter(units)
-    copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
-    dup_sent = (
-        sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1) if len(seen) < len(units) else 0.0
-    )
-    words = text.lower().split()
+    if len(seen) < len(units):
+        copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
+        dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
+    else:
+        copies, dup_sent = 1, 0.0
     n = 10
-    if len(words) < 2 * n:
+    if n_dup < n:
         return copies, dup_sent, 0.0
     grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
     counts = Counter(grams)

@@ -261,21 +261,23 @@ _TOKENS = re.compile(r"\w+")
     seen_in="GSM8K-style mixes",
 )  # fmt: skip
 def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    groups: dict[tuple[str, ...], list[tuple[int, int]]] = defaultdict(list)
+    groups: dict[tuple[str, ...], list[tuple[int, str]]] = defaultdict(list)
     answers = _answers(ctx)
     layouts = sorted(ts.learned_markers(ts.sample([p for _, p, _ in answers]), 0.1))
     for i, p, a in answers:
         kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind
-        groups[kind].append((i, len(_TOKENS.findall(a))))
+        groups[kind].append((i, a))
     rows = []
     for members in groups.values():
         if len(members) < 20:
             continue
-        lens = sorted(n for _, n in members)
+        lens = sorted(len(_TOKENS.findall(a)) for _, a in ts.sample(members))  # the norm, from up to 5,000 peers
         q25 = lens[len(lens) // 4]
         if q25 < t.min_typical_words:
             continue
-        rows += [i for i, n in members if n * t.factor <= q25]
+        chars = sorted(len(a) for _, a in ts.sample(members))
+        short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
+        rows += [i for i, a in members if len(a) <= short_chars and len(_TOKENS.findall(a)) * t.factor <= q25]
     if rows:
         yield Hit(
             f"{len(rows)} row(s) have answers at least {t.factor:g}x shorter than the lower quartile of their peers",
@@ -309,15 +311,16 @@ def _top_lang(text: str) -> str:
 @rule(
     "D134", "language_mix", "warning", needs=("train",), cause="content",
     thresholds={
-        "min_words": (8, "rows with fewer words (after the file's template words) are not judged"),
+        "min_words": (8, "texts with fewer distinct words (after the file's template words) are not judged"),
         "profile_words": (50, "the file's most common words (in 2%+ of rows) that make up its language profile"),
-        "ratio": (0.25, "a row whose share of profile words is below this fraction of the file's median is foreign"),
-        "min_median": (0.2, "the file's median share of profile words below which it has no clear language profile"),
+        "ratio": (0.25, "a text whose share of distinct profile words is below this fraction of the file's median "
+                  "is a candidate"),
+        "min_median": (0.1, "the file's median share of profile words below which it has no clear language profile"),
         "sample": (300, "texts of ordinary profile share identified to learn the file's majority language"),
         "margin": (0.5, "log-probability per character by which another language must beat the file's language "
                    "(clean English maths and reviews: <= 0.1; French, German, Spanish sentences: >= 1.3)"),
     },
-    summary="Rows in another language or script than the file's majority: texts (answer and prompt apart) with few "
+    summary="Rows in another language or script than the file's majority: answers (or text rows) with few "
     "of the file's common words, confirmed by an offline language-ID model (py3langid) against the language of the "
     "file's ordinary rows; and letters in another Unicode script than nearly all rows'.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
@@ -329,10 +332,10 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     n = len(ctx.train)
     if n < 20:
         return
-    # judge the answer and the prompt separately: an English prompt must not hide a foreign answer
-    segs = [(e.index, seg) for e in ctx.train
-            for seg in ((e.target_text(), e.prompt or "") if e.text is None else (e.text,)) if seg]  # fmt: skip
-    words = [seg.lower().split() for _, seg in segs]  # whitespace words: the profile is learned the same way
+    # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
+    # the file's language is a translation task, and an English prompt must not hide a foreign answer
+    segs = [(e.index, seg) for e in ctx.train if (seg := e.target_text())]
+    words = [set(seg.lower().split()) for _, seg in segs]  # distinct whitespace words, as the profile is learned
     rows_sample = ts.sample(ctx.train)
     df: Counter[str] = Counter()
     for e in rows_sample:
@@ -342,9 +345,8 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     n_s = len(rows_sample)
     common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
     profile = {w for w, _ in common.most_common(t.profile_words)}
-    has, layout = profile.__contains__, template.__contains__
-    lens = [len(ws) - (sum(map(layout, ws)) if template else 0) for ws in words]
-    scores = [(k, sum(map(has, ws)) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
+    lens = [len(ws) - len(ws & template) for ws in words] if template else [len(ws) for ws in words]
+    scores = [(k, len(ws & profile) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
               if m >= t.min_words]  # fmt: skip
     if len(scores) < 20:
         return
