@@ -211,6 +211,50 @@ def test_no_tokenizer_skips_token_rules_with_note(tmp_path, capsys):
     assert "D124" in out  # the character-level estimate still runs
 
 
+def test_chat_rows_without_template_still_checked(tmp_path, capsys):
+    """stories260K has no chat template: one D127 error, and the schema, role and duplicate checks still run."""
+    rng = random.Random(0)
+    rows_ = [{"messages": [{"role": "user", "content": sentence(rng, 9)},
+                           {"role": "assistant", "content": sentence(rng, 12)}]} for _ in range(150)]  # fmt: skip
+    rows_ += [rows_[0]] * 10  # duplicates
+    rows_[20] = {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}
+    d = make_run(tmp_path, rows_, "training_args.json", trl_config(completion_only_loss=None))
+    code, fs = diagnose_json(capsys, d)
+    assert code == 1
+    (d127,) = by_name(fs, "unformattable")
+    assert d127["severity"] == "error" and "no chat template" in d127["message"]
+    assert "cannot be formatted with this tokenizer" in d127["message"]
+    assert 20 in by_name(fs, "roles")[0]["evidence"]["rows"]
+    assert by_name(fs, "duplicates")
+    code, out, err = run_cli(capsys, "diagnose", "--run", str(d), "--train", str(d / "train.jsonl"), "--base",
+                             str(STORIES))  # fmt: skip
+    assert code == 1 and "Traceback" not in out + err and "D127" in out and "see D127" in out
+
+
+def test_rows_named_by_editor_line(tmp_path, capsys, monkeypatch):
+    """A bad JSONL line after a blank line is named by its editor line in text output; JSON keeps 0-based rows."""
+    monkeypatch.chdir(tmp_path)
+    good = [json.dumps({"prompt": f"Q{i} {sentence(random.Random(i), 6)}", "completion": " ok."}) for i in range(3)]
+    f = Path("bad.jsonl")
+    f.write_text("\n".join([good[0], good[1], "", '{"prompt": "x", "completion"', good[2]]) + "\n")
+    code, out, err = run_cli(capsys, "diagnose", "--train", str(f), "--select", "D101")
+    assert code == 1 and f"lines in {f}: 4" in out, out
+    code, out, err = run_cli(capsys, "diagnose", "--train", str(f), "--select", "D101", "--format", "json")
+    assert json.loads(out)[0]["evidence"]["rows"] == [2]
+
+
+def test_editor_lines_csv_and_json(tmp_path):
+    from gradian.diagnose.lines import describe_rows
+
+    c = tmp_path / "t.csv"
+    c.write_text('prompt,completion\n"two\nlines",a\n\nb,c\n')
+    assert describe_rows([0, 1], str(c)) == (f"lines in {c}", ["2", "5"])
+    j = tmp_path / "t.json"
+    j.write_text("[]")
+    assert describe_rows([0], str(j)) == (f"rows in {j} (1-based)", ["1"])
+    assert describe_rows([0], "missing.jsonl") == ("rows in missing.jsonl (0-based)", ["0"])
+
+
 def test_python_api(tmp_path):
     import gradian
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import struct
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from gradian.data.types import Example
 from gradian.diagnose.engine import missing_need, params_for, run_rule
-from gradian.diagnose.registry import all_rules
+from gradian.diagnose.registry import CAUSES, all_rules
 from gradian.run.types import LogPoint
 from test_diagnose_helpers import EOS, clean_context, formatted_for, pc_example, refmt
 
@@ -179,7 +180,11 @@ def _(ctx):
 def _(ctx):
     for i in range(20):
         ctx.train[i].prompt = ctx.train[i].prompt + ctx.train[i].completion
-    return {"rows": list(range(20))}
+    for i in (30, 31):  # chat rows whose assistant turn copies the user turn
+        q = ctx.train[i].prompt
+        msgs = [{"role": "user", "content": q}, {"role": "assistant", "content": q}]
+        ctx.train[i] = Example(index=i, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    return {"rows": [*range(20), 30, 31]}
 
 
 @planted("D122")
@@ -214,6 +219,87 @@ def _(ctx):
 def _(ctx):
     ctx.formatted[10].input_ids = ctx.formatted[10].input_ids + [EOS]
     return {"rows": [10]}
+
+
+@planted("D127")
+def _(ctx):
+    msgs = [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c d"}]
+    ctx.train[3] = Example(index=3, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    ctx.formatted, ctx.format_error = None, "it has no chat template"  # what build_context records (test_diagnose_cli)
+    return {"rows": [3], "severity": "error"}
+
+
+ENGLISH = "the cat sat on a mat while the dogs ran far and wide over the green hills under a blue sky".split()
+FRENCH = "le chat est assis sur le tapis pendant que les chiens couraient loin dans les collines vertes".split()
+
+
+def english_rows(ctx, n_words=20):
+    rng = random.Random(1)
+    for e in ctx.train:
+        e.prompt = " ".join(rng.choice(ENGLISH) for _ in range(10)) + "\nAnswer:"
+        e.completion = " " + " ".join(rng.choice(ENGLISH) for _ in range(n_words)) + "."
+        e.raw = {"prompt": e.prompt, "completion": e.completion}
+
+
+@planted("D128")
+def _(ctx):
+    english_rows(ctx)
+    for i in (3, 4, 5):
+        ctx.train[i].completion = ctx.train[i].completion[:-1].rsplit(" ", 1)[0]  # cut mid-sentence
+    return {"rows": [3, 4, 5]}
+
+
+@planted("D129")
+def _(ctx):
+    ctx.train[7].completion = " The cat sat on the mat today." * 4
+    return {"rows": [7], "severity": "error"}
+
+
+@planted("D130")
+def _(ctx):
+    for i in (8, 9):
+        ctx.train[i] = Example(index=i, source="t", format="text", text="### Question: a b\n### Answer: c d")
+    ctx.train[10].completion += "\nAnswer: another turn"
+    return {"rows": [8, 9, 10]}
+
+
+@planted("D131")
+def _(ctx):
+    ctx.train[10].prompt = "{instruction}\n\n{{input}}\nAnswer:"
+    return {"rows": [10], "severity": "error"}
+
+
+@planted("D132")
+def _(ctx):
+    ctx.train[11].completion = " <p>w1 <b>w2</b>&nbsp;w3</p>"
+    return {"rows": [11]}
+
+
+@planted("D133")
+def _(ctx):
+    english_rows(ctx, n_words=40)
+    for i in (12, 13):
+        ctx.train[i].completion = " #### 42"
+    return {"rows": [12, 13]}
+
+
+@planted("D134")
+def _(ctx):
+    english_rows(ctx)
+    ctx.train[14].prompt = " ".join(FRENCH) + "\nAnswer:"
+    ctx.train[14].completion = " " + " ".join(reversed(FRENCH)) + "."
+    return {"rows": [14]}
+
+
+@planted("D135")
+def _(ctx):
+    for k, e in enumerate(ctx.train):
+        e.completion = " positive" if k % 2 else " negative"
+    for i in (16, 17):
+        ctx.train[i].prompt = ctx.train[15].prompt
+    ctx.train[16].completion = ctx.train[17].completion = " positive"
+    ctx.train[15].completion = " negative"
+    return {"rows": [15]}
 
 
 # ---- config --------------------------------------------------------------------------------------------------------
@@ -286,8 +372,14 @@ def _(ctx):
 
 
 @planted("C212")
-def _(ctx):
-    ctx.setup.base_model = "meta-llama/Meta-Llama-3-8B"
+def _(ctx, tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    emb = torch.randn(1000, 8, generator=torch.Generator().manual_seed(0))
+    emb[5] = 0.0  # the FakeTokenizer maps the template's tokens to id 5: an untrained (zero) row in the weights
+    save_file({"model.embed_tokens.weight": emb}, str(tmp_path / "model.safetensors"))
+    ctx.setup.base_model = ctx.artifacts.base = str(tmp_path)
     ctx.tokenizer.chat_template = "<|start_header_id|>{{ m }}<|eot_id|>"
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     ctx.train[0] = Example(index=0, source="t", format="messages", messages=msgs)
@@ -536,6 +628,16 @@ def test_codes_names_docs_unique():
     for r in RULES:
         assert r.code[0] in "DCLX" and r.name.islower() and " " not in r.name
         assert r.summary and r.why and r.example and r.fix
+        assert r.cause in CAUSES and (r.cause == "setup") == (r.code[0] in "CLX" or r.code == "D125"), r.code
+
+
+def test_findings_carry_their_rules_cause():
+    ctx = clean_context()
+    P["D104"](ctx)
+    P["D106"](ctx)
+    by_code = {r.code: r for r in RULES}
+    dicts = [f.to_dict() for code in ("D104", "D106") for f in run_rule(by_code[code], ctx)]
+    assert {d["code"]: d["cause"] for d in dicts} == {"D104": "content", "D106": "mechanical"}
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.code}-{r.name}")

@@ -15,6 +15,7 @@ import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -171,7 +172,28 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
     return out
 
 
-def check_tokenizer(path: str) -> list[Check]:
+def _pad_is_eos_check(setup: Any) -> Check:
+    """pad == EOS only hurts where the collator masks padding by token id (transformers'
+    DataCollatorForLanguageModeling, TRL < 0.16); TRL >= 0.16 labels EOS and pads the labels with -100 by position."""
+    from gradian.diagnose.context import installed_version, parse_version
+
+    fw = (getattr(setup, "framework", None) or "").lower()
+    recorded = (getattr(setup, "versions", None) or {}).get("trl")
+    trl = recorded or installed_version("trl")
+    v = parse_version(trl)
+    fix = "set a pad token distinct from EOS (e.g. add '<pad>'), or train with TRL >= 0.16, which labels EOS"
+    if fw in ("trl", "") and v is not None and v >= (0, 16):
+        how = "recorded by the run" if recorded else "installed here"
+        return Check("tokenizer pad", "ok", f"pad_token == eos_token; TRL {trl} ({how}) labels EOS and pads labels "
+                     "with -100 by position, so EOS is trained")  # fmt: skip
+    if fw == "transformers" or (v is not None and v < (0, 16)):
+        return Check("tokenizer pad", "warn", "pad_token == eos_token and the collator masks padding by id: EOS "
+                     "never gets a label", fix)  # fmt: skip
+    return Check("tokenizer pad", "warn", "pad_token == eos_token: EOS gets no label if your collator masks "
+                 "padding by id (gradian diagnose C213 checks it against the run)", fix)  # fmt: skip
+
+
+def check_tokenizer(path: str, setup: Any = None) -> list[Check]:
     from gradian.data import load_tokenizer
 
     tok = load_tokenizer(path)
@@ -181,7 +203,7 @@ def check_tokenizer(path: str) -> list[Check]:
     if tok.pad_token is None:
         out.append(Check("tokenizer pad", "warn", "no pad_token (Gradian pads with EOS and masks it)", ""))
     elif tok.pad_token_id == tok.eos_token_id:
-        out.append(Check("tokenizer pad", "warn", "pad_token == eos_token: EOS may never get a label in training", ""))
+        out.append(_pad_is_eos_check(setup))
     has_template = bool(getattr(tok, "chat_template", None))
     out.append(
         Check(
@@ -251,7 +273,13 @@ def run_doctor(
             )
     tok_path = str(art.tokenizer_dir) if art.tokenizer_dir else art.base
     if tok_path:
-        checks += guarded("tokenizer", check_tokenizer, tok_path)
+        from gradian.run import load_setup
+
+        try:
+            setup = load_setup(art)
+        except GradianError:
+            setup = None
+        checks += guarded("tokenizer", check_tokenizer, tok_path, setup)
     for label, path in (("train", art.train_file), ("eval", art.eval_file)):
         if path is not None:
             checks += guarded(f"{label} data", check_data, label, path, tok_path)

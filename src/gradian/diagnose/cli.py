@@ -135,10 +135,10 @@ def rules_command(
     from rich.table import Table
 
     table = Table(title=f"{len(rules)} diagnose rules", show_lines=False)
-    for col in ("code", "name", "severity", "summary"):
+    for col in ("code", "name", "severity", "cause", "summary"):
         table.add_column(col, overflow="fold")
     for r in rules:
         sev = r.severity.value + (f" ({r.tiers})" if r.tiers else "")
-        table.add_row(r.code, r.name, sev, r.summary)
+        table.add_row(r.code, r.name, sev, r.cause, r.summary)
     Console().print(table)
     typer.echo("Details: gradian diagnose --explain CODE")

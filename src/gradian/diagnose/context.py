@@ -49,6 +49,7 @@ class DiagnoseContext:
     eval_problems: list[Any] = field(default_factory=list)  # the same for the eval file
     formatted: list[FormattedExample] | None = None  # train rows tokenized exactly as the trainer would
     formatted_note: str | None = None  # why `formatted` is None
+    format_error: str | None = None  # the rows could not be formatted with this tokenizer (no chat template, ...)
     format_settings: FormatSettings | None = None
     tokenizer: Any = None
     setup: TrainingSetup = field(default_factory=TrainingSetup)
@@ -61,6 +62,7 @@ class DiagnoseContext:
     train_file: str | None = None
     train_limited: bool = False  # only the first rows of the training file were read (build_context's train_limit)
     eval_file: str | None = None
+    cache: dict[str, Any] = field(default_factory=dict)  # per-row measures several rules share (textstats.cache)
 
     # ---- helpers shared by rules -------------------------------------------------------------------------------
     def src(self, key: str) -> str | None:
@@ -203,10 +205,26 @@ def build_context(
     else:
         ctx.tokenizer = load_tokenizer(tok_path)
         if ctx.train:
-            ctx.formatted = format_examples(ctx.train, ctx.tokenizer, ctx.format_settings)
+            _format_rows(ctx, format_examples)
         else:
             ctx.formatted_note = "no train rows to tokenize"
     return ctx
+
+
+def _format_rows(ctx: DiagnoseContext, format_examples: Any) -> None:
+    """Tokenize the rows as the trainer would; a tokenizer that cannot format them (no chat template for chat rows,
+    a template that raises) is a finding (D127), not a refusal: every check that needs no tokens still runs."""
+    from gradian.data import chat_template_text
+
+    if any(e.messages is not None for e in ctx.train) and chat_template_text(ctx.tokenizer) is None:
+        ctx.format_error = "it has no chat template"
+    else:
+        try:
+            ctx.formatted = format_examples(ctx.train, ctx.tokenizer, ctx.format_settings)
+            return
+        except GradianError as err:
+            ctx.format_error = err.one_line().rstrip(".")
+    ctx.formatted_note = f"the rows cannot be formatted with this tokenizer: {ctx.format_error} (see D127)"
 
 
 def _adjust_eos(ctx: DiagnoseContext) -> None:

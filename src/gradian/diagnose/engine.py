@@ -60,7 +60,7 @@ def run_rule(rule: Rule, ctx: DiagnoseContext) -> list[Finding]:
         if fix is None:
             fix = Fix(text=rule.fix)
         sev = Severity.parse(hit.severity) if hit.severity is not None else rule.severity
-        out.append(Finding(rule.code, rule.name, sev, hit.message, dict(hit.evidence), fix))
+        out.append(Finding(rule.code, rule.name, sev, hit.message, dict(hit.evidence), fix, cause=rule.cause))
     return out
 
 

@@ -1,10 +1,12 @@
-"""Render findings: a rich terminal summary grouped by severity, JSON, or Markdown."""
+"""Render findings: a rich terminal summary grouped by severity, JSON, or Markdown. Text and Markdown name rows as
+the user's editor shows them (1-based lines, see gradian.diagnose.lines); JSON keeps the 0-based row indices."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from gradian.diagnose.lines import describe_rows
 from gradian.diagnose.registry import Rule
 from gradian.diagnose.rules._util import SAMPLE
 from gradian.diagnose.types import Finding, Note, Severity
@@ -17,11 +19,9 @@ def _ev_lines(ev: dict[str, Any]) -> list[str]:
     out = []
     rows = ev.get("rows")
     if rows:
-        sample = ", ".join(map(str, rows[:SAMPLE])) + (
-            f", ... (+{len(rows) - SAMPLE} more)" if len(rows) > SAMPLE else ""
-        )
-        where = f" in {ev['file']}" if ev.get("file") else ""
-        out.append(f"rows{where}: {sample}")
+        label, shown = describe_rows(list(rows[:SAMPLE]), ev.get("file"))
+        sample = ", ".join(shown) + (f", ... (+{len(rows) - SAMPLE} more)" if len(rows) > SAMPLE else "")
+        out.append(f"{label}: {sample}")
     if ev.get("count") is not None and ev.get("total"):
         out.append(f"count: {ev['count']} of {ev['total']} ({ev.get('percent', 0)}%)")
     if ev.get("key"):
@@ -115,7 +115,8 @@ def to_markdown(findings: list[Finding], notes: list[Note]) -> str:
 
 def rule_doc_text(r: Rule) -> str:
     lines = [
-        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}]",
+        f"{r.code} {r.name}  [{r.severity.value}{' (' + r.tiers + ')' if r.tiers else ''}, {r.group}, "
+        f"cause: {r.cause}]",
         "",
         r.summary,
         "",
@@ -143,8 +144,8 @@ def rule_doc_text(r: Rule) -> str:
 
 def rule_doc_markdown(r: Rule) -> str:
     lines = [f"# {r.code} `{r.name}`", "", f"**Severity:** {r.severity.value}" + (f" ({r.tiers})" if r.tiers else "")
-             + f" · **Group:** {r.group}", "", "## What it detects", "", r.summary, "", "## Why it matters", "", r.why,
-             "", "## Example", "", r.example, "", "## Fix", "", r.fix, ""]  # fmt: skip
+             + f" · **Group:** {r.group} · **Cause:** {r.cause}", "", "## What it detects", "", r.summary, "",
+             "## Why it matters", "", r.why, "", "## Example", "", r.example, "", "## Fix", "", r.fix, ""]  # fmt: skip
     if r.thresholds:
         lines += ["## Thresholds", "", "| name | default | meaning |", "|---|---|---|"]
         lines += [f"| `{k}` | `{t.default!r}` | {t.help} |" for k, t in r.thresholds.items()] + [""]

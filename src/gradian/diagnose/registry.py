@@ -17,6 +17,12 @@ GROUPS = {"D": "dataset", "C": "config", "L": "logs", "X": "cross-cutting"}
 # What a rule needs before it can run; the engine skips it with a note saying why when a need is missing.
 NEEDS = ("train", "formatted", "tokenizer", "setup", "logs", "eval", "adapter")
 
+# What kind of cause a rule's findings point to (the verdict reads it from each finding):
+# mechanical: how rows became tokens (truncation, EOS, masks, templates, encoding, cut completions, loops);
+# content: what the rows say (duplicates, overlap, placeholders, label noise, language, refusals, ...);
+# setup: the training config, the trainer logs, the run as a whole.
+CAUSES = ("mechanical", "content", "setup")
+
 
 @dataclass
 class Threshold:
@@ -58,6 +64,7 @@ class Rule:
     thresholds: dict[str, Threshold] = field(default_factory=dict)
     tiers: str = ""  # "W/E", "I/W" where the rule picks its severity per finding
     seen_in: str = ""
+    cause: str = "setup"  # one of CAUSES
 
     @property
     def group(self) -> str:
@@ -68,6 +75,7 @@ class Rule:
             "code": self.code,
             "name": self.name,
             "group": self.group,
+            "cause": self.cause,
             "severity": self.severity.value,
             "tiers": self.tiers or None,
             "needs": list(self.needs),
@@ -96,12 +104,16 @@ def rule(
     thresholds: dict[str, tuple[Any, str]] | None = None,
     tiers: str = "",
     seen_in: str = "",
+    cause: str = "",
 ) -> Callable[[Callable[..., Iterable[Hit]]], Callable[..., Iterable[Hit]]]:
     def deco(fn: Callable[..., Iterable[Hit]]) -> Callable[..., Iterable[Hit]]:
         if code in REGISTRY:
             raise ValueError(f"duplicate rule code {code}")
         if any(r.name == name for r in REGISTRY.values()):
             raise ValueError(f"duplicate rule name {name}")
+        kind = cause or ("setup" if code[0] in "CLX" else "")
+        if kind not in CAUSES:
+            raise ValueError(f"{code}: cause must be one of {CAUSES} (dataset rules declare it)")
         for need in needs:
             if need not in NEEDS:
                 raise ValueError(f"{code}: unknown need {need}")
@@ -118,6 +130,7 @@ def rule(
             thresholds={k: Threshold(*v) for k, v in (thresholds or {}).items()},
             tiers=tiers,
             seen_in=seen_in,
+            cause=kind,
         )
         return fn
 

@@ -55,12 +55,14 @@ class Finding:
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: Fix | None = None
+    cause: str = ""  # the rule's kind of cause: mechanical, content or setup (gradian.diagnose.registry.CAUSES)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "code": self.code,
             "name": self.name,
             "severity": self.severity.value,
+            "cause": self.cause,
             "message": self.message,
             "evidence": _jsonable(self.evidence),
             "fix": self.fix.to_dict() if self.fix else None,

@@ -1,3 +1,3 @@
-"""Importing this package registers every rule (dataset D1xx, config C2xx, logs L3xx, cross-cutting X4xx)."""
+"""Importing this package registers every rule (dataset D1xx, content D128+, config C2xx, logs L3xx, cross X4xx)."""
 
-from gradian.diagnose.rules import config, cross, dataset, logs  # noqa: F401
+from gradian.diagnose.rules import config, content, cross, dataset, logs  # noqa: F401

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
@@ -155,12 +156,23 @@ def too_few_steps(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             fix=Fix(text="Use warmup_ratio 0.03-0.1", key="warmup_ratio", value=0.05),
         )
     if steps < t.min_steps:
+        ga, bs = s.gradient_accumulation_steps or 1, s.per_device_batch_size or 1
+        if ga > 1:
+            key, cur, value = "gradient_accumulation_steps", ga, 1
+            text = "Reduce gradient accumulation (or train more epochs)"
+        elif bs > 1:
+            key, cur, value = "per_device_train_batch_size", bs, max(1, bs * steps // t.min_steps)
+            text = "Use a smaller per-device batch (or train more epochs, or add data)"
+        else:  # the effective batch is already 1: only more passes or more rows give more steps
+            key, cur = "num_train_epochs", s.num_epochs
+            value = math.ceil((s.num_epochs or 1) * t.min_steps / max(1, steps)) if s.num_epochs else None
+            text = "Train more epochs or add data (the effective batch is already 1)"
+        src = ctx.src({"num_train_epochs": "num_epochs", "per_device_train_batch_size": "per_device_batch_size"}
+                      .get(key, key))  # fmt: skip
         yield Hit(f"only {steps} optimizer steps ({how})",
-                  evidence={"key": "gradient_accumulation_steps", "value": s.gradient_accumulation_steps,
-                            "source": ctx.src("gradient_accumulation_steps") or "unknown", "total_steps": steps,
+                  evidence={"key": key, "value": cur, "source": src or "unknown", "total_steps": steps,
                             "effective_batch_size": s.effective_batch_size, "computed": how},
-                  fix=Fix(text="Reduce the effective batch (accumulation) or train more epochs",
-                          key="gradient_accumulation_steps", value=1))  # fmt: skip
+                  fix=Fix(text=text, key=key, value=value))  # fmt: skip
 
 
 @rule(
@@ -414,15 +426,49 @@ def new_tokens_unsaved(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     )
 
 
-def _is_instruct_name(name: str) -> bool:
-    n = name.lower()
-    return any(k in n for k in ("instruct", "chat", "-it", "_it", "sft", "dpo", "rlhf"))
+_TEMPLATE_TOKENS = ("<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                    "<start_of_turn>", "<end_of_turn>", "<|user|>", "<|assistant|>", "<|end|>")  # fmt: skip
+
+
+def _embedding_matrix(base_dir: str) -> Any:
+    """The input embedding matrix of a local base model's safetensors (None when not found)."""
+    from pathlib import Path
+
+    files = sorted(Path(base_dir).glob("*.safetensors")) if Path(base_dir).is_dir() else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for k in st.keys():
+                if k.endswith(("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "tok_embeddings.weight")):
+                    return st.get_tensor(k).float()
+    return None
+
+
+def _untrained_rows(ctx: DiagnoseContext, ids: dict[str, int]) -> list[str]:
+    """Tokens whose embedding row in the base is untrained: all (near) zero, or equal to the mean of all rows (how
+    base checkpoints ship reserved tokens; the check Unsloth runs). Empty when the weights are not local."""
+    if not ids or not ctx.artifacts.base:
+        return []
+    emb = _embedding_matrix(str(ctx.artifacts.base))
+    if emb is None:
+        return []
+    mean = emb.mean(0)
+    out = []
+    for tok, i in ids.items():
+        if 0 <= i < emb.shape[0]:
+            row = emb[i]
+            if float(row.abs().max()) <= 1e-8 or float((row - mean).abs().max()) <= 1e-6:
+                out.append(tok)
+    return out
 
 
 @rule(
     "C212", "untrained_template_tokens", "error", needs=("setup", "tokenizer"),
-    summary="A base (non-instruct) model trained with a chat template whose special tokens it never learned, with "
-    "embeddings frozen.",
+    summary="A chat template whose special tokens have untrained embedding rows in the base model's weights (all "
+    "zero, or the mean row), with the embeddings frozen. Read from the local weights, never guessed from the name.",
     why="Base checkpoints ship untrained rows for template tokens like <|im_start|> / <|eot_id|>; frozen under LoRA "
     "they stay garbage, the loss spikes or NaNs, and the model never learns to end turns.",
     example="Llama-3-8B (base) + the Llama-3 instruct chat template, LoRA without embeddings.",
@@ -432,16 +478,20 @@ def _is_instruct_name(name: str) -> bool:
 def untrained_template_tokens(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     base = ctx.setup.base_model or ctx.artifacts.base or ""
     tmpl = ctx.chat_template()
-    if not base or not tmpl or _is_instruct_name(base) or _embeddings_trained(ctx):
+    if not base or not tmpl or _embeddings_trained(ctx) or not any(e.messages for e in ctx.train):
         return
-    used = [
-        m for m in ("<|im_start|>", "<|start_header_id|>", "<|eot_id|>", "<start_of_turn>", "<|im_end|>") if m in tmpl
-    ]
-    if not used or not any(e.messages for e in ctx.train):
+    specials = [s for s in (getattr(ctx.tokenizer, "all_special_tokens", None) or []) if s and s in tmpl]
+    added = list(getattr(ctx.tokenizer, "added_tokens_encoder", {}) or {})
+    used = sorted({m for m in (*_TEMPLATE_TOKENS, *specials, *added) if m in tmpl})
+    ids = {m: ctx.tokenizer.convert_tokens_to_ids(m) for m in used}
+    ids = {m: i for m, i in ids.items() if isinstance(i, int) and i != getattr(ctx.tokenizer, "unk_token_id", None)}
+    untrained = _untrained_rows(ctx, ids)  # read from the base's weights, not guessed from its name
+    if not untrained:
         return
-    yield Hit(f"base model {base!r} with a chat template using {used}: those embeddings are untrained and frozen",
+    yield Hit(f"the base model's embedding rows for {untrained} (used by the chat template) are untrained, and "
+              "the embeddings are frozen",
               evidence={"key": "base_model", "value": base, "source": ctx.src("base_model") or "unknown",
-                        "template_tokens": used},
+                        "template_tokens": untrained},
               fix=Fix(text="Use the instruct model, or train the embeddings", key="modules_to_save",
                       value=["embed_tokens", "lm_head"]))  # fmt: skip
 
@@ -506,9 +556,32 @@ def eos_turn_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                       key="eos_token", value=eot))  # fmt: skip
 
 
+def _trl_patches(ctx: DiagnoseContext) -> tuple[bool, str]:
+    """Whether TRL swaps in its own {% generation %}-tagged copy of this template (SFTTrainer does so for the
+    templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...), asked of the installed TRL itself. The second value
+    is a caveat when the run recorded an older TRL than the installed one (it may predate the patch)."""
+    if ctx.framework() not in ("trl", ""):
+        return False, ""
+    try:
+        from trl.chat_template_utils import get_training_chat_template
+    except Exception:  # TRL absent or too old to patch templates
+        return False, ""
+    try:
+        patched = get_training_chat_template(ctx.tokenizer) is not None
+    except Exception:  # TRL raises for templates it cannot patch
+        return False, ""
+    from gradian.diagnose.context import installed_version, parse_version
+
+    run_v, here = parse_version(ctx.setup.versions.get("trl")), installed_version("trl")
+    if patched and run_v is not None and here and run_v < (parse_version(here) or ()):
+        return True, f"the run recorded TRL {ctx.setup.versions.get('trl')} (patching checked with TRL {here})"
+    return patched, ""
+
+
 @rule(
     "C215", "assistant_mask_no_tag", "error", needs=("setup", "tokenizer"),
-    summary="Assistant-only loss with a chat template that lacks {% generation %} tags.",
+    summary="Assistant-only loss with a chat template that lacks {% generation %} tags and that TRL does not patch "
+    "itself (TRL swaps in tagged copies of the templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...).",
     why="TRL builds the assistant mask from the template's generation tags; without them the mask is all zeros "
     "(error in new TRL, silent zero loss in some versions) or the whole sequence is trained.",
     example="assistant_only_loss=True with Llama-3's stock template.",
@@ -521,13 +594,18 @@ def assistant_mask_no_tag(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     tmpl = ctx.chat_template()
     if tmpl and re.search(r"{%-?\s*generation\s*-?%}", tmpl):
         return
+    patched, how = _trl_patches(ctx)
+    if patched:
+        if how:  # the run recorded an older TRL than the one that patches here
+            yield Hit(f"the template has no {{% generation %}} tags; TRL patches it for assistant-only loss, but {how}",
+                      severity="warning", evidence={**key_ev(ctx, "masking", "assistant_only"), "trl": how},
+                      fix=Fix(text="Train with the TRL version installed here (it swaps in a tagged template), or "
+                              "use completion-only loss", key="masking", value="completion_only"))  # fmt: skip
+        return
     yield Hit("assistant-only loss but the tokenizer's chat template has no {% generation %} tags",
               evidence={**key_ev(ctx, "masking", "assistant_only"), "chat_template": bool(tmpl)},
               fix=Fix(text="Use a generation-tagged template, or completion-only loss", key="masking",
                       value="completion_only"))  # fmt: skip
-
-
-_INSTR_MARKERS = ("### Response:", "[/INST]", "<|im_start|>assistant", "<|start_header_id|>assistant", "Assistant:")
 
 
 @rule(
@@ -560,11 +638,14 @@ def loss_on_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             ),
         )
         return
-    text_rows = [e.index for e in ctx.train if e.text is not None and any(m in e.text for m in _INSTR_MARKERS)]
+    from gradian.diagnose.rules.content import template_layout  # the markers learned from the file, + known ones
+
+    text_rows, markers = template_layout(ctx)
     if text_rows and len(text_rows) >= 0.5 * len(ctx.train):
-        yield Hit(f"{len(text_rows)} instruction-style rows are stored as plain text: the loss covers their prompts",
+        yield Hit(f"{len(text_rows)} instruction-style rows are stored as plain text ({', '.join(markers)}): the "
+                  "loss covers their prompts",
                   evidence={"rows": text_rows, "count": len(text_rows), "total": len(ctx.train),
-                            "file": ctx.train_file},
+                            "file": ctx.train_file, "markers": markers},
                   fix=Fix(text="Store rows as prompt/completion or messages so the prompt can be masked"))  # fmt: skip
 
 

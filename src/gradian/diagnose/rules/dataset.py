@@ -38,7 +38,7 @@ def _tfile(ctx: DiagnoseContext) -> str | None:
 
 
 @rule(
-    "D101", "schema", "error", needs=(),
+    "D101", "schema", "error", cause="mechanical", needs=(),
     summary="Rows mix formats (prompt/completion, messages, text), have extra or missing keys, or are not valid "
     "JSON/UTF-8.",
     why="Trainers pick one format per dataset from the first rows; rows in another format or with other keys are "
@@ -91,10 +91,43 @@ def schema(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, total, _tfile(ctx), expected_keys=sorted(main_keys), differing_keys=extra),
             fix=drop_fix("Give every row the same keys, or drop the listed rows", rows, _tfile(ctx), "D101"),
         )
+    yield from _message_keys(ctx, total)
+
+
+_MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id", "weight", "function_call", "thinking",
+                 "reasoning_content", "from", "value"}  # fmt: skip
+
+
+def _message_keys(ctx: DiagnoseContext, total: int) -> Iterator[Hit]:
+    """Keys inside a message that chat templates and trainers ignore (the OpenAI cookbook flags them too), unless
+    most of the file's messages carry them."""
+    per_row: dict[int, set[str]] = {}
+    counts: Counter[str] = Counter()
+    n_msgs = 0
+    for e in ctx.train:
+        msgs = e.raw.get("messages") or e.raw.get("conversations") if e.messages is not None else None
+        if not isinstance(msgs, list):
+            continue
+        for m in msgs:
+            if isinstance(m, dict):
+                n_msgs += 1
+                odd = set(m) - _MESSAGE_KEYS
+                counts.update(odd)
+                if odd:
+                    per_row.setdefault(e.index, set()).update(odd)
+    common = {k for k, c in counts.items() if c >= 0.5 * n_msgs}
+    rows = sorted(i for i, ks in per_row.items() if ks - common)
+    if rows:
+        keys = sorted({k for i in rows for k in per_row[i] - common})
+        yield Hit(
+            f"{len(rows)} conversation row(s) have messages with keys the chat template ignores: {', '.join(keys[:8])}",
+            evidence=rows_ev(rows, total, _tfile(ctx), message_keys=keys),
+            fix=drop_fix("Remove the extra message keys (or drop the rows)", rows, _tfile(ctx), "D101"),
+        )
 
 
 @rule(
-    "D102", "roles", "error", needs=("train",),
+    "D102", "roles", "error", cause="mechanical", needs=("train",),
     summary="Conversation rows with an unknown role, two consecutive turns of one role, no assistant turn, or a last "
     "turn that is not the assistant's.",
     why="Chat templates raise or silently render such rows wrong; with assistant-only loss a row without an "
@@ -135,7 +168,7 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D103", "empty_target", "warning", needs=("train",),
+    "D103", "empty_target", "warning", cause="mechanical", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of rows with an empty target above which the rule fires")},
     summary="Completions or assistant turns that are empty or whitespace only.",
     why="Rows with nothing to learn waste steps and, with completion-only loss, produce all -100 labels (NaN loss in "
@@ -155,7 +188,7 @@ def empty_target(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D104", "duplicates", "warning", needs=("train",), tiers="W/I",
+    "D104", "duplicates", "warning", cause="content", needs=("train",), tiers="W/I",
     thresholds={
         "exact_percent": (2.0, "exact-duplicate rows (beyond the first copy), in percent, above which it warns"),
         "near_jaccard": (0.9, "MinHash Jaccard similarity of 5-word shingles counted as a near duplicate (info)"),
@@ -199,14 +232,17 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D105", "train_eval_overlap", "error", needs=("train", "eval"), tiers="E/W",
+    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W",
     thresholds={
         "near_jaccard": (0.9, "MinHash Jaccard above which a train row counts as the same as an eval row"),
         "long_words": (20, "an overlapping row with at least this many words is a real leak (error)"),
         "error_percent": (2.0, "share of eval rows overlapped (in percent) at which short rows are an error too"),
+        "generic_completions": (2, "a shared prompt the train file pairs with more distinct completions than this is "
+                                "a generic opening, not a leak"),
     },
     summary="Train rows equal or nearly equal to eval rows (error; short generic rows like 'Great phone.' under 2% of "
-    "the eval set are a warning); train rows that share an eval row's prompt (warning).",
+    "the eval set are a warning); train rows that share a distinctive eval prompt (warning; a prompt the train file "
+    "pairs with many different completions is a generic opening, not a leak).",
     why="Contamination makes eval loss and benchmark numbers measure memorisation: the run looks better than it is.",
     example="The same question in train.jsonl and eval.jsonl, differently whitespaced.",
     fix="Re-split by a hash of the normalized prompt; drop the overlapping train rows.",
@@ -238,9 +274,15 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )  # fmt: skip
     eval_prompts = {normalize(e.prompt): e.index for e in ctx.eval if e.prompt and len(e.prompt.split()) >= 3}
     done = {i for i, _, _ in pairs}
-    prompt_rows = [
-        e.index for e in ctx.train if e.prompt and e.index not in done and normalize(e.prompt) in eval_prompts
-    ]
+    # a prompt the train file pairs with many different completions is a generic opening or template ("Once upon a
+    # time, there was a little girl named"), not a leaked eval item: only distinctive prompts count
+    answers: dict[str, set[str]] = {}
+    for e in ctx.train:
+        if e.prompt and (k := normalize(e.prompt)) in eval_prompts:
+            answers.setdefault(k, set()).add(normalize(e.target_text()))
+    generic = {k for k, v in answers.items() if len(v) > t.generic_completions}
+    prompt_rows = [e.index for e in ctx.train if e.prompt and e.index not in done
+                   and (k := normalize(e.prompt)) in eval_prompts and k not in generic]  # fmt: skip
     if prompt_rows:
         yield Hit(
             f"{len(prompt_rows)} train row(s) share their prompt with an eval row (different completion)",
@@ -251,7 +293,7 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D106", "truncation", "warning", needs=("formatted",), tiers="W/E",
+    "D106", "truncation", "warning", cause="mechanical", needs=("formatted",), tiers="W/E",
     thresholds={
         "warn_percent": (1.0, "percent of rows over the max length above which it warns"),
         "error_percent": (5.0, "percent of rows over the max length above which it is an error"),
@@ -287,7 +329,7 @@ def truncation(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D107", "completion_cut", "error", needs=("formatted",),
+    "D107", "completion_cut", "error", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (0.0, "percent of rows cut inside the completion tolerated")},
     summary="Truncation falls inside the completion, so its end and the EOS are lost.",
     why="The model is trained on answers that stop mid-way and never sees where they end: at inference it rambles "
@@ -310,7 +352,7 @@ def completion_cut(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D108", "zero_trainable", "error", needs=("formatted",),
+    "D108", "zero_trainable", "error", cause="mechanical", needs=("formatted",),
     summary="Rows with no label tokens: the prompt alone fills the max length, or the mask leaves nothing.",
     why="Such rows contribute nothing; a batch made only of them gives a NaN loss (0/0), and eval_loss turns NaN.",
     example="A 2,000-token prompt with max_length 1024 and completion-only loss.",
@@ -329,7 +371,7 @@ def zero_trainable(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D109", "missing_eos", "error", needs=("formatted",),
+    "D109", "missing_eos", "error", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (0.0, "percent of (uncut) rows without a trained EOS tolerated")},
     summary="The target has no EOS / end-of-turn label token and the trainer will not add one.",
     why="The model never learns to stop: generations run on until max_new_tokens.",
@@ -353,7 +395,7 @@ def missing_eos(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D110", "bos_count", "error", needs=("formatted", "tokenizer"),
+    "D110", "bos_count", "error", cause="mechanical", needs=("formatted", "tokenizer"),
     summary="Two BOS tokens at the start of a row, or none where the tokenizer adds one.",
     why="A doubled BOS (template adds it, then the tokenizer again) or a missing one shifts the model off its "
     "pre-training distribution.",
@@ -388,7 +430,7 @@ def bos_count(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D111", "special_in_content", "warning", needs=("train",),
+    "D111", "special_in_content", "warning", cause="mechanical", needs=("train",),
     summary="Template control strings (<|im_end|>, <|eot_id|>, </s>, ...) inside message content or a prompt.",
     why="They tokenize to real special tokens: the model learns to end turns in odd places, and turn boundaries in "
     "the rendered sequence are wrong.",
@@ -426,7 +468,7 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D112", "template_mismatch", "warning", needs=("train",),
+    "D112", "template_mismatch", "warning", cause="mechanical", needs=("train",),
     summary="Pre-rendered text uses another template family's markers than the model's chat template, or rows mix "
     "families.",
     why="The model is trained on one turn format and served with another ([INST] text on a ChatML model, Alpaca "
@@ -475,7 +517,7 @@ def _marker(ctx: DiagnoseContext) -> tuple[str | None, str | None]:
 
 
 @rule(
-    "D113", "response_marker_absent", "error", needs=("train",),
+    "D113", "response_marker_absent", "error", cause="mechanical", needs=("train",),
     summary="Marker-based completion masking (DataCollatorForCompletionOnlyLM response_template) and the marker is "
     "missing from a row, as text or as tokens in context.",
     why="Rows where the collator cannot find the marker get all labels -100 (TRL only warns) or, tokenized in "
@@ -521,7 +563,7 @@ def response_marker_absent(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D114", "token_boundary", "warning", needs=("formatted",),
+    "D114", "token_boundary", "warning", cause="mechanical", needs=("formatted",),
     thresholds={"max_percent": (1.0, "percent of rows whose prompt tokens are not a prefix, above which it fires")},
     summary="tokens(prompt) is not a prefix of tokens(prompt + completion) for more than a share of rows.",
     why="The prompt/completion boundary falls inside a merged token: the mask is off by one token and the first "
@@ -541,7 +583,7 @@ def token_boundary(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D115", "size_small", "warning", needs=("train",), tiers="W/E",
+    "D115", "size_small", "warning", cause="content", needs=("train",), tiers="W/E",
     thresholds={"warn_below": (100, "rows below which it warns"), "error_below": (10, "rows below which it errors")},
     summary="Too few training rows: fewer than 100 (warning), fewer than 10 (error).",
     why="With a handful of rows the adapter memorises them; the eval numbers are noise.",
@@ -565,7 +607,7 @@ def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
 
 
 @rule(
-    "D116", "identical_targets", "warning", needs=("train",),
+    "D116", "identical_targets", "warning", cause="content", needs=("train",),
     thresholds={"max_percent": (30.0, "share of rows with one same target above which it fires")},
     summary="One completion is the target of more than 30% of rows (classification label sets are left to "
     "label_imbalance).",
@@ -591,7 +633,7 @@ def identical_targets(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D117", "boilerplate_prefix", "warning", needs=("train",),
+    "D117", "boilerplate_prefix", "warning", cause="content", needs=("train",),
     thresholds={"min_share": (0.5, "shared prefix as a share of the mean prompt length above which it fires")},
     summary="A shared prompt prefix (system prompt, instructions) makes up most of every row while the loss covers "
     "the inputs.",
@@ -624,7 +666,7 @@ def boilerplate_prefix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D118", "length_outliers", "info", needs=("train",),
+    "D118", "length_outliers", "info", cause="content", needs=("train",),
     thresholds={"factor": (10.0, "a row this many times the median length counts as an outlier"),
                 "min_chars": (2000, "only rows at least this long count")},
     summary="Rows far longer than the median row.",
@@ -649,7 +691,7 @@ _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x
 
 
 @rule(
-    "D119", "encoding_artifacts", "warning", needs=("train",),
+    "D119", "encoding_artifacts", "warning", cause="mechanical", needs=("train",),
     thresholds={"max_percent": (0.5, "percent of rows with artifacts above which it fires")},
     summary="Replacement characters, mojibake (Ã©, â€™) or control characters in the text.",
     why="A decode with the wrong codec upstream: the model learns the garbage.",
@@ -670,7 +712,7 @@ _NULLS = {"nan", "none", "null", "undefined", "[object object]", "<na>"}
 
 
 @rule(
-    "D120", "null_strings", "warning", needs=("train",),
+    "D120", "null_strings", "warning", cause="content", needs=("train",),
     summary="Targets that are a serialized missing value: 'nan', 'None', 'null', 'undefined'.",
     why="A pandas/JSON export turned missing values into strings; the model learns to answer 'nan'.",
     example='{"prompt": "...", "completion": "nan"}',
@@ -687,30 +729,42 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D121", "answer_in_prompt", "warning", needs=("train",),
-    thresholds={"max_percent": (5.0, "percent of rows whose target appears in the prompt above which it fires"),
-                "min_chars": (20, "only targets at least this long are checked")},
-    summary="The completion appears verbatim in the prompt.",
-    why="A templating bug leaks the answer into the input: the model learns to copy, and eval loss is meaningless.",
-    example='prompt "Q: 2+2? A: 4\\n" completion "4" built from the wrong column.',
-    fix="Fix the prompt template so it does not include the answer column.",
+    "D121", "answer_in_prompt", "warning", cause="content", needs=("train",),
+    thresholds={"max_percent": (1.0, "percent of rows that copy (or leak) above which it fires"),
+                "min_chars": (20, "only texts at least this long are checked")},
+    summary="An answer that copies its prompt, or a completion that appears verbatim in the prompt, in every row "
+    "format (prompt/completion, and each assistant turn against the user turn before it).",
+    why="A join or templating bug: the answer column holds the question (the model learns to echo), or the answer "
+    "leaks into the input (the model learns to copy, and eval loss is meaningless).",
+    example='prompt "Q: 2+2? A: 4\\n" completion "4" built from the wrong column; or an assistant turn equal to the '
+    "user turn.",
+    fix="Fix the join / prompt template so the answer column holds the answer and the prompt does not.",
 )  # fmt: skip
 def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = []
+    from gradian.diagnose.textstats import row_pairs
+
+    leak, copy = [], []
     for e in ctx.train:
-        tgt = (e.completion or "").strip()
-        if e.prompt and len(tgt) >= t.min_chars and tgt in e.prompt:
-            rows.append(e.index)
+        for prompt, answer in row_pairs(e):
+            a, p = normalize(answer), normalize(prompt)
+            if len(a) >= t.min_chars and a in p:
+                leak.append(e.index)
+                break
+            if len(p) >= t.min_chars and p in a:
+                copy.append(e.index)
+                break
+    rows = sorted(set(leak) | set(copy))
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
-            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) contain their completion in the prompt",
-            evidence=rows_ev(rows, len(ctx.train), _tfile(ctx)),
-            fix=drop_fix("Fix the prompt template; drop the leaking rows", rows, _tfile(ctx), "D121"),
+            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%): {len(copy)} answer(s) copy their prompt, "
+            f"{len(leak)} prompt(s) contain their answer",
+            evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), copies=len(copy), leaks=len(leak)),
+            fix=drop_fix("Fix the join / prompt template; drop the listed rows", rows, _tfile(ctx), "D121"),
         )
 
 
 @rule(
-    "D122", "label_imbalance", "warning", needs=("train",),
+    "D122", "label_imbalance", "warning", cause="content", needs=("train",),
     thresholds={"max_share": (0.8, "share of the majority label above which it fires")},
     summary="Classification-style data (at most 20 distinct short targets) where one label dominates.",
     why="The adapter learns the prior: it predicts the majority label and accuracy looks fine.",
@@ -732,7 +786,7 @@ _REFUSALS = ("as an ai language model", "i'm sorry, but i can't", "i cannot assi
 
 
 @rule(
-    "D123", "refusal_boilerplate", "info", needs=("train",),
+    "D123", "refusal_boilerplate", "info", cause="content", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires")},
     summary="Targets with distilled refusal boilerplate ('As an AI language model...').",
     why="Distilled data carries the teacher's refusals: the adapter learns to refuse harmless requests.",
@@ -750,7 +804,7 @@ def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D124", "truncation_estimate", "info", needs=("train",),
+    "D124", "truncation_estimate", "info", cause="mechanical", needs=("train",),
     thresholds={"chars_per_token": (3.5, "characters per token assumed without a tokenizer"),
                 "warn_percent": (1.0, "percent of rows likely over the max length above which it fires")},
     summary="Without a tokenizer: rows whose character length suggests they exceed the max length.",
@@ -773,7 +827,7 @@ def truncation_estimate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D125", "eval_split_size", "info", needs=("eval",),
+    "D125", "eval_split_size", "info", cause="setup", needs=("eval",),
     thresholds={"min_rows": (20, "eval rows below which eval loss is too noisy")},
     summary="The eval set is tiny, or larger than the train set.",
     why="A few eval rows give a noisy eval_loss (early stopping on noise); an eval set larger than train is usually "
@@ -794,7 +848,7 @@ def eval_split_size(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D126", "double_eos", "warning", needs=("formatted", "tokenizer"),
+    "D126", "double_eos", "warning", cause="mechanical", needs=("formatted", "tokenizer"),
     summary="Rows that end with two EOS tokens: the data already has eos_token and the trainer appends another.",
     why="The model learns to emit EOS twice; some serving stacks then return an empty next turn.",
     example='completion "Paris.</s>" with TRL >= 0.16, which appends </s> again.',
@@ -812,3 +866,25 @@ def double_eos(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, len(fx), _tfile(ctx)),
             fix=Fix(text="Strip eos_token from the data; the trainer appends it", key="add_eos", value=True),
         )
+
+
+@rule(
+    "D127", "unformattable", "error", needs=("train", "tokenizer"), cause="mechanical",
+    summary="The rows cannot be formatted with the given tokenizer: chat rows and a tokenizer without a chat "
+    "template, or a template that raises on the rows.",
+    why="The trainer renders every row with the tokenizer's chat template; without one it raises (or, in older "
+    "versions, silently uses a default template the model was never trained on). The token-level checks cannot run "
+    "either; every other check still does.",
+    example='messages rows with --base pointing at a base model whose tokenizer_config.json has no "chat_template".',
+    fix="Pass --tokenizer DIR of the chat model you train (its tokenizer_config.json has chat_template), or set a "
+    "chat template on the tokenizer before training.",
+)  # fmt: skip
+def unformattable(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    if not ctx.format_error:
+        return
+    chat = [e.index for e in ctx.train if e.messages is not None]
+    name = getattr(ctx.tokenizer, "name_or_path", "") or type(ctx.tokenizer).__name__
+    yield Hit(
+        f"these rows cannot be formatted with this tokenizer ({name}): {ctx.format_error}",
+        evidence=rows_ev(chat or [e.index for e in ctx.train], len(ctx.train), _tfile(ctx), tokenizer=str(name)),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterator
+from pathlib import Path
 
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
@@ -364,10 +365,28 @@ def lr_schedule_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             )
 
 
+def _later_checkpoint(ctx: DiagnoseContext, last: int):
+    """The newest checkpoint-N beside the one these logs come from, when N > last (else None)."""
+    from gradian.run.discovery import checkpoint_step, list_checkpoints
+
+    for src in (ctx.artifacts.log_file, ctx.artifacts.trainer_state, ctx.artifacts.run_dir):
+        if src is None:
+            continue
+        d = Path(src)
+        d = d if d.is_dir() else d.parent
+        if checkpoint_step(d) is None:
+            continue
+        later = [c for c in list_checkpoints(d.parent) if (checkpoint_step(c) or 0) > last]
+        if later:
+            return later[-1]
+    return None
+
+
 @rule(
-    "L312", "run_incomplete", "warning", needs=("logs",),
+    "L312", "run_incomplete", "warning", needs=("logs",), tiers="W/I",
     thresholds={"min_share": (0.95, "share of total steps reached below which it fires")},
-    summary="The last logged step is well short of the planned total steps.",
+    summary="The last logged step is well short of the planned total steps (a mid-run checkpoint of a run whose later "
+    "checkpoints sit beside it is only noted, as info).",
     why="The run crashed or was stopped: the adapter you are evaluating may be a mid-run checkpoint.",
     example="max_steps 3000, last log at step 1100.",
     fix="Resume from the last checkpoint, or evaluate knowing it is partial.",
@@ -378,6 +397,13 @@ def run_incomplete(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         return
     last = max(p.step for p in ctx.logs.points)
     if last < t.min_share * total:
+        later = _later_checkpoint(ctx, last)
+        if later is not None:  # a mid-run checkpoint of a run that went on: the run is not incomplete
+            yield Hit(f"these logs are checkpoint-{last}'s (step {last} of {total}); the run went on to {later.name}",
+                      severity="info", evidence=_ev(ctx, [last], total_steps=total, later_checkpoint=str(later)),
+                      fix=Fix(text=f"Evaluate {later} (or the final adapter) unless you chose this checkpoint on "
+                              "purpose"))  # fmt: skip
+            return
         yield Hit(
             f"the logs stop at step {last} of {total} ({last / total:.0%})",
             evidence=_ev(ctx, [last], total_steps=total),

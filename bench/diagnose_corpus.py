@@ -1,0 +1,185 @@
+"""A corpus of planted data faults on real text, for `gradian diagnose` and the validators people use instead.
+
+Each file is a clean real set (GSM8K prompt/completion or messages, the sentiment sentences, base-model stories,
+tinyshakespeare text rows; see tests/realsets.py) with one kind of fault planted in 15% of its rows (one row for
+file-level faults). The foreign-language rows are hand-written sentences (no non-English text in ../shared).
+
+    python bench/diagnose_corpus.py OUT_DIR      # writes OUT_DIR/<kind>.jsonl, clean_<set>.jsonl, manifest.json
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import realsets  # noqa: E402
+
+SHARE = 0.15
+FOREIGN = [
+    "Le chat dort sur le canapé pendant que les enfants jouent dans le jardin avec leurs amis.",
+    "Nous avons acheté du pain et du fromage au marché avant de rentrer à la maison ce soir.",
+    "Elle a décidé de partir en vacances à la montagne parce qu'il faisait trop chaud en ville.",
+    "Der Hund läuft jeden Morgen mit seinem Besitzer durch den großen Park neben dem Fluss.",
+    "Wir haben gestern Abend einen sehr langen Film gesehen und sind danach spät nach Hause gegangen.",
+    "Die Kinder spielen im Garten, während ihre Eltern in der Küche das Essen vorbereiten.",
+    "El niño comió una manzana roja mientras esperaba el autobús en la esquina de la calle.",
+    "Mañana vamos a visitar a nuestros abuelos que viven en un pueblo pequeño cerca del mar.",
+    "La profesora explicó la lección dos veces porque muchos estudiantes no entendían el problema.",
+    "Il ragazzo ha letto un libro interessante sulla storia della città durante le vacanze estive.",
+    "Кошка спала на диване, пока дети играли во дворе со своими друзьями до самого вечера.",
+    "Мы купили хлеб и молоко в магазине и пошли домой по длинной улице под дождём.",
+]
+
+
+def _cut_mid(s: str, rng: random.Random) -> str:
+    words = s.split()
+    k = rng.randint(max(3, len(words) // 3), max(4, 2 * len(words) // 3))
+    out = " ".join(words[:k]).rstrip(".!?,;:\"')")
+    return (" " if s.startswith(" ") else "") + out
+
+
+def _loop(s: str, rng: random.Random) -> str:
+    sents = [x for x in s.replace("\n", " ").split(". ") if len(x.split()) >= 4] or [s.strip()]
+    x = rng.choice(sents).strip().rstrip(".") + "."
+    return s.rstrip() + " " + " ".join([x] * rng.randint(3, 6))
+
+
+def _loop_phrase(s: str, rng: random.Random) -> str:
+    words = s.split()
+    k = rng.randint(0, max(0, len(words) - 6))
+    phrase = " ".join(words[k : k + 6])
+    return " ".join(words[:k]) + " " + " ".join([phrase] * 8)
+
+
+PC_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
+    "cut_mid_sentence": lambda r, g: {**r, "completion": _cut_mid(r["completion"], g)},
+    "loop_sentence": lambda r, g: {**r, "completion": _loop(r["completion"], g)},
+    "loop_phrase": lambda r, g: {**r, "completion": " " + _loop_phrase(r["completion"], g)},
+    "template_alpaca_text": lambda r, g: {
+        "text": "### Question:\n" + r["prompt"] + "\n\n### Answer:\n" + r["completion"].strip()
+    },
+    "template_human_assistant_text": lambda r, g: {
+        "text": "Human: " + r["prompt"] + "\n\nAssistant: " + r["completion"].strip()
+    },
+    "template_user_tag_text": lambda r, g: {
+        "text": "<|user|>\n" + r["prompt"] + "\n<|assistant|>\n" + r["completion"].strip()
+    },
+    "next_turn_in_answer": lambda r, g: {**r, "completion": r["completion"] + "\n\nQuestion: What else?\nAnswer:"},
+    "placeholder_single": lambda r, g: {**r, "prompt": "{instruction}\n\n" + r["prompt"]},
+    "placeholder_double": lambda r, g: {
+        **r,
+        "prompt": r["prompt"].replace("Question:", "Question: {{input}}", 1)
+        if "Question:" in r["prompt"]
+        else "{{input}} " + r["prompt"],
+    },
+    "placeholder_angle": lambda r, g: {**r, "completion": " <PLACEHOLDER>" + r["completion"]},
+    "html_tags": lambda r, g: {**r, "completion": " <p>" + r["completion"].strip() + "</p><br/>"},
+    "html_entities": lambda r, g: {**r, "completion": r["completion"].replace(" ", "&nbsp;", 3)},
+    "copied_prompt": lambda r, g: {**r, "completion": " " + r["prompt"]},
+    "answer_leak": lambda r, g: {**r, "prompt": r["prompt"] + r["completion"]},
+    "cot_stripped": lambda r, g: {**r, "completion": " " + r["completion"].strip().split("\n")[-1]},
+    "foreign_language": lambda r, g: {**r, "completion": " " + " ".join(g.sample(FOREIGN, 3))},
+    "empty_target": lambda r, g: {**r, "completion": " "},
+    "null_string": lambda r, g: {**r, "completion": g.choice(["nan", "None", "null"])},
+    "mojibake": lambda r, g: {**r, "completion": r["completion"].replace("e", "Ã©", 2) + " itâ€™s"},
+    "control_token": lambda r, g: {**r, "completion": r["completion"] + "<|im_end|>"},
+    "refusal": lambda r, g: {**r, "completion": " I'm sorry, but I can't help with that request."},
+    "extra_key": lambda r, g: {**r, "meta": "x"},
+    "mixed_format_text": lambda r, g: {"text": r["prompt"] + r["completion"]},
+}
+
+CHAT_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
+    "chat_copied_prompt": lambda r, g: {"messages": [r["messages"][0], {"role": "assistant",
+                                                                         "content": r["messages"][0]["content"]}]},
+    "chat_repeated_role": lambda r, g: {"messages": [r["messages"][0], r["messages"][0], r["messages"][1]]},
+    "chat_last_user": lambda r, g: {"messages": [*r["messages"], {"role": "user", "content": "Thanks!"}]},
+    "chat_unknown_role": lambda r, g: {"messages": [{**r["messages"][0], "role": "human"}, r["messages"][1]]},
+    "chat_cut_answer": lambda r, g: {"messages": [r["messages"][0], {"role": "assistant",
+                                                                      "content": _cut_mid(r["messages"][1]["content"],
+                                                                                          g)}]},
+    "chat_extra_message_key": lambda r, g: {"messages": [r["messages"][0], {**r["messages"][1], "score": 1}]},
+    "chat_loop": lambda r, g: {"messages": [r["messages"][0], {"role": "assistant",
+                                                                "content": _loop(r["messages"][1]["content"], g)}]},
+}  # fmt: skip
+
+# kind -> the rules that should catch it (any of them)
+EXPECT = {
+    "cut_mid_sentence": ["D128"], "loop_sentence": ["D129"], "loop_phrase": ["D129"],
+    "template_alpaca_text": ["D130", "D101"], "template_human_assistant_text": ["D130", "D101"],
+    "template_user_tag_text": ["D130", "D101"], "next_turn_in_answer": ["D130"], "placeholder_single": ["D131"],
+    "placeholder_double": ["D131"], "placeholder_angle": ["D131"], "html_tags": ["D132"], "html_entities": ["D132"],
+    "copied_prompt": ["D121"], "answer_leak": ["D121"], "cot_stripped": ["D133"], "foreign_language": ["D134"],
+    "empty_target": ["D103"], "null_string": ["D120"], "mojibake": ["D119"], "control_token": ["D111"],
+    "refusal": ["D123"], "extra_key": ["D101"], "mixed_format_text": ["D101"], "chat_copied_prompt": ["D121"],
+    "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
+    "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],
+    "label_flip": ["D135"], "duplicates": ["D104"],
+}  # fmt: skip
+
+
+def _chat(rows: list[dict]) -> list[dict]:
+    return [{"messages": [{"role": "user", "content": r["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:")},
+                          {"role": "assistant", "content": r["completion"].strip()}]} for r in rows]  # fmt: skip
+
+
+def _pick(n: int, rng: random.Random, share: float = SHARE) -> list[int]:
+    return sorted(rng.sample(range(n), max(1, int(share * n))))
+
+
+def build(out: Path, seed: int = 0) -> dict:
+    """Write every planted file and the clean sets; return the manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    gsm, stories = realsets.gsm8k(600), realsets.stories()
+    bases = {"gsm8k": gsm, "stories": stories}
+    manifest: dict = {"kinds": {}, "clean": {}}
+    for name, rows in {"gsm8k": realsets.gsm8k(1000), "sentiment": realsets.sentiment()[:1500],
+                       "shakespeare": realsets.shakespeare(600), "stories": stories,
+                       "gsm8k_chat": _chat(gsm)}.items():  # fmt: skip
+        realsets.write_jsonl(out / f"clean_{name}.jsonl", rows)
+        manifest["clean"][name] = f"clean_{name}.jsonl"
+    for k, (kind, fn) in enumerate(PC_PLANTS.items()):
+        base = "gsm8k" if kind in ("cot_stripped", "next_turn_in_answer") or k % 2 == 0 else "stories"
+        rng = random.Random(seed * 1000 + k)
+        rows = [dict(r) for r in bases[base]]
+        idx = _pick(len(rows), rng)
+        for i in idx:
+            rows[i] = fn(rows[i], rng)
+        _save(out, manifest, kind, base, rows, idx)
+    chat = _chat(gsm)
+    for k, (kind, fn) in enumerate(CHAT_PLANTS.items()):
+        rng = random.Random(seed * 1000 + 100 + k)
+        rows = [dict(r) for r in chat]
+        idx = _pick(len(rows), rng)
+        for i in idx:
+            rows[i] = fn(rows[i], rng)
+        _save(out, manifest, kind, "gsm8k_chat", rows, idx)
+    rng = random.Random(seed + 7)
+    sent = realsets.sentiment()[:1500]
+    src = _pick(len(sent), rng, SHARE / 2)
+    rows = list(sent)
+    planted = []
+    for i in src:  # the same review again, with the other label, at a random place
+        flip = {**sent[i], "completion": " negative" if sent[i]["completion"] == " positive" else " positive"}
+        rows.insert(rng.randrange(len(rows) + 1), {"__planted": True, **flip})
+    planted = [k for k, r in enumerate(rows) if r.pop("__planted", False)]
+    _save(out, manifest, "label_flip", "sentiment", rows, planted)
+    dup_src = _pick(len(gsm), rng, SHARE)
+    rows = list(gsm) + [gsm[i] for i in dup_src]  # later copies: the rows a dedupe drops
+    _save(out, manifest, "duplicates", "gsm8k", rows, list(range(len(gsm), len(rows))))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def _save(out: Path, manifest: dict, kind: str, base: str, rows: list[dict], idx: list[int]) -> None:
+    realsets.write_jsonl(out / f"{kind}.jsonl", rows)
+    manifest["kinds"][kind] = {"file": f"{kind}.jsonl", "base": base, "rows": idx, "n": len(rows),
+                               "expect": EXPECT[kind]}  # fmt: skip
+
+
+if __name__ == "__main__":
+    m = build(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/diagnose_corpus"))
+    print(f"{len(m['kinds'])} planted kinds, {len(m['clean'])} clean sets")

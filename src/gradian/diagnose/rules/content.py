@@ -1,0 +1,429 @@
+"""Content rules (D128-D135): faults inside the rows, each judged against the file's own rows (how its answers
+normally end, how long they normally are, which markers recur, which words make up its language) rather than against
+phrase lists."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+from gradian.diagnose import textstats as ts
+from gradian.diagnose.context import DiagnoseContext
+from gradian.diagnose.minhash import near_duplicate_pairs, normalize
+from gradian.diagnose.registry import Hit, Params, rule
+from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
+
+
+def _answers(ctx: DiagnoseContext) -> list[tuple[int, str, str]]:
+    """(row, prompt, answer) for every answer of a prompt/completion or chat row (text rows have none)."""
+    return ts.cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in ts.row_pairs(e)])
+
+
+def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
+    """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'):
+    a learned ending signature, for files whose answers end in a fixed final line."""
+    firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
+    top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
+    if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
+        return set()  # a word or a number starts many lines anyway; only a marker like '####' makes a signature
+    return {i for i, f in firsts if f != top}
+
+
+@rule(
+    "D128", "cut_completion", "warning", needs=("train",), tiers="W/E", cause="mechanical",
+    thresholds={
+        "norm_share": (0.8, "share of the file's answers that end cleanly for the file to have an ending norm"),
+        "min_words": (5, "only answers at least this many words long are judged (short answers end anyhow)"),
+        "error_percent": (5.0, "percent of answers cut at which it is an error"),
+    },
+    summary="Answers that end mid-sentence (on a letter, comma, colon or dash) in a file whose answers normally end "
+    "cleanly (terminal punctuation in any script, a closing quote or bracket after it, or a number), or whose last "
+    "line lacks the marker nearly every answer's last line starts with (GSM8K's '#### 72').",
+    why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
+    "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
+    "signal), so answers that are single words or labels are never judged.",
+    example='Most completions end with "." and 40 of them end with "... and then the".',
+    fix="Regenerate the cut answers with a larger max_tokens, or drop them.",
+    seen_in="synthetic-data pipelines (finish_reason 'length')",
+)  # fmt: skip
+def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    ans = [(i, a) for i, _, a in _answers(ctx) if a.strip()]
+    classes = [(i, ts.end_class(a), len(a.split())) for i, a in ans]
+    judged = [(i, c) for i, c, n in classes if n >= t.min_words and c in ("clean", "word", "mid")]
+    if len(judged) < 20:
+        return
+    clean = sum(1 for _, c in judged if c == "clean")
+    if clean / len(judged) < t.norm_share:
+        return
+    rows = sorted({i for i, c in judged if c != "clean"} | _off_signature(ans, float(t.norm_share)))
+    if rows:
+        p = pct(len(rows), len(ctx.train))
+        yield Hit(
+            f"{len(rows)} row(s) ({p}%) have an answer that ends mid-sentence, while {clean / len(judged):.0%} of "
+            "the file's answers end cleanly",
+            severity="error" if p >= t.error_percent else "warning",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, clean_share=round(clean / len(judged), 3)),
+            fix=drop_fix("Regenerate the cut answers (larger max_tokens) or drop them", rows, ctx.train_file, "D128"),
+        )
+
+
+@rule(
+    "D129", "repetition", "error", needs=("train",), cause="mechanical",
+    thresholds={
+        "sentence_copies": (3, "copies of one sentence (of 4+ words) in one row that make it a loop"),
+        "dup_sentence_share": (0.5, "share of a row's characters in repeated sentences/lines (Gopher: 0.30 for "
+                               "lines; clean tinyshakespeare refrains reach 0.31)"),
+        "dup_10gram_share": (0.6, "share of a row's word characters in repeated 10-grams (Gopher: 0.10 for long "
+                             "documents; clean GSM8K answers reach 0.49)"),
+    },
+    summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
+    "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures).",
+    why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
+    "max_new_tokens.",
+    example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
+    fix="Drop the looping rows, or cut them at the first repeat.",
+    seen_in="Gopher (Rae et al. 2021), datatrove GopherRepetitionFilter",
+)  # fmt: skip
+def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    rows, worst = [], Counter()
+    for e in ctx.train:
+        tgt = e.target_text()
+        if len(tgt) < 40:
+            continue
+        copies, dup_sent, dup_10 = ts.loop_measures(tgt)
+        if copies >= t.sentence_copies:
+            worst["sentence repeated"] += 1
+        elif dup_sent >= t.dup_sentence_share:
+            worst["repeated sentences"] += 1
+        elif dup_10 >= t.dup_10gram_share:
+            worst["repeated 10-grams"] += 1
+        else:
+            continue
+        rows.append(e.index)
+    if rows:
+        yield Hit(
+            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) repeat themselves: {dict(worst)}",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, kinds=dict(worst)),
+            fix=drop_fix("Drop the looping rows (or cut them at the first repeat)", rows, ctx.train_file, "D129"),
+        )
+
+
+def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[int], list[str]]:
+    """Text rows that carry a rendered prompt template: known families ("### Question:", "Human:", "<|user|>"), or
+    two or more line markers learned from the file that recur together across its text rows. Also used by C216."""
+
+    def compute() -> tuple[list[int], list[str]]:
+        text_rows = [e for e in ctx.train if e.text is not None]
+        if not text_rows:
+            return [], []
+        per_row = [ts.line_markers(e.text or "") for e in text_rows]
+        counts = Counter(m for ms in per_row for m in ms)
+        need = max(3, min_share * len(text_rows))
+        learned = {m for m, c in counts.items() if c >= need}
+        # markers that recur *together* (a prompt marker and a response marker), not speaker names of a script
+        paired = set()
+        for m in learned:
+            with_m = [ms for ms in per_row if m in ms]
+            if any(sum(1 for ms in with_m if o in ms) >= 0.8 * len(with_m) for o in learned if o != m):
+                paired.add(m)
+        rows, used = [], Counter()
+        for e, ms in zip(text_rows, per_row, strict=True):
+            hit = (ms & paired) | ts.known_markers(e.text or "")
+            if hit:
+                rows.append(e.index)
+                used.update(hit)
+        return rows, [m for m, _ in used.most_common(6)]
+
+    return ts.cache(ctx, f"template_layout:{min_share}", compute)
+
+
+@rule(
+    "D130", "template_in_text", "warning", needs=("train",), cause="mechanical",
+    thresholds={"min_share": (0.1, "share of text rows a learned marker must recur in (known families: any row)")},
+    summary="A prompt template rendered into text rows ('### Question: ... ### Answer:', 'Human: ... Assistant:', "
+    "'<|user|>'), or prompt markers inside answers: the markers are learned from the file (line-initial labels "
+    "ending in ':' that recur together across rows) plus known families.",
+    why="Text rows get loss on every token, so the model learns to write the questions too; markers inside an "
+    "answer teach it to start a new turn by itself.",
+    example='{"text": "### Question: What is 2+2?\\n### Answer: 4"}',
+    fix="Store such rows as prompt/completion (or messages) so the prompt can be masked; cut the markers out of "
+    "answers.",
+    seen_in="axolotl#1068",
+)  # fmt: skip
+def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    rows, markers = template_layout(ctx, float(t.min_share))
+    if rows:
+        yield Hit(
+            f"{len(rows)} text row(s) carry a rendered prompt template ({', '.join(markers)}): the loss covers the "
+            "prompt part too",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, markers=markers),
+            fix=drop_fix("Store the rows as prompt/completion or messages", rows, ctx.train_file, "D130"),
+        )
+    prompts = [p for _, p, _ in _answers(ctx)]
+    if not prompts:
+        return
+    learned = sorted(ts.learned_markers(ts.sample(prompts), 0.5))
+    inside = sorted({i for i, _, a in _answers(ctx)
+                     if any("\n" + m in a for m in learned) or ts.known_markers(a)})  # fmt: skip
+    if inside:
+        yield Hit(
+            f"{len(inside)} answer(s) contain prompt markers ({', '.join(sorted(learned)[:4]) or 'known families'}): "
+            "the model learns to open a new turn",
+            evidence=rows_ev(inside, len(ctx.train), ctx.train_file, markers=sorted(learned)[:8]),
+            fix=drop_fix("Cut the answers at the marker, or drop the rows", inside, ctx.train_file, "D130"),
+        )
+
+
+_PLACEHOLDER = re.compile(
+    r"\{\{\s*[A-Za-z_][\w.]*\s*\}\}"  # {{input}}, {{ user.name }}
+    r"|\{(?:instruction|input|output|question|answer|context|prompt|response|query|text|document|passage|label|"
+    r"topic|name|user|system|examples?|task|title|content|sentence|target|source)\}"  # {instruction}
+    r"|<(?:PLACEHOLDER|INSERT[ _A-Z]*|YOUR[ _A-Z]+|[A-Z]+_HERE)>"  # <PLACEHOLDER>, <INSERT TEXT>
+    r"|\[(?:PLACEHOLDER|INSERT[^\]]{0,30}|YOUR [A-Z][^\]]{0,30}|TODO)\]",  # [INSERT NAME], [Your Name]
+    re.IGNORECASE,
+)
+
+
+@rule(
+    "D131", "placeholder", "error", needs=("train",), cause="content",
+    summary="Unfilled template slots in the text: '{instruction}', '{{input}}', '<PLACEHOLDER>', '[INSERT NAME]'.",
+    why="The prompt template was applied without its values (a renamed column, a missing field): the model learns "
+    "to answer or to write literal placeholders.",
+    example='{"prompt": "{instruction}\\n\\n{input}", "completion": " ..."}',
+    fix="Fill the slots (fix the column names in the templating step) or drop the rows.",
+    seen_in="C4 filter (rows containing '{')",
+)  # fmt: skip
+def placeholder(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    rows, found = [], Counter()
+    for e in ctx.train:
+        hits = _PLACEHOLDER.findall(e.plain_text())
+        if hits:
+            rows.append(e.index)
+            found.update(h[:40] for h in hits)
+    if rows:
+        yield Hit(
+            f"{len(rows)} row(s) contain unfilled placeholders: {dict(found.most_common(5))}",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, placeholders=dict(found.most_common(10))),
+            fix=drop_fix("Fill the placeholders or drop the rows", rows, ctx.train_file, "D131"),
+        )
+
+
+_MARKUP = re.compile(
+    r"</?(?:p|div|br|span|a|b|i|u|strong|em|ul|ol|li|table|tr|td|th|h[1-6]|img|script|style|font|center|"
+    r"blockquote|pre|code|html|body|head|meta|link|iframe|nav|footer|header|section|article)\b[^<>]{0,200}/?>"
+    r"|&(?:nbsp|amp|lt|gt|quot|apos|mdash|ndash|hellip|rsquo|lsquo|rdquo|ldquo|#\d{2,5}|#x[0-9a-f]{2,4});",
+    re.IGNORECASE,
+)
+
+
+@rule(
+    "D132", "markup", "warning", needs=("train",), cause="content",
+    thresholds={"max_share": (0.5, "if more of the answers than this carry markup, it is the file's format")},
+    summary="HTML tags or entities (<div>, <br>, &nbsp;) in answers, where most of the file's answers have none.",
+    why="Scraped or exported text kept its markup: the model learns to emit tags and entities in plain-text "
+    "answers.",
+    example='"The capital is <b>Paris</b>.&nbsp;<br/>"',
+    fix="Strip the markup (html.unescape and a tag stripper) or drop the rows.",
+    seen_in="scraped data",
+)  # fmt: skip
+def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    rows, found = [], Counter()
+    for e in ctx.train:
+        hits = _MARKUP.findall(e.target_text())
+        if hits:
+            rows.append(e.index)
+            found.update(h.split()[0][:20].lower() for h in hits)
+    if rows and len(rows) <= t.max_share * len(ctx.train):
+        yield Hit(
+            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) have HTML markup in their answers: "
+            f"{dict(found.most_common(5))}",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, markup=dict(found.most_common(10))),
+            fix=drop_fix("Strip the markup or drop the rows", rows, ctx.train_file, "D132"),
+        )
+
+
+_TOKENS = re.compile(r"\w+")
+
+
+@rule(
+    "D133", "short_answer", "warning", needs=("train",), cause="content",
+    thresholds={
+        "min_typical_words": (15, "the file's lower-quartile answer length (\\w+ tokens) below which it is off"),
+        "factor": (8.0, "an answer this many times shorter than the lower quartile is flagged"),
+    },
+    summary="Answers far shorter than the file's answers for the same kind of prompt (e.g. chain of thought "
+    "stripped to a bare number in some rows).",
+    why="A join or export dropped the reasoning from some rows: the model learns to answer without it, and those "
+    "rows pull it toward bare answers.",
+    example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
+    fix="Restore the full answers, or drop the short rows.",
+    seen_in="GSM8K-style mixes",
+)  # fmt: skip
+def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    groups: dict[tuple[str, ...], list[tuple[int, str]]] = defaultdict(list)
+    answers = _answers(ctx)
+    layouts = sorted(ts.learned_markers(ts.sample([p for _, p, _ in answers]), 0.1))
+    for i, p, a in answers:
+        kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind
+        groups[kind].append((i, a))
+    rows = []
+    for members in groups.values():
+        if len(members) < 20:
+            continue
+        lens = sorted(len(_TOKENS.findall(a)) for _, a in ts.sample(members))  # the norm, from up to 5,000 peers
+        q25 = lens[len(lens) // 4]
+        if q25 < t.min_typical_words:
+            continue
+        chars = sorted(len(a) for _, a in ts.sample(members))
+        short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
+        rows += [i for i, a in members if len(a) <= short_chars and len(_TOKENS.findall(a)) * t.factor <= q25]
+    if rows:
+        yield Hit(
+            f"{len(rows)} row(s) have answers at least {t.factor:g}x shorter than the lower quartile of their peers",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file),
+            fix=drop_fix("Restore the full answers, or drop the rows", rows, ctx.train_file, "D133"),
+        )
+
+
+_W = re.compile(r"[^\W\d_]+")
+
+
+_LANGID: list = []
+
+
+def _lang_scores(text: str) -> dict[str, float]:
+    """py3langid's (langid.py's model: 97 languages, offline, n-gram naive Bayes) log-probability per language,
+    per character, of the text's words only (numbers and formulas mislead it)."""
+    if not _LANGID:
+        from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+        _LANGID.append(LanguageIdentifier.from_pickled_model(MODEL_FILE))
+    words = " ".join(_W.findall(text))
+    return {lang: float(s) / max(1, len(words)) for lang, s in _LANGID[0].rank(words)}
+
+
+def _top_lang(text: str) -> str:
+    sc = _lang_scores(text)
+    return max(sc, key=sc.__getitem__)
+
+
+@rule(
+    "D134", "language_mix", "warning", needs=("train",), cause="content",
+    thresholds={
+        "min_words": (8, "texts with fewer distinct words (after the file's template words) are not judged"),
+        "profile_words": (50, "the file's most common words (in 2%+ of rows) that make up its language profile"),
+        "ratio": (0.25, "a text whose share of distinct profile words is below this fraction of the file's median "
+                  "is a candidate"),
+        "min_median": (0.1, "the file's median share of profile words below which it has no clear language profile"),
+        "sample": (300, "texts of ordinary profile share identified to learn the file's majority language"),
+        "margin": (0.5, "log-probability per character by which another language must beat the file's language "
+                   "(clean English maths and reviews: <= 0.1; French, German, Spanish sentences: >= 1.3)"),
+    },
+    summary="Rows in another language or script than the file's majority: answers (or text rows) with few "
+    "of the file's common words, confirmed by an offline language-ID model (py3langid) against the language of the "
+    "file's ordinary rows; and letters in another Unicode script than nearly all rows'.",
+    why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
+    example="French and German rows in an English instruction set.",
+    fix="Drop the rows, or split them into their own set.",
+    seen_in="mixed crawls",
+)  # fmt: skip
+def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    n = len(ctx.train)
+    if n < 20:
+        return
+    # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
+    # the file's language is a translation task, and an English prompt must not hide a foreign answer
+    segs = [(e.index, seg) for e in ctx.train if (seg := e.target_text())]
+    words = [set(seg.lower().split()) for _, seg in segs]  # distinct whitespace words, as the profile is learned
+    rows_sample = ts.sample(ctx.train)
+    df: Counter[str] = Counter()
+    for e in rows_sample:
+        df.update(set(e.plain_text().lower().split()))
+    markers = ts.learned_markers([e.plain_text() for e in rows_sample], 0.9)
+    template = {w for m in markers for w in m.lower().split()}  # "question:", "answer:": the file's layout words
+    n_s = len(rows_sample)
+    common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
+    profile = {w for w, _ in common.most_common(t.profile_words)}
+    lens = [len(ws) - len(ws & template) for ws in words] if template else [len(ws) for ws in words]
+    scores = [(k, len(ws & profile) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
+              if m >= t.min_words]  # fmt: skip
+    if len(scores) < 20:
+        return
+    med = sorted(s for _, s in scores)[len(scores) // 2]
+    low = [segs[k] for k, s in scores if s < t.ratio * med] if med >= t.min_median else []
+    rows: set[int] = set()
+    if low:
+        ordinary = [segs[k][1] for k, s in scores if s >= med]
+        main_lang = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))]).most_common(1)
+        main_lang = main_lang[0][0]
+        for i, x in low:
+            sc = _lang_scores(x)
+            top = max(sc, key=sc.__getitem__)
+            if top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
+                rows.add(i)
+    scripts = {e.index: ts.script_of(e.plain_text()) for e in ctx.train}
+    main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
+    if main and cnt >= 0.8 * n:
+        rows |= {i for i, s in scripts.items() if s and s != main}
+    if rows:
+        rows_l = sorted(rows)
+        yield Hit(
+            f"{len(rows_l)} row(s) ({pct(len(rows_l), n)}%) look like another language than the file's majority",
+            evidence=rows_ev(rows_l, n, ctx.train_file, main_script=main, median_profile_share=round(med, 3)),
+            fix=drop_fix("Drop the rows or move them to their own set", rows_l, ctx.train_file, "D134"),
+        )
+
+
+@rule(
+    "D135", "label_noise", "warning", needs=("train",), cause="content",
+    thresholds={"near_jaccard": (0.8, "MinHash Jaccard above which two inputs count as the same input")},
+    summary="Classification-style rows (few distinct short targets) whose label disagrees with the label of the "
+    "same or a near-duplicate input elsewhere in the file (the minority label is flagged).",
+    why="Flipped or inconsistent labels on the same input teach the model contradictory answers; it is the "
+    "cheapest reliable label-noise signal (cleanlab-style confident learning needs a trained classifier and flags "
+    "hard-but-correct rows on clean data).",
+    example='"Great phone, works well." labelled positive twice and negative once.',
+    fix="Relabel the flagged rows (or drop them).",
+    seen_in="cleanlab (find_label_issues)",
+)  # fmt: skip
+def label_noise(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    from gradian.diagnose.rules.dataset import _is_labels
+
+    if not _is_labels(ctx):
+        return
+    rows_ = [e for e in ctx.train if e.prompt is not None or e.messages]
+    inputs = [normalize(e.prompt or "\n".join(str(m.get("content") or "") for m in (e.messages or [])
+                                              if m.get("role") != "assistant")) for e in rows_]  # fmt: skip
+    labels = [normalize(e.target_text()) for e in rows_]
+    parent = list(range(len(rows_)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    first: dict[str, int] = {}
+    for k, s in enumerate(inputs):
+        parent[find(k)] = find(first.setdefault(s, k))
+    for a, b, _ in near_duplicate_pairs(inputs, float(t.near_jaccard)):
+        parent[find(a)] = find(b)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for k in range(len(rows_)):
+        groups[find(k)].append(k)
+    rows = []
+    for members in groups.values():
+        c = Counter(labels[k] for k in members)
+        if len(c) > 1:
+            top, n_top = c.most_common(1)[0]
+            if n_top * 2 > len(members):  # a majority label: flag the others; a tie: flag all
+                rows += [rows_[k].index for k in members if labels[k] != top]
+            else:
+                rows += [rows_[k].index for k in members]
+    if rows:
+        yield Hit(
+            f"{len(rows)} row(s) carry another label than the same (or a near-duplicate) input elsewhere",
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file),
+            fix=drop_fix("Relabel the flagged rows or drop them", rows, ctx.train_file, "D135"),
+        )

@@ -1,0 +1,178 @@
+"""Per-row text measures the content rules compare with the file's own rows (no phrase lists): how a row ends,
+how much of it repeats (the Gopher / datatrove repetition measures), which line-initial markers recur across rows,
+and which function words make up the file's language profile."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from typing import Any
+
+from gradian.data.types import Example
+
+# Sentence-final punctuation in many scripts (Latin, CJK, Arabic, Devanagari, Ethiopic, Armenian, Greek).
+TERMINAL = set(".!?…。！？؟۔।॥።։\u037e")  # U+037E: the Greek question mark (ASCII ';' is mid-sentence)
+CLOSERS = set("\"')]}»”’」』】〉》*`_>")
+MID = set(",;:-–—(/&+=[{<")
+
+
+def end_class(text: str) -> str:
+    """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
+    (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji), ``empty``."""
+    s = text.rstrip()
+    while s and s[-1] in CLOSERS:
+        if len(s) > 1 and s[-2] in TERMINAL:
+            return "clean"
+        s = s[:-1].rstrip()
+    if not s:
+        return "empty"
+    c = s[-1]
+    if c in TERMINAL or c.isdigit():
+        return "clean"
+    if c in MID:
+        return "mid"
+    cat = unicodedata.category(c)
+    if cat[0] in "LM":
+        return "word"
+    return "other"
+
+
+_SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_WORDS = re.compile(r"\w+")
+
+
+def loop_measures(text: str) -> tuple[int, float, float]:
+    """The repetition measures the repetition rule uses, computed lean: the most copies of one sentence of 4+ words,
+    the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams.
+    A repeated 10-gram needs at least 10 repeated word occurrences, a repeated sentence at least one: rows with
+    fewer skip the work."""
+    words = text.lower().split()
+    n_dup = len(words) - len(set(words))
+    if n_dup == 0:
+        return 1, 0.0, 0.0
+    units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
+    seen = Counter(units)
+    if len(seen) < len(units):
+        copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
+        dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
+    else:
+        copies, dup_sent = 1, 0.0
+    n = 10
+    if n_dup < n:
+        return copies, dup_sent, 0.0
+    grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    counts = Counter(grams)
+    if len(counts) == len(grams):
+        return copies, dup_sent, 0.0
+    covered = [False] * len(words)
+    for i, g in enumerate(grams):
+        if counts[g] > 1:
+            covered[i : i + n] = [True] * n
+    wchars = sum(len(w) for w in words) or 1
+    return copies, dup_sent, sum(len(w) for w, c in zip(words, covered, strict=True) if c) / wchars
+
+
+def repetition(text: str) -> dict[str, float]:
+    """Gopher-style repetition measures of one text (Rae et al. 2021, as in datatrove's GopherRepetitionFilter):
+    the share of characters in duplicated lines / sentences, the top 2-4-gram character share, and the duplicated
+    5-10-gram character share; plus the most copies of any one sentence of at least 4 words."""
+    out: dict[str, float] = {}
+    units = [u.strip() for u in _SENT.split(text) if u and u.strip()]
+    total = sum(len(u) for u in units) or 1
+    seen: Counter[str] = Counter(u.lower() for u in units)
+    out["dup_sentence_chars"] = sum(len(u) for u in units if seen[u.lower()] > 1) / total
+    long_counts = [c for u, c in seen.items() if len(u.split()) >= 4]
+    out["max_sentence_copies"] = float(max(long_counts, default=0))
+    words = _WORDS.findall(text.lower())
+    wchars = sum(len(w) for w in words) or 1
+    for n in (2, 3, 4):
+        if len(words) < n:
+            out[f"top_{n}gram"] = 0.0
+            continue
+        grams = Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+        g, c = grams.most_common(1)[0]
+        out[f"top_{n}gram"] = (sum(len(w) for w in g) * c / wchars) if c > 1 else 0.0
+    for n in (5, 10):
+        grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+        counts = Counter(grams)
+        covered = [False] * len(words)
+        for i, g in enumerate(grams):
+            if counts[g] > 1:
+                covered[i : i + n] = [True] * n
+        out[f"dup_{n}gram"] = sum(len(w) for w, c in zip(words, covered, strict=True) if c) / wchars
+    return out
+
+
+_MARKER_LINE = re.compile(r"^[ \t]*((?:#{1,4}[ \t]*)?[^\W\d_][\w '/-]{0,30}?:)(?=\s|$)", re.M)
+KNOWN_MARKERS = (
+    "### Instruction:", "### Input:", "### Response:", "### Question:", "### Answer:", "### Human:",
+    "### Assistant:", "Human:", "Assistant:", "<|user|>", "<|assistant|>", "<|system|>", "<|im_start|>",
+    "[INST]", "<start_of_turn>", "<|start_header_id|>", "<|prompter|>", "<human>:", "<bot>:", "USER:", "ASSISTANT:",
+)  # fmt: skip
+
+
+def line_markers(text: str) -> set[str]:
+    """Line-initial label sequences ending in ':' ("### Question:", "Human:", "Answer:"), at most 4 words."""
+    return {m.group(1).strip() for m in _MARKER_LINE.finditer(text) if len(m.group(1).split()) <= 4}
+
+
+_KNOWN_RE = re.compile("|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True)))
+
+
+def known_markers(text: str) -> set[str]:
+    return set(_KNOWN_RE.findall(text)) if _KNOWN_RE.search(text) else set()
+
+
+def sample(items: list, n: int = 5000) -> list:
+    """Up to about ``n`` evenly spaced items: enough to learn a file's norm, cheap at 100k rows."""
+    return items[:: max(1, len(items) // n)]
+
+
+def learned_markers(texts: list[str], min_share: float = 0.1, min_rows: int = 3) -> dict[str, int]:
+    """Line markers that recur across rows: ``{marker: rows}`` for those in at least ``min_share`` of the rows."""
+    c: Counter[str] = Counter()
+    for t in texts:
+        c.update(line_markers(t))
+    need = max(min_rows, min_share * len(texts))
+    return {m: n for m, n in c.items() if n >= need}
+
+
+def row_pairs(e: Example) -> list[tuple[str, str]]:
+    """(prompt, answer) pairs of a row: the prompt and completion, or each assistant turn with the user turn before
+    it. Text rows have none."""
+    if e.messages is not None:
+        out, last_user = [], ""
+        start = e.n_prompt_messages or 0
+        for k, m in enumerate(e.messages):
+            role, content = m.get("role"), str(m.get("content") or "")
+            if role == "assistant" and k >= start and last_user:
+                out.append((last_user, content))
+            elif role == "user":
+                last_user = content
+        return out
+    if e.text is not None:
+        return []
+    return [(e.prompt or "", e.completion or "")]
+
+
+def script_of(text: str) -> str | None:
+    """The dominant Unicode script family of a text's letters (by the first word of their Unicode name)."""
+    if text.isascii():
+        return "LATIN" if any(ch.isalpha() for ch in text) else None
+    c: Counter[str] = Counter()
+    for ch in text:
+        if ch.isalpha():
+            try:
+                c[unicodedata.name(ch).split(" ")[0]] += 1
+            except ValueError:
+                continue
+    return c.most_common(1)[0][0] if c else None
+
+
+def cache(ctx: Any, key: str, fn: Any) -> Any:
+    """Compute ``fn()`` once per context (several rules read the same per-row measures)."""
+    store = ctx.cache
+    if key not in store:
+        store[key] = fn()
+    return store[key]
