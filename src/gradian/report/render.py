@@ -299,10 +299,10 @@ def confidence_text(v: Mapping[str, Any]) -> str:
         return ""
     n = (v.get("policy") or {}).get("bootstrap")
     if conf.get("stability") is None:
-        return "Confidence: unmeasured (fewer than three regressed items to resample)."
+        return "How sure: unmeasured; fewer than three regressed items to resample."
     text = (
-        f"Confidence: {conf.get('level')} (the culprit rows found again in {n} resamples of the regressed items "
-        f"agree {float(conf['stability']):.2f} on average, as Jaccard overlap)."
+        f"How sure: {conf.get('level')}; the culprit rows found again in {n} resamples of the regressed items agree "
+        f"{float(conf['stability']):.2f} on average (Jaccard overlap)."
     )
     return text + (f" Decision: {how['reason']}." if how.get("reason") else "")
 

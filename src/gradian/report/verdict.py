@@ -256,19 +256,16 @@ def _concentrated(draft, found, clusters, scores, ids, n_rows: int, n_reg: str) 
     head, groups = found.head, found.groups
     conf = draft.base["confidence"]
     sure = {
-        "high": "The finding is stable",
-        "medium": "The finding is fairly stable",
-        "low": "The finding is not very stable",
-        "unmeasured": "How stable this is cannot be measured from fewer than three regressed items",
+        "high": "resampling the regressed items finds the same rows (confidence: high",
+        "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
+        "low": "resampling the regressed items often finds other rows (confidence: low",
+        "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
     }[conf["level"]]
+    agree = f", agreement {conf['stability']:.2f})" if conf["stability"] is not None else ")"
     draft.sentences.append(
         f"{_rows_word(len(head)).capitalize()} ({_pct(len(head) / n_rows if n_rows else 0)} of the training data) "
-        f"carry {_pct(found.head_share)} of the harm to the {n_reg}: their harm stands out from the rest of the rows."
-        + (
-            f" {sure}: resampling the regressed items finds the same rows (agreement {conf['stability']:.2f})."
-            if conf["stability"] is not None
-            else f" {sure}."
-        )
+        f"carry {_pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows, and "
+        f"{sure}{agree}."
     )
     explained: set[str] = set()
     fixes: list[str] = []
