@@ -724,9 +724,9 @@ def attribute(
 
     Eval rows with only a prompt get the base model's completion (greedy, or ``eval_samples`` sampled ones seeded by
     ``eval_seed``; at most ``max_new_tokens``; with ``eval_cut`` cut after the first token where the fine-tune's
-    most likely next token differs from the base model's); the ``generations`` most regressed items get the base model's and the
-    fine-tune's greedy continuation; the ``token_harm`` top rows get their harm split over their label tokens
-    (:mod:`gradian.attribute.generate`, :mod:`gradian.attribute.tokens`)."""
+    most likely next token differs from the base model's); the ``generations`` most regressed items get the base
+    model's and the fine-tune's greedy continuation; the ``token_harm`` top rows get their harm split over their
+    label tokens (:mod:`gradian.attribute.generate`, :mod:`gradian.attribute.tokens`)."""
     from gradian.attribute.loading import load
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples

@@ -68,9 +68,9 @@ def generate(
 ) -> list[list[list[int]]]:
     """New token ids per prompt: ``[[greedy]]`` (``samples`` 0) or N sampled sequences, cut before the first end
     token. Sampling runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``)."""
-    import torch
     from contextlib import nullcontext
 
+    import torch
     from transformers import GenerationConfig
 
     from gradian.attribute.engine import pad_id_of
