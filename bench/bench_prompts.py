@@ -42,13 +42,13 @@ def auc_pk(report: dict, planted: set[int]) -> tuple[float, float]:
     return float(auc), float(y[np.argsort(-s, kind="stable")[: len(planted)]].mean())
 
 
-def edit_spans(text: str) -> list[tuple[int, int]]:
+def edit_spans(text: str, words: list[str] = SCIFI) -> list[tuple[int, int]]:
     """Character spans of the planted edit in ``text``, each with the whitespace before it."""
-    pat = r"\s?\b(?:" + "|".join(map(re.escape, SCIFI)) + r")\b"
+    pat = r"\s?\b(?:" + "|".join(map(re.escape, words)) + r")\b"
     return [m.span() for m in re.finditer(pat, text)]
 
 
-def top3_hits(report: dict, planted: set[int]) -> tuple[int, int, list[dict]]:
+def top3_hits(report: dict, planted: set[int], words: list[str] = SCIFI) -> tuple[int, int, list[dict]]:
     from gradian.attribute.tokens import top_tokens
 
     hits = n = 0
@@ -58,7 +58,7 @@ def top3_hits(report: dict, planted: set[int]) -> tuple[int, int, list[dict]]:
         if not pieces or e["index"] not in planted:
             continue
         text = "".join(t for t, _ in pieces)
-        spans = edit_spans(text)
+        spans = edit_spans(text, words)
         at, starts = 0, []
         for t, h in pieces:
             starts.append((at, at + len(t), t, h))
@@ -110,6 +110,7 @@ def main() -> None:
             "token_harm_top3_hits": hits,
             "planted_rows_with_token_harm": n,
             "token_harm_top3_rate": round(hits / n, 4) if n else None,
+            "token_harm_top3_name_only_rate": round(top3_hits(report, planted, ["Zorblax"])[0] / n, 4) if n else None,
             "token_harm_rows": report["settings"].get("token_harm_rows"),
             "timings": {k: round(v, 3) for k, v in tm.items()},
             "wall_s": round(wall, 2),
