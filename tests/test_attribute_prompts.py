@@ -175,3 +175,31 @@ def test_sampled_completions_are_seeded(fp64_model):
     items, extra = with_completions(ex, a, "sampled (seed 1)")
     assert [i.index for i in items] == [0, 1, 2, 3] and [i.id for i in items[:3]] == ["a#0", "a#1", "a#2"]
     assert [x.get("sample") for x in extra] == [0, 1, 2, None] and [x["row"] for x in extra] == [0, 0, 0, 1]
+
+
+def test_chat_prompt_gets_an_assistant_turn(fp64_model, tmp_path):
+    """A conversation ending in a user turn: the base model's reply becomes the assistant turn, scored as the
+    completion of a conversational prompt/completion row."""
+    from gradian.attribute.generate import complete_prompts, with_completions
+
+    tok = fp64_model.tokenizer
+    old = tok.chat_template
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    try:
+        path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "Tell a story."}]}])
+        ex = load_examples(path, prompt_only=True)
+        comp = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=8, cut=False)
+        text = comp[0][0]
+        assert text.strip()
+        items, extra = with_completions(ex, comp, "greedy")
+        assert items[0].messages[-1] == {"role": "assistant", "content": text} and items[0].n_prompt_messages == 1
+        assert extra == [{"completion": text, "generated": "greedy"}]
+        fx = format_examples(items, tok, FormatSettings(max_length=128, add_eos=False))[0]
+        labels = [t for t, m in zip(fx.input_ids, fx.loss_mask, strict=True) if m]
+        assert text.strip()[:4] in tok.decode(labels)
+        assert "Tell a story." not in tok.decode(labels)
+    finally:
+        tok.chat_template = old
