@@ -3,8 +3,8 @@
 A row's harm is linear in its gradient, ``harm_i = -<X, G_i>`` (``X`` the preconditioned query, :mod:`scores`), and its
 gradient is a sum over its label tokens, ``G_i = sum_t g_t`` with ``g_t`` the gradient of token t's loss. So
 ``harm_i = sum_t -<X, g_t>``, and ``-<X, g_t>`` is minus the directional derivative of token t's loss along ``X``.
-One forward-mode pass (``torch.func.jvp`` over the LoRA weights, tangent ``X``) gives it for every token of a batch
-at once: about the cost of two forward passes, no per-token backward. Where the stored gradients are projected
+One forward-mode pass (``torch.func.jvp`` over the LoRA weights, tangent ``X``, no autograd graph) gives it for every
+token of a batch at once: no per-token backward. Where the stored gradients are projected
 (``--proj-dim``), ``X`` is lifted back to the LoRA weights' shapes (``X P`` for lora_A, ``P^T X`` for lora_B), which
 leaves ``<X, P G>`` unchanged. For ``cosine`` the token parts are scaled by the row's normalisation
 (``score / sum_t``). The parts sum to the row's score up to the model's own round-off (fp32 pieces such as RMSNorm run
@@ -71,7 +71,7 @@ def token_harm(
             lg = lg.to(torch.float64 if lg.dtype == torch.float64 else torch.float32)
             return torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
 
-        with sdpa_kernel([SDPBackend.MATH]):
+        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):  # forward mode only: no graph for a backward
             _, d = jvp(losses, (params,), ({n: direction[n] for n in params},))
         d = (-d.double()).cpu().numpy()
         mask = lm[:, 1:].cpu().numpy()
