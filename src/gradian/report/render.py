@@ -20,6 +20,7 @@ from gradian.report.svg import esc
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
 TOP_ROWS_SHOWN = 25
+TOKEN_TEXT_OPEN = 2000  # a row split by token longer than this (characters) is shown collapsed
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -276,7 +277,11 @@ def _token_cell(pieces: Sequence[Sequence[Any]]) -> str:
             f'title="harm {esc(_f(h))}">{esc(text)}</mark>'
         )
     top = ", ".join(f"{esc(repr(t))} {esc(_f(h))}" for t, h in top_tokens(pieces))
-    return f'<td class="text tokens">{"".join(out)}<div class="meta">most harmful tokens: {top}</div></td>'
+    if sum(len(str(t)) for t, _ in pieces) <= TOKEN_TEXT_OPEN:
+        return f'<td class="text tokens">{"".join(out)}<div class="meta">most harmful tokens: {top}</div></td>'
+    return (  # a long row: collapsed, its most harmful tokens in the summary
+        f'<td class="text tokens"><details><summary>most harmful tokens: {top}</summary>{"".join(out)}</details></td>'
+    )
 
 
 def _sev(sev: Any) -> str:
