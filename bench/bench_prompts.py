@@ -1,6 +1,7 @@
 """Prompt-only eval, base vs fine-tune generations and token harm on the bundled example (examples/stories260k).
 
     python bench/bench_prompts.py            # -> bench/results/prompts.json
+    python bench/bench_prompts.py cost       # token harm vs the training-gradient pass on the same 48 rows
 
 Three `gradian attribute` runs (the full pipeline, report included) on the bundled fine-tune, sharing one gradient
 store: the written eval completions; the same 20 eval rows with their completions removed (prompt only; the base
@@ -123,5 +124,30 @@ def main() -> None:
     print("wrote", dest)
 
 
+def cost(rows: int = 48, rounds: int = 2) -> None:
+    """Token harm (forward-mode pass) against the training-gradient pass over the same rows, batch 8, interleaved."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from gradian.attribute import engine, tokens
+    from gradian.attribute.collector import find_lora_blocks
+    from gradian.attribute.loading import load
+    from gradian.data import FormatSettings, format_examples, load_examples
+
+    lm = load(str(EX / "base"), EX / "run", device="cpu")
+    fx = format_examples(load_examples(EX / "data" / "train.jsonl")[:rows], lm.tokenizer, FormatSettings(128))
+    blocks = find_lora_blocks(lm.model)
+    X = {b.name: torch.randn(b.shape, dtype=torch.float64) for b in blocks}
+    d = tokens.lifted_direction(lm.model, blocks, X)
+    for r in range(rounds):
+        t = time.perf_counter()
+        tokens.token_harm(lm.model, d, fx, 0, 8)
+        a = time.perf_counter() - t
+        t = time.perf_counter()
+        engine.gradient_pass(lm.model, blocks, fx, 0, batch_size=8, covariance=True)
+        b = time.perf_counter() - t
+        print(f"round {r}: {rows} rows, token harm {a:.2f} s, gradient pass {b:.2f} s, ratio {a / b:.2f}")
+
+
 if __name__ == "__main__":
-    main()
+    cost() if sys.argv[1:] == ["cost"] else main()
