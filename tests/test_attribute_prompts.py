@@ -203,3 +203,17 @@ def test_chat_prompt_gets_an_assistant_turn(fp64_model, tmp_path):
         assert "Tell a story." not in tok.decode(labels)
     finally:
         tok.chat_template = old
+
+
+def test_verify_rescores_the_saved_completions(runs):
+    """gradian verify measures the items the report scored: the generated completions saved in settings."""
+    from gradian.data import load_tokenizer
+    from gradian.verify import _eval_rows
+
+    rep = runs["prompts"]
+    tok = load_tokenizer(EX / "run")
+    fx = _eval_rows(rep["settings"], tok)
+    assert [f.index for f in fx] == [e["index"] for e in rep["eval"]]
+    for f, e in zip(fx, rep["eval"], strict=True):
+        labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]
+        assert tok.decode(labels).strip() == e["completion"].strip()
