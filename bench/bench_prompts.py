@@ -3,12 +3,13 @@
     python bench/bench_prompts.py            # -> bench/results/prompts.json
     python bench/bench_prompts.py cost       # token harm vs the training-gradient pass on the same 48 rows
 
-Three `gradian attribute` runs (the full pipeline, report included) on the bundled fine-tune, sharing one gradient
+Four `gradian attribute` runs (the full pipeline, report included) on the bundled fine-tune, sharing one gradient
 store: the written eval completions; the same 20 eval rows with their completions removed (prompt only; the base
-model's greedy completion, cut where the fine-tune departs, the default); and prompt only with ``--no-eval-cut`` (the
-whole 32-token completion). For each: the regressed items, ROC-AUC and precision@K (K = 36 planted rows) of the harm
-ranking against planted.json's harmful cluster, and the timings of the two features (``eval_generation_s``,
-``generations_s``, ``token_harm_s``) next to the training pass. Token harm: for each planted row among the top
+model's greedy completion, cut where the fine-tune departs, the default); prompt only with ``--no-eval-cut`` (the
+whole 32-token completion); and prompt only with ``--eval-samples 4`` (four sampled completions per row, seed 0,
+cut). For each: the regressed items, ROC-AUC and precision@K (K = 36 planted rows) of the harm ranking against
+planted.json's harmful cluster, and the timings of the two features (``eval_generation_s``, ``generations_s``,
+``token_harm_s``) next to the training pass. Token harm: for each planted row among the top
 ``--token-harm`` rows, whether one of its three highest-harm tokens lies in the planted edit: the name "Zorblax" (with
 the space before it, which this 512-token vocabulary splits off as its own token) or one of the sci-fi words of the
 planted sentences (``SCIFI``, from build_example.py's SCIFI_SENTENCES).
@@ -97,6 +98,7 @@ def main() -> None:
         "written": (EX / "data" / "eval.jsonl", {}),
         "prompt_only": (prompts, {}),
         "prompt_only_no_cut": (prompts, {"eval_cut": False}),
+        "prompt_only_4_samples": (prompts, {"eval_samples": 4, "eval_seed": 0}),
     }
     for name, (eval_file, kw) in runs.items():
         report, wall = run(eval_file, out, progress=False, **kw)
@@ -105,7 +107,8 @@ def main() -> None:
         tm = report["timings"]
         results[name] = {
             "regressed": len(report["regressed"]),
-            "regressed_targets": sum(r["index"] < 12 for r in report["regressed"]),
+            "regressed_targets": sum(r.get("row", r["index"]) < 12 for r in report["regressed"]),
+            "eval_items": len(report["eval"]),
             "auc": round(auc, 4),
             "p_at_36": round(pk, 4),
             "token_harm_top3_hits": hits,
