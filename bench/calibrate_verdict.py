@@ -46,6 +46,29 @@ class Run:
     roles: list[str]
 
 
+def fresh_findings(d: Path, planted: dict) -> list[dict]:
+    """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
+    run as findings.current.json and keyed by the rule set."""
+    from gradian.diagnose.api import diagnose_full
+    from gradian.diagnose.registry import all_rules
+
+    key = sorted(r.code for r in all_rules())
+    cache = d / "findings.current.json"
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        if saved.get("rules") == key:
+            return saved["findings"]
+    base = Path(str(planted.get("base") or "examples/stories260k/base"))
+    for root in (REPO, d.parents[2] if len(d.parents) > 2 else REPO, d.parent.parent.parent):
+        if (root / base).is_dir():
+            base = root / base
+            break
+    findings, _notes, _ctx = diagnose_full(run=d / "run", train=d / "train.jsonl", eval=d / "eval.jsonl", base=str(base))
+    out = [f.to_dict() for f in findings]
+    cache.write_text(json.dumps({"rules": key, "findings": out}, default=str))
+    return out
+
+
 def load_run(d: Path) -> Run | None:
     attr = d / "attr"
     if not (attr / "item_scores.npy").is_file() or not (d / "planted.json").is_file():
@@ -53,7 +76,7 @@ def load_run(d: Path) -> Run | None:
     planted = json.loads((d / "planted.json").read_text())
     rep = json.loads((attr / "report.json").read_text())
     ev = rep.get("eval") or []
-    findings = json.loads((attr / "findings.json").read_text()) if (attr / "findings.json").is_file() else []
+    findings = fresh_findings(d, planted)
     texts = {}
     if (attr / "rows.jsonl").is_file():
         for line in (attr / "rows.jsonl").read_text().splitlines():

@@ -1,5 +1,7 @@
 """report.html in a real browser (headless Chromium): the verdict, the cluster table and the SVG plots render, hostile
-dataset text shows as text, and no script runs. Keeps a screenshot at .ci/artifacts/report.png.
+dataset text shows as text, and no script runs; the token-harm highlighting and the base vs fine-tune continuations
+render, on constructed data and on a real prompt-only run of the bundled stories260K example. Keeps screenshots at
+.ci/artifacts/report.png and .ci/artifacts/report_prompts.png.
 
 Skipped when Chromium is not installed locally; CI (.ci/run) installs it, so there it runs.
 """
@@ -67,6 +69,8 @@ class Dom(HTMLParser):
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
+        self.marks: list[tuple[dict, str]] = []  # <mark> elements: attributes and text
+        self._mark: dict | None = None
         self.tags: list[str] = []
         self.ids: set[str] = set()
         self.attrs: list[tuple[str, str | None]] = []
@@ -75,6 +79,9 @@ class Dom(HTMLParser):
         self._in_title = False
 
     def handle_starttag(self, tag, attrs):
+        if tag == "mark":
+            self._mark = dict(attrs)
+            self.marks.append((self._mark, ""))
         self.tags.append(tag)
         self.attrs += attrs
         self.ids |= {v for k, v in attrs if k == "id" and v}
@@ -85,9 +92,13 @@ class Dom(HTMLParser):
     def handle_endtag(self, tag):
         if tag == "title":
             self._in_title = False
+        if tag == "mark":
+            self._mark = None
 
     def handle_data(self, data):
         self.text.append(data)
+        if self._mark is not None:
+            self.marks[-1] = (self._mark, self.marks[-1][1] + data)
         if self._in_title and not self.title:
             self.title = data
 
@@ -135,6 +146,70 @@ def test_dom_renders_and_hostile_text_is_text(page):
     assert {"polyline", "rect", "circle"} <= set(dom.tags)
     for fig in ("plot-loss", "plot-nll", "plot-harm", "plot-cluster-harm", "plot-map"):
         assert fig in dom.ids, fig
+
+
+def dump(page: Path) -> Dom:
+    res = chromium("--dump-dom", page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    dom = Dom()
+    dom.feed(res.stdout)
+    return dom
+
+
+def shading(mark: dict) -> float:
+    m = re.search(r"rgba\(\d+,\s*\d+,\s*\d+,\s*([0-9.]+)\)", mark.get("style") or "")
+    return float(m.group(1)) if m else 0.0
+
+
+def test_token_harm_and_generations_render(page):
+    dom = dump(page)
+    assert dom.title == "Gradian report" and "script" not in dom.tags
+    assert {"generations", "generations-table"} <= dom.ids
+    text = "".join(dom.text)
+    assert "Lily. She liked to play with her ball." in text and " Zorbax. <script>" in text  # hostile text as text
+    assert "generated completion" in text and "had only a prompt" in text
+    marks = [(a, t) for a, t in dom.marks if "tok" in (a.get("class") or "")]
+    assert len(marks) == 3 * 6  # the label tokens of the three split rows
+    strongest = max(marks, key=lambda m: shading(m[0]))
+    assert strongest[1] == " Zor" and shading(strongest[0]) > 0.5
+    assert any(t.startswith(" <script>") for _, t in marks)
+    assert all(a.get("title", "").startswith("harm ") for a, _ in marks)
+
+
+@pytest.fixture(scope="module")
+def real_page(tmp_path_factory) -> Path:
+    """The full pipeline on the bundled example with the eval completions removed (the first 120 training rows)."""
+    import json
+
+    from gradian.pipeline import attribute_and_report
+
+    ex = REPO / "examples" / "stories260k"
+    work = tmp_path_factory.mktemp("browser-real")
+    rows = [json.loads(x) for x in (ex / "data" / "eval.jsonl").read_text().splitlines() if x.strip()]
+    (work / "eval.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
+    lines = (ex / "data" / "train.jsonl").read_text().splitlines()[:120]
+    (work / "train.jsonl").write_text("\n".join(lines) + "\n")
+    attribute_and_report(
+        ex / "run", base=str(ex / "base"), train=work / "train.jsonl", eval=work / "eval.jsonl", out=work / "out",
+        progress=False,
+    )  # fmt: skip
+    return work / "out" / "report.html"
+
+
+def test_real_prompt_only_report_in_browser(real_page):
+    dom = dump(real_page)
+    assert "generations-table" in dom.ids and "top-rows" in dom.ids
+    text = "".join(dom.text)
+    assert "generated completion" in text
+    assert "Zorblax" in text  # what the fine-tune writes where the base model writes Lily
+    marks = [(a, t) for a, t in dom.marks if "tok" in (a.get("class") or "")]
+    assert len(marks) > 100 and max(shading(a) for a, _ in marks) > 0.5
+    shot = ARTIFACTS / "report_prompts.png"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot.unlink(missing_ok=True)
+    res = chromium("--window-size=1280,5200", f"--screenshot={shot}", real_page.as_uri())
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_screenshot_artifact(page):

@@ -218,9 +218,11 @@ def check_tokenizer(path: str, setup: Any = None) -> list[Check]:
 def check_data(label: str, path: Path, tokenizer_path: str | None) -> list[Check]:
     from gradian.data import load_examples, load_tokenizer
 
-    examples = load_examples(path)
+    examples = load_examples(path, prompt_only=label == "eval")
     formats = sorted({e.format for e in examples})
-    out = [Check(f"{label} data", "ok", f"{path}: {len(examples)} rows ({', '.join(formats)})")]
+    n_prompts = sum(e.prompt_only for e in examples)
+    gen = f"; {n_prompts} prompt-only rows, completed by the base model" if n_prompts else ""
+    out = [Check(f"{label} data", "ok", f"{path}: {len(examples)} rows ({', '.join(formats)}){gen}")]
     n_chat = sum(e.messages is not None for e in examples)
     if n_chat and tokenizer_path and not getattr(load_tokenizer(tokenizer_path), "chat_template", None):
         out.append(

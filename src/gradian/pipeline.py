@@ -73,12 +73,13 @@ def attribute_and_report(
         res.notes.append(msg)
         train_rows += _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
     findings_json = [f.to_dict() for f in findings]
+    eval_rows = res.eval_examples if res.eval_examples is not None else ctx.eval  # generated completions filled in
     save_report_inputs(
         out,
         embeddings=res.embeddings,
         embedding_index=res.embedding_index,
         train_examples=train_rows,
-        eval_examples=ctx.eval,
+        eval_examples=eval_rows,
         findings=findings_json,
         logs=ctx.logs,
         item_scores=res.item_scores,
@@ -89,7 +90,7 @@ def attribute_and_report(
         embeddings=res.embeddings,
         embedding_index=res.embedding_index,
         train_examples=train_rows,
-        eval_examples=ctx.eval,
+        eval_examples=eval_rows,
         logs=ctx.logs,
         item_scores=res.item_scores,
     )

@@ -174,7 +174,13 @@ def _eval_rows(settings: dict[str, Any], tokenizer: Any) -> list[Any]:
     names = {f.name for f in dataclasses.fields(FormatSettings)} - {"sources"}
     fs = FormatSettings(**{k: v for k, v in (settings.get("format") or {}).items() if k in names})
     fs = dataclasses.replace(fs, add_eos=bool(settings.get("eval_eos", False)))
-    return format_examples(load_examples(settings["eval"]), tokenizer, fs)
+    rows = load_examples(settings["eval"], prompt_only=True)
+    gen = settings.get("eval_generation") or {}
+    if any(r.prompt_only for r in rows):  # the completions the base model wrote when the report was made
+        from gradian.attribute.generate import with_completions
+
+        rows, _ = with_completions(rows, gen.get("completions") or {}, str(gen.get("how")))
+    return format_examples(rows, tokenizer, fs)
 
 
 def measure(

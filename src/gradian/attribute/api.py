@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
 from gradian.attribute.regression import (
     DEFAULT_MIN_DELTA,
     RegressionCall,
@@ -36,6 +37,7 @@ from gradian.attribute.regression import (
     regression_summary,
 )
 from gradian.attribute.source import Stats
+from gradian.attribute.tokens import TOKEN_HARM_ROWS
 from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
 
@@ -59,6 +61,7 @@ class AttributionResult:
     embeddings: np.ndarray | None = None  # (n scored rows, k) rows in gradient space, for clustering
     embedding_index: list[int] | None = None  # training-file row index of each embedding row
     partial: bool = False  # a torchrun rank other than 0: its rows went to rank 0, which holds the result
+    eval_examples: list | None = None  # the eval items as scored (generated completions filled in), not in JSON
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -161,6 +164,8 @@ def run_attribution(
     shard_rows: int | None = None,
     dist: Dist = SINGLE,
     states: list[AdapterState] | None = None,
+    tokenizer: Any = None,
+    token_harm: int = TOKEN_HARM_ROWS,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -169,7 +174,9 @@ def run_attribution(
     ``states`` (``--checkpoints``): adapter states to attribute through, oldest first; the combined score is
     ``sum_c weight_c x harm_c`` (TracIn / LESS), with the eval items that regressed under the model as loaded.
     Under torchrun (``dist``), every rank computes and scores its own shards of the training rows; rank 0 computes the
-    eval NLLs and query gradients and broadcasts them, and gathers the scores (other ranks get an empty result)."""
+    eval NLLs and query gradients and broadcasts them, and gathers the scores (other ranks get an empty result).
+    ``token_harm``: the top that many rows get ``token_harm`` (their score split over their label tokens, needs the
+    ``tokenizer``; :mod:`gradian.attribute.tokens`), one adapter state only."""
     import torch
 
     from gradian.attribute import engine
@@ -277,6 +284,7 @@ def run_attribution(
     methods = (method, *[x for x in extra_methods if x != method])
     sdev = dev if dev.type in ("cpu", "cuda") else torch.device("cpu")  # fp64 scoring: MPS has no float64
     acc: dict[str, np.ndarray] = {}
+    xq: dict[str, torch.Tensor] | None = None  # the main method's preconditioned (weighted) query, for token harm
     seen = np.zeros(len(train_fx), dtype=np.int64)
     skipped: dict[int, str] = {}
     for c in states:
@@ -326,6 +334,7 @@ def run_attribution(
                 acc.setdefault(m, np.zeros((h.shape[0], len(train_fx))))[:, pos_c] += c.weight * h
             if m == method:
                 eig, rotated = pre.eig, pre.rotated
+                xq = {n: x[-1] for n, x in pre.X.items()} if len(states) == 1 else None
                 settings["damping_used"] = {"mean": float(np.mean(list(pre.damping.values())))} if pre.damping else None
         timings["scores_s"] = timings.get("scores_s", 0.0) + time.perf_counter() - t
     # the clustering embedding: the newest state's gradient geometry (states are oldest first)
@@ -395,6 +404,13 @@ def run_attribution(
             }
         )
     settings["query_items"] = [int(eval_fx[q].index) for q in q_idx]
+    if token_harm and tokenizer is not None:
+        t = time.perf_counter()
+        _add_token_harm(
+            model, blocks, xq, [pos[i] for i in order[:token_harm]], total[order[:token_harm]], examples, train_fx,
+            tokenizer, pad_id, batch_size, method, settings, notes,
+        )  # fmt: skip
+        timings["token_harm_s"] = time.perf_counter() - t
     return AttributionResult(
         method,
         settings,
@@ -409,6 +425,81 @@ def run_attribution(
         embeddings=emb,
         embedding_index=[int(i) for i in file_index],
     )
+
+
+def _add_token_harm(
+    model, blocks, xq, positions, scores, examples, train_fx, tokenizer, pad_id, batch_size, method, settings, notes
+) -> None:
+    """``token_harm`` on the top rows of ``examples`` (rank order; ``positions`` / ``scores`` of those rows)."""
+    from gradian.attribute import tokens
+
+    if xq is None:
+        notes.append("token harm not computed: it needs one adapter state (not --checkpoints)")
+        return
+    fxs = [train_fx[int(p)] for p in positions]
+    try:
+        harms = tokens.token_harm(model, tokens.lifted_direction(model, blocks, xq), fxs, pad_id, batch_size)
+    except (RuntimeError, NotImplementedError) as e:  # e.g. an attention kernel without a forward-mode derivative
+        notes.append(f"token harm not computed: {str(e).splitlines()[0][:200]}")
+        return
+    for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
+        if method == "cosine" and h.sum() != 0:  # the row's normalisation: a positive factor shared by its tokens
+            h = h * (score / h.sum())
+        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
+    settings["token_harm_rows"] = len(fxs)
+
+
+def _check_generation_options(eval_samples: int, max_new_tokens: int, generations: int, token_harm: int) -> None:
+    for flag, v, least in (("--eval-samples", eval_samples, 0), ("--max-new-tokens", max_new_tokens, 1),
+                           ("--generations", generations, 0), ("--token-harm", token_harm, 0)):  # fmt: skip
+        if v < least:
+            raise GradianError(f"{flag} {v} is below {least}", fix=f"pass {flag} {least} or more")
+
+
+def _complete_eval(
+    model, tokenizer, eval_ex, *, max_new_tokens, samples, seed, cut, batch_size, dist: Dist, notes: list[str]
+) -> tuple[list, list[dict[str, Any]], dict[str, Any] | None]:
+    """The eval items with the base model's completion of every prompt-only row (rank 0 generates, then broadcasts),
+    what each item adds to report.json's ``eval``, and ``settings.eval_generation`` (None when no row needed one)."""
+    from gradian.attribute.generate import complete_prompts, with_completions
+
+    n = sum(e.prompt_only for e in eval_ex)
+    if not n:
+        return list(eval_ex), [{} for _ in eval_ex], None
+    comp = None
+    if dist.is_main:
+        comp = complete_prompts(
+            model, tokenizer, eval_ex, max_new_tokens=max_new_tokens, samples=samples, seed=seed, cut=cut,
+            batch_size=batch_size,
+        )  # fmt: skip
+    comp = dist.broadcast(comp)
+    how = f"sampled (seed {seed})" if samples else "greedy"
+    items, extra = with_completions(eval_ex, comp, how)
+    each = f"{samples} {how} completions" if samples else "a greedy completion"
+    until = ", cut where the fine-tune first departs from it" if cut else ""
+    notes.append(
+        f"{n} eval row(s) had only a prompt: the base model wrote {each} of at most {max_new_tokens} tokens for each"
+        f"{until} (report.json eval[].completion, marked generated)"
+    )
+    info = {"rows": n, "how": how, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens, "cut": cut}
+    return items, extra, info | {"completions": {str(k): v for k, v in comp.items()}}
+
+
+def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, cap, max_new_tokens, batch_size) -> None:
+    """``regressed[].generations``: the base model's and the fine-tune's greedy continuations of the ``cap`` most
+    regressed items."""
+    from gradian.attribute.generate import side_by_side
+
+    t = time.perf_counter()
+    at = {int(f.index): f for f in eval_fx}
+    items = sorted(res.regressed, key=lambda r: -(r.get("delta") or 0.0))[:cap]
+    gens = side_by_side(model, tokenizer, [at[int(r["index"])] for r in items], max_new_tokens=max_new_tokens,
+                        batch_size=batch_size)  # fmt: skip
+    for r, g in zip(items, gens, strict=True):
+        if g is not None:
+            r["generations"] = g
+    res.settings["generations"] = {"items": sum(g is not None for g in gens), "max_new_tokens": max_new_tokens}
+    res.timings["generations_s"] = time.perf_counter() - t
 
 
 def _rank_rows(blocks, n: int, batch_size: int, shard_rows: int | None, dist: Dist) -> int:
@@ -626,6 +717,12 @@ def attribute(
     store_dtype: str = "auto",
     dist: Dist | None = None,
     checkpoints: str = "last",
+    eval_samples: int = EVAL_SAMPLES,
+    eval_seed: int = EVAL_SEED,
+    eval_cut: bool = EVAL_CUT,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    generations: int = SIDE_BY_SIDE,
+    token_harm: int = TOKEN_HARM_ROWS,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
     (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
@@ -634,7 +731,13 @@ def attribute(
     and only rank 0 returns a full result and writes ``report.json``. ``checkpoints``: ``last`` (the adapter as
     found), ``all`` or a list of checkpoint-* steps/dirs combined with learning-rate weights
     (:mod:`gradian.run.checkpoints`). With ``out``, the training rows are tokenized into ``<out>/tokens`` and read
-    from there (memory-mapped), so RAM does not grow with the training file."""
+    from there (memory-mapped), so RAM does not grow with the training file.
+
+    Eval rows with only a prompt get the base model's completion (greedy, or ``eval_samples`` sampled ones seeded by
+    ``eval_seed``; at most ``max_new_tokens``; with ``eval_cut`` cut after the first token where the fine-tune's
+    most likely next token differs from the base model's); the ``generations`` most regressed items get the base
+    model's and the fine-tune's greedy continuation; the ``token_harm`` top rows get their harm split over their
+    label tokens (:mod:`gradian.attribute.generate`, :mod:`gradian.attribute.tokens`)."""
     from gradian.attribute.loading import load
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
@@ -642,6 +745,7 @@ def attribute(
     from gradian.run import discover, format_settings, load_setup
 
     check_options(method, weighting, store_dtype)
+    _check_generation_options(eval_samples, max_new_tokens, generations, token_harm)
 
     art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
     if art.adapter_dir is None:
@@ -675,7 +779,12 @@ def attribute(
         tokenizer_dir=art.tokenizer_dir,
     )
     notes = list(lm.notes)
-    eval_ex = load_examples(art.eval_file)
+    t_gen = time.perf_counter()
+    eval_ex, eval_extra, gen_info = _complete_eval(
+        lm.model, lm.tokenizer, load_examples(art.eval_file, prompt_only=True), max_new_tokens=max_new_tokens,
+        samples=eval_samples, seed=eval_seed, cut=eval_cut, batch_size=batch_size, dist=dist, notes=notes,
+    )  # fmt: skip
+    t_gen = time.perf_counter() - t_gen
     eval_fx = format_examples(eval_ex, lm.tokenizer, dataclasses.replace(fs, add_eos=eval_eos))
     train_fx, train_ids, n_dropped = _training_rows(art.train_file, lm.tokenizer, fs, out, dist)
     if n_dropped:
@@ -726,7 +835,21 @@ def attribute(
         store_dtype=store_dtype,
         dist=dist,
         states=states,
+        tokenizer=lm.tokenizer,
+        token_harm=token_harm,
     )
+    res.eval_examples = eval_ex
+    for item, extra in zip(res.eval_items, eval_extra, strict=True):
+        item.update(extra)
+    if gen_info:
+        res.settings["eval_generation"] = gen_info
+        res.timings["eval_generation_s"] = t_gen
+    if generations and res.regressed and dist.is_main:
+        if states:  # the side-by-side shows the adapter as found, not the last checkpoint scored
+            from gradian.attribute.loading import load_adapter_weights
+
+            load_adapter_weights(lm.model, lm.adapter_dir)
+        _add_generations(lm.model, lm.tokenizer, res, eval_fx, generations, max_new_tokens, batch_size)
     res.settings |= {
         "base": lm.base,
         "adapter": str(lm.adapter_dir),

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
+from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
 from gradian.attribute.regression import DEFAULT_MIN_DELTA, describe_change
+from gradian.attribute.tokens import TOKEN_HARM_ROWS
 
 
 def attribute_command(
@@ -47,6 +49,32 @@ def attribute_command(
     ),
     max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
     eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
+    eval_samples: int = typer.Option(
+        EVAL_SAMPLES,
+        "--eval-samples",
+        min=0,
+        help="Eval rows with only a prompt get the base model's completion: 0 = one greedy completion, N = N sampled "
+        "ones (each an eval item).",
+    ),
+    eval_seed: int = typer.Option(EVAL_SEED, "--eval-seed", help="Seed of the sampled eval completions."),
+    eval_cut: bool = typer.Option(
+        EVAL_CUT,
+        "--eval-cut/--no-eval-cut",
+        help="Cut each generated eval completion after the first token where the fine-tune's most likely next token "
+        "differs from the base model's (--no-eval-cut: keep it whole).",
+    ),
+    max_new_tokens: int = typer.Option(
+        MAX_NEW_TOKENS, "--max-new-tokens", min=1, help="Tokens generated per eval completion and per continuation."
+    ),
+    generations: int = typer.Option(
+        SIDE_BY_SIDE,
+        "--generations",
+        min=0,
+        help="The N most regressed items are shown as the base model's and the fine-tune's greedy continuations.",
+    ),
+    token_harm: int = typer.Option(
+        TOKEN_HARM_ROWS, "--token-harm", min=0, help="The N top rows get their harm split over their tokens."
+    ),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: adapter, then base)."),
     config: Path | None = typer.Option(None, "--config", help="Training config (TRL/HF JSON, Axolotl/LLaMA-Factory)."),
     logs: Path | None = typer.Option(None, "--logs", help="Trainer logs (trainer_state.json, trainer_log.jsonl)."),
@@ -87,6 +115,12 @@ def attribute_command(
         checkpoints=checkpoints,
         max_length=max_length,
         eval_eos=eval_eos,
+        eval_samples=eval_samples,
+        eval_seed=eval_seed,
+        eval_cut=eval_cut,
+        max_new_tokens=max_new_tokens,
+        generations=generations,
+        token_harm=token_harm,
         tokenizer=tokenizer,
         config=config,
         logs=logs,
@@ -120,17 +154,21 @@ def attribute_command(
     con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed ({cut}).")
     ids = {r["index"]: r for r in res.examples}
     t = Table(title=f"Most harmful training rows ({res.method}; positive = pushed toward the regression)")
-    for col in ("rank", "row", "id", "harm", "worst item"):
+    with_tokens = any("token_harm" in e for e in res.examples[:top])
+    for col in ("rank", "row", "id", "harm", "worst item") + (("most harmful tokens",) if with_tokens else ()):
         t.add_column(col, justify="right" if col in ("rank", "row", "harm") else "left")
     for c in res.contributions[:top]:
         worst = max(c["per_item"], key=lambda p: p["score"]) if c["per_item"] else None
-        t.add_row(
+        cells = [
             str(ids[c["index"]]["rank"]),
             str(c["index"]),
             str(c["id"] or ""),
             f"{c['score']:.4g}",
             f"{worst['eval_id'] or worst['eval_index']}" if worst else "",
-        )
+        ]
+        if with_tokens:
+            cells.append(_tokens_cell(ids[c["index"]].get("token_harm")))
+        t.add_row(*cells)
     con.print(t)
     from gradian.report.render import confidence_text
 
@@ -149,3 +187,12 @@ def attribute_command(
         from gradian.verify import verify as run_verify
 
         print_table(run_verify(out))
+
+
+def _tokens_cell(pieces) -> str:
+    """The row's three highest-harm tokens for the terminal table, e.g. ``"Zor" 0.41  " rocket" 0.22``."""
+    from rich.markup import escape
+
+    from gradian.attribute.tokens import top_tokens
+
+    return "  ".join(f"{escape(repr(t))} {h:.3g}" for t, h in top_tokens(pieces or []))

@@ -288,7 +288,9 @@ def _open(path: str | Path) -> Iterator[_Record]:
     return _records(p)
 
 
-def _checked(path: str | Path, records: Iterator[_Record], limit: int | None) -> Iterator[Example | RowProblem]:
+def _checked(
+    path: str | Path, records: Iterator[_Record], limit: int | None, prompt_only: bool = False
+) -> Iterator[Example | RowProblem]:
     """Each data row in file order, normalized into an :class:`Example` or turned into a :class:`RowProblem`.
 
     The file's layout is the layout of its first good row; a later row with another layout is a problem. Raises
@@ -305,7 +307,7 @@ def _checked(path: str | Path, records: Iterator[_Record], limit: int | None) ->
         err = rec.error
         if err is None:
             try:
-                ex, layout = normalize_row(rec.raw, index=rec.index, source=source)
+                ex, layout = normalize_row(rec.raw, index=rec.index, source=source, prompt_only=prompt_only)
             except RowError as e:
                 err = e
             else:
@@ -324,8 +326,12 @@ def _checked(path: str | Path, records: Iterator[_Record], limit: int | None) ->
         raise GradianError("file has no data rows", where=source, fix="point at a file with training rows")
 
 
-def iter_examples(path: str | Path, *, limit: int | None = None, strict: bool = True) -> Iterator[Example]:
+def iter_examples(
+    path: str | Path, *, limit: int | None = None, strict: bool = True, prompt_only: bool = False
+) -> Iterator[Example]:
     """Yield a data file's rows one at a time: :func:`load_examples` without holding the rows.
+
+    ``prompt_only=True`` (eval files) accepts rows with a prompt and no completion (``Example.prompt_only``).
 
     Same validation, row numbering and errors: ``strict=True`` raises the first bad row's :class:`GradianError`
     when the iteration reaches it; ``strict=False`` skips bad rows. A missing file, an empty file or an unsupported
@@ -335,7 +341,7 @@ def iter_examples(path: str | Path, *, limit: int | None = None, strict: bool = 
     records = _open(path)
 
     def rows() -> Iterator[Example]:
-        for item in _checked(path, records, limit):
+        for item in _checked(path, records, limit, prompt_only):
             if isinstance(item, Example):
                 yield item
             elif strict:
@@ -345,7 +351,7 @@ def iter_examples(path: str | Path, *, limit: int | None = None, strict: bool = 
 
 
 def load_examples_with_problems(
-    path: str | Path, *, limit: int | None = None
+    path: str | Path, *, limit: int | None = None, prompt_only: bool = False
 ) -> tuple[list[Example], list[RowProblem]]:
     """Load every row that can be loaded, and list the rows that cannot (for ``diagnose`` to report as findings).
 
@@ -357,7 +363,7 @@ def load_examples_with_problems(
     """
     examples: list[Example] = []
     problems: list[RowProblem] = []
-    for item in _checked(path, _open(path), limit):
+    for item in _checked(path, _open(path), limit, prompt_only):
         if isinstance(item, Example):
             examples.append(item)
         else:
@@ -365,10 +371,12 @@ def load_examples_with_problems(
     return examples, problems
 
 
-def load_examples(path: str | Path, *, limit: int | None = None, strict: bool = True) -> list[Example]:
+def load_examples(
+    path: str | Path, *, limit: int | None = None, strict: bool = True, prompt_only: bool = False
+) -> list[Example]:
     """Load a data file as :class:`Example` rows (see the module docstring for formats and row numbering).
 
     ``strict=True`` (default) raises :class:`GradianError` for the first bad row; ``strict=False`` leaves bad rows
     out silently (use :func:`load_examples_with_problems` to see them). :func:`iter_examples` is the lazy form.
     """
-    return list(iter_examples(path, limit=limit, strict=strict))
+    return list(iter_examples(path, limit=limit, strict=strict, prompt_only=prompt_only))

@@ -222,15 +222,29 @@ def _row_id(raw: dict[str, Any]) -> str | None:
     return None
 
 
-def normalize_row(raw: Any, *, index: int, source: str) -> tuple[Example, str]:
-    """Turn one raw row into an :class:`Example`; returns it with its layout name. Raises :class:`RowError`."""
+def _no_completion(raw: dict[str, Any], key: str) -> bool:
+    return raw.get(key) is None
+
+
+def normalize_row(raw: Any, *, index: int, source: str, prompt_only: bool = False) -> tuple[Example, str]:
+    """Turn one raw row into an :class:`Example`; returns it with its layout name. Raises :class:`RowError`.
+
+    ``prompt_only`` (eval files): a row with a prompt and no completion is accepted and marked ``prompt_only``
+    (prompt/completion or Alpaca without the completion, messages or ShareGPT ending in a user turn)."""
     if not isinstance(raw, dict):
         raise RowError(None, f"row is {_type_name(raw)}, expected a JSON object", "write one JSON object per row")
     layout = detect_layout(raw)
     ex = Example(index=index, source=source, format=LAYOUT_FORMAT[layout], id=_row_id(raw), raw=raw)
     if layout == "prompt_completion":
         ex.prompt = _require_str(raw, "prompt", "prompt/completion")
-        ex.completion = _require_str(raw, "completion", "prompt/completion")
+        if prompt_only and _no_completion(raw, "completion"):
+            ex.prompt_only = True
+        else:
+            ex.completion = _require_str(raw, "completion", "prompt/completion")
+    elif layout == "conversational_prompt_completion" and prompt_only and _no_completion(raw, "completion"):
+        ex.messages = _check_messages(raw.get("prompt"), "prompt")
+        ex.n_prompt_messages = len(ex.messages)
+        ex.prompt_only = True
     elif layout == "conversational_prompt_completion":
         for key in ("prompt", "completion"):
             if key not in raw:
@@ -254,14 +268,18 @@ def normalize_row(raw: Any, *, index: int, source: str) -> tuple[Example, str]:
         ex.messages = _check_messages(raw["conversations"], "conversations", sharegpt=True)
     elif layout == "alpaca":
         instruction = _require_str(raw, "instruction", "Alpaca")
-        output = _require_str(raw, "output", "Alpaca")
+        ex.prompt_only = prompt_only and _no_completion(raw, "output")
+        output = "" if ex.prompt_only else _require_str(raw, "output", "Alpaca")
         inp = _require_str(raw, "input", "Alpaca", optional=True)
         template = ALPACA_PROMPT_INPUT if inp else ALPACA_PROMPT_NO_INPUT
         ex.prompt = template.format(instruction=instruction, input=inp)
-        ex.completion = output
+        ex.completion = None if ex.prompt_only else output
     elif layout == "question_answer":
         ex.prompt = _require_str(raw, "question", "question/answer")
         ex.completion = _require_str(raw, "answer", "question/answer")
     else:  # text
         ex.text = _require_str(raw, "text", "text")
+    if prompt_only and ex.messages is not None and not ex.prompt_only and ex.messages[-1]["role"] == "user":
+        ex.prompt_only = True  # a conversation ending in a user turn: the assistant's answer is to be generated
+        ex.n_prompt_messages = len(ex.messages)
     return ex, layout

@@ -17,6 +17,9 @@ class Example:
     rendered with its standard template), ``messages`` (chat rows and ShareGPT, as ``{"role", "content"}`` dicts with
     roles system/user/assistant/tool), or ``text``. For a conversational prompt/completion row, ``messages`` holds the
     whole conversation and ``n_prompt_messages`` how many of them are the prompt.
+
+    ``prompt_only``: an eval row read with ``prompt_only=True`` that has a prompt and no completion (a prompt/completion
+    or Alpaca row without one, or messages ending in a user turn); ``gradian attribute`` has the base model write it.
     """
 
     index: int  # 0-based position in its source file
@@ -29,6 +32,7 @@ class Example:
     n_prompt_messages: int | None = None
     text: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    prompt_only: bool = False
 
     def plain_text(self) -> str:
         """All of the row's text in one string (for overlap, duplicates, labels and display)."""

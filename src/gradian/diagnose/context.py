@@ -186,7 +186,7 @@ def build_context(
         ctx.train_file = str(artifacts.train_file)
         ctx.train_limited = train_limit is not None and len(ctx.train) + len(ctx.problems) >= train_limit
     if artifacts.eval_file is not None:
-        ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file)
+        ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file, prompt_only=True)
         ctx.eval_file = str(artifacts.eval_file)
 
     base_dir = Path(artifacts.base) if artifacts.base and Path(artifacts.base).is_dir() else None

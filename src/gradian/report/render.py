@@ -20,6 +20,7 @@ from gradian.report.svg import esc
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
 TOP_ROWS_SHOWN = 25
+TOKEN_TEXT_OPEN = 2000  # a row split by token longer than this (characters) is shown collapsed
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -229,19 +230,57 @@ figure svg { width: 100%; height: auto; display: block; }
 figcaption { font-size: 13px; color: #57606a; margin-top: 4px; }
 ul.contrib { list-style: none; padding: 0; margin: 0; font-size: 13px; white-space: nowrap; }
 .muted { color: #57606a; }
+.badge.gen { background: #ddf4ff; color: #0a3069; }
+mark.tok { color: inherit; border-radius: 2px; padding: 0; }
+td.gen { max-width: 400px; white-space: pre-wrap; overflow-wrap: anywhere; }
+td.gen.tuned { background: #fff5f3 !important; }
 """
 
+HARM_RGB = (213, 94, 0)  # the harm colour of the plots (orange)
+HELP_RGB = (0, 114, 178)  # negative harm (blue)
 
-def _text_cell(text: Any) -> str:
+
+def _text_cell(text: Any, generated: Any = None) -> str:
     if text is None:
         return '<td class="text muted">(text not saved)</td>'
     s = str(text)
+    gen = (
+        f'<span class="badge gen" title="the completion was written by the base model ({esc(generated)})">'
+        "generated completion</span> "
+        if generated
+        else ""
+    )
     if len(s) <= SUMMARY_CHARS and "\n" not in s:
-        return f'<td class="text">{esc(s)}</td>'
+        return f'<td class="text">{gen}{esc(s)}</td>'
     head = " ".join(s[:SUMMARY_CHARS].split())
     return (
-        f'<td class="text"><details><summary>{esc(head)}… <span class="muted">({len(s)} chars)</span></summary>'
+        f'<td class="text">{gen}<details><summary>{esc(head)}… <span class="muted">({len(s)} chars)</span></summary>'
         f"{esc(s)}</details></td>"
+    )
+
+
+def _token_cell(pieces: Sequence[Sequence[Any]]) -> str:
+    """The row as the model saw it, each label token shaded by its share of the row's largest token harm (orange:
+    harm, blue: the other way), its harm in the tooltip; text that is not a label token is muted."""
+    from gradian.attribute.tokens import top_tokens
+
+    big = max((abs(float(h)) for _, h in pieces if h is not None), default=0.0) or 1.0
+    out = []
+    for text, h in pieces:
+        if h is None:
+            out.append(f'<span class="muted">{esc(text)}</span>')
+            continue
+        a = min(1.0, abs(float(h)) / big)
+        rgb = HARM_RGB if float(h) >= 0 else HELP_RGB
+        out.append(
+            f'<mark class="tok" style="background: rgba({rgb[0]},{rgb[1]},{rgb[2]},{0.85 * a:.2f})" '
+            f'title="harm {esc(_f(h))}">{esc(text)}</mark>'
+        )
+    top = ", ".join(f"{esc(repr(t))} {esc(_f(h))}" for t, h in top_tokens(pieces))
+    if sum(len(str(t)) for t, _ in pieces) <= TOKEN_TEXT_OPEN:
+        return f'<td class="text tokens">{"".join(out)}<div class="meta">most harmful tokens: {top}</div></td>'
+    return (  # a long row: collapsed, its most harmful tokens in the summary
+        f'<td class="text tokens"><details><summary>most harmful tokens: {top}</summary>{"".join(out)}</details></td>'
     )
 
 
@@ -331,12 +370,46 @@ def _regressed_html(report: Mapping[str, Any]) -> str:
         rows.append(
             f"<tr><td class=num>{esc(r['index'])}</td><td>{esc(r.get('id') if r.get('id') is not None else '')}</td>"
             f"<td class=num>{_f(r.get('base_nll'))}</td><td class=num>{_f(r.get('finetuned_nll'))}</td>"
-            f"<td class=num>+{_f(delta)}</td>{_text_cell(r.get('text'))}</tr>"
+            f"<td class=num>+{_f(delta)}</td>{_text_cell(r.get('text'), r.get('generated'))}</tr>"
         )
     return (
         f"<p>{len(reg)} eval item{'s' if len(reg) != 1 else ''} got worse (fine-tuned NLL above base NLL).</p>"
         "<table><thead><tr><th>eval row</th><th>id</th><th>base NLL</th><th>fine-tuned NLL</th><th>change</th>"
         "<th>text</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def _generated_note(report: Mapping[str, Any]) -> str:
+    g = (report.get("settings") or {}).get("eval_generation") or {}
+    if not g:
+        return ""
+    cut = ", cut after the first token where the fine-tune's most likely next token differs" if g.get("cut") else ""
+    return (
+        f'<p class="sub">{esc(g.get("rows"))} eval rows had only a prompt: their completions were written by the base '
+        f"model ({esc(g.get('how'))}, at most {esc(g.get('max_new_tokens'))} tokens{esc(cut)}).</p>"
+    )
+
+
+def _generations_html(report: Mapping[str, Any]) -> str:
+    reg = [r for r in report.get("regressed") or [] if isinstance(r.get("generations"), Mapping)]
+    if not reg:
+        return "<p>No continuations were generated (<code>--generations 0</code>, or no regressed item).</p>"
+    rows = []
+    for r in sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0))):
+        g = r["generations"]
+        rows.append(
+            f"<tr><td class=num>{esc(r['index'])}</td><td>{esc(r.get('id') if r.get('id') is not None else '')}</td>"
+            f"{_text_cell(r.get('text'), r.get('generated'))}<td class=gen>{esc(g.get('base', ''))}</td>"
+            f'<td class="gen tuned">{esc(g.get("finetuned", ""))}</td></tr>'
+        )
+    n = ((report.get("settings") or {}).get("generations") or {}).get("max_new_tokens")
+    return (
+        f'<p class="sub">What each model writes after the prompt of a regressed item (greedy'
+        f"{f', at most {esc(n)} tokens' if n else ''}; most regressed first).</p>"
+        '<table id="generations-table"><thead><tr><th>eval row</th><th>id</th><th>eval item</th>'
+        "<th>base model continues</th><th>fine-tune continues</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
     )
 
 
@@ -398,13 +471,20 @@ def _top_rows_html(report: Mapping[str, Any]) -> str:
         rows.append(
             f"<tr><td class=num>{esc(e.get('rank'))}</td><td class=num>{esc(e['index'])}</td>"
             f"<td>{esc(e.get('id') if e.get('id') is not None else '')}</td><td class=num>{_f(e.get('score'))}</td>"
-            f"<td>{'C' + esc(cl) if cl is not None else '—'}</td><td>{codes}</td>{_text_cell(e.get('text'))}"
+            f"<td>{'C' + esc(cl) if cl is not None else '—'}</td><td>{codes}</td>"
+            f"{_token_cell(e['token_harm']) if e.get('token_harm') else _text_cell(e.get('text'))}"
             f"<td>{c_html}</td></tr>"
         )
     n = len(report.get("examples") or [])
+    tok = (
+        " Rows split by token show the text as the model saw it; each label token is shaded by its part of the row's "
+        "harm (orange: toward the regression, blue: away; hover for the number), the parts sum to the row's harm."
+        if any(e.get("token_harm") for e in shown)
+        else ""
+    )
     return (
         f'<p class="sub">The {len(shown)} most harmful of {n} rows (harm &gt; 0: the row moved the model toward the '
-        "regression).</p>"
+        f"regression).{tok}</p>"
         '<table id="top-rows"><thead><tr><th>rank</th><th>row</th><th>id</th><th>harm</th><th>cluster</th>'
         "<th>findings</th><th>text</th><th>per regressed item</th></tr></thead><tbody>"
         + "".join(rows)
@@ -435,7 +515,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     """The whole report.html as a string."""
     sections = [
         ("verdict", "Verdict", _verdict_html(report)),
-        ("regressed", "Regressed items", _regressed_html(report)),
+        ("regressed", "Regressed items", _generated_note(report) + _regressed_html(report)),
+        ("generations", "Base vs fine-tune", _generations_html(report)),
         ("clusters", "Clusters", _clusters_html(report)),
         ("top-rows-section", "Top rows", _top_rows_html(report)),
         ("setup-findings", "Setup findings", _findings_html(report)),
@@ -575,6 +656,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("No eval item got worse after fine-tuning.")
+    lines += _md_generations(report)
     lines += ["", "## Clusters", ""]
     clusters = report.get("clusters") or []
     lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
@@ -617,6 +699,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 ],
             )
         )
+    lines += _md_token_harm(shown)
     lines += ["", "## Setup findings", ""]
     findings = report.get("findings") or []
     if findings:
@@ -640,6 +723,65 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines.append("diagnose reported no findings (or was not run).")
     lines += ["", "## Plots", "", "The plots are in report.html.", ""]
     return "\n".join(lines)
+
+
+def _md_generations(report: Mapping[str, Any]) -> list[str]:
+    """Generated completions (a note) and the base vs fine-tune continuations of the regressed items."""
+    out = []
+    g = (report.get("settings") or {}).get("eval_generation") or {}
+    if g:
+        cut = ", cut where the fine-tune departs" if g.get("cut") else ""
+        out += ["", f"_{g.get('rows')} eval rows had only a prompt: their completions (marked generated in "
+                f"report.json) were written by the base model ({md_escape(g.get('how'))}, at most "
+                f"{g.get('max_new_tokens')} tokens{cut})._"]  # fmt: skip
+    reg = [r for r in report.get("regressed") or [] if isinstance(r.get("generations"), Mapping)]
+    if reg:
+        reg = sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)))
+        out += ["", "## Base vs fine-tune", "", "Greedy continuations of each regressed item's prompt.", ""]
+        out.append(
+            _md_table(
+                ["eval row", "id", "eval item", "base model continues", "fine-tune continues"],
+                [
+                    [
+                        str(r["index"]),
+                        md_escape(r.get("id") if r.get("id") is not None else ""),
+                        md_escape(r.get("text") or "", MD_TEXT_CHARS),
+                        md_escape(r["generations"].get("base", ""), MD_TEXT_CHARS),
+                        md_escape(r["generations"].get("finetuned", ""), MD_TEXT_CHARS),
+                    ]
+                    for r in reg
+                ],
+            )
+        )
+    return out
+
+
+def _md_token_harm(shown: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The three highest-harm tokens of each shown row split by token."""
+    from gradian.attribute.tokens import top_tokens
+
+    rows = [e for e in shown if e.get("token_harm")]
+    if not rows:
+        return []
+    return [
+        "",
+        "### Most harmful tokens",
+        "",
+        "Each row's harm split over its label tokens (report.json `examples[].token_harm`); the three largest parts.",
+        "",
+        _md_table(
+            ["rank", "row", "harm", "most harmful tokens"],
+            [
+                [
+                    str(e.get("rank")),
+                    str(e["index"]),
+                    _f(e.get("score")),
+                    ", ".join(f"{md_escape(repr(t))} {_f(h)}" for t, h in top_tokens(e["token_harm"])),
+                ]
+                for e in rows
+            ],
+        ),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------------ files

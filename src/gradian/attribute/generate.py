@@ -1,0 +1,233 @@
+"""Generation around the eval items: the base model writes the completions of prompt-only eval rows, and each regressed
+item is shown as the base model's and the fine-tune's continuation of its prompt.
+
+* Prompt-only rows (``Example.prompt_only``): the base model (adapter disabled) continues the prompt, greedy by default;
+  ``samples=N`` draws N completions per prompt (plain sampling, temperature 1, seeded per row by ``seed`` + row index,
+  so a row's samples do not depend on the batch). The completion stops at EOS (or the template's end of turn, which is
+  left out, as a written completion leaves it out) or after ``max_new_tokens``. With ``cut`` (the default) it is then
+  cut after the first token at which the fine-tune's most likely next token differs from the base model's (teacher
+  forced over the completion; kept whole when they never differ): the base model's answer up to where the fine-tune
+  departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long completion in the
+  mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items regressed, the cut
+  completions 10). The result is an ordinary written completion: formatted and scored exactly as one.
+* Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
+
+Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
+prompt, so a leading space survives tokenizers that drop it when decoding a piece on its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from gradian.data.types import Example, FormattedExample
+
+MAX_NEW_TOKENS = 32  # tokens generated per completion / continuation
+EVAL_SAMPLES = 0  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled ones
+EVAL_SEED = 0
+EVAL_CUT = True  # cut generated eval completions where the fine-tune departs from the base model
+SIDE_BY_SIDE = 20  # regressed items (most regressed first) shown as base vs fine-tune continuations; 0 = none
+
+
+def prompt_ids(ex: Example, tokenizer: Any) -> list[int]:
+    """The tokens a prompt-only row's completion follows: the tokenized prompt, or the chat template over the prompt
+    messages with the generation prompt (as a conversational prompt/completion row is formatted)."""
+    from gradian.data.formatting import _apply_template, _encode_texts
+
+    if ex.messages is not None:
+        return _apply_template(tokenizer, ex, ex.messages, add_generation_prompt=True)["input_ids"]
+    return _encode_texts(tokenizer, [ex.prompt or ""])[0]
+
+
+def _end_ids(tokenizer: Any) -> list[int]:
+    from gradian.data.formatting import _end_ids
+
+    return sorted(_end_ids(tokenizer))
+
+
+def continuation_text(tokenizer: Any, prompt: Sequence[int], new: Sequence[int]) -> str:
+    """The text ``new`` adds after ``prompt`` (special tokens left out)."""
+    head = tokenizer.decode(list(prompt), skip_special_tokens=True)
+    full = tokenizer.decode(list(prompt) + list(new), skip_special_tokens=True)
+    return full[len(head) :] if full.startswith(head) else tokenizer.decode(list(new), skip_special_tokens=True)
+
+
+def generate(
+    model,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    adapter: bool,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    batch_size: int = 8,
+    samples: int = 0,
+    seed: int = EVAL_SEED,
+    seeds: Sequence[int] | None = None,
+) -> list[list[list[int]]]:
+    """New token ids per prompt: ``[[greedy]]`` (``samples`` 0) or N sampled sequences, cut before the first end
+    token. Sampling runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``)."""
+    from contextlib import nullcontext
+
+    import torch
+    from transformers import GenerationConfig
+
+    from gradian.attribute.engine import pad_id_of
+
+    dev = next(model.parameters()).device
+    pad = pad_id_of(tokenizer)
+    ends = _end_ids(tokenizer)
+    cfg = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=ends or None)
+    if samples:
+        gc = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=samples, **cfg)
+    else:
+        gc = GenerationConfig(do_sample=False, **cfg)
+    step = 1 if samples else batch_size
+    out: list[list[list[int]]] = []
+    ctx = nullcontext() if adapter else model.disable_adapter()
+    with ctx, torch.no_grad():
+        for s in range(0, len(prompts), step):
+            batch = [list(p) for p in prompts[s : s + step]]
+            T = max(len(p) for p in batch)
+            ids = torch.full((len(batch), T), pad, dtype=torch.long)
+            am = torch.zeros((len(batch), T), dtype=torch.long)
+            for b, p in enumerate(batch):  # left padding
+                ids[b, T - len(p) :] = torch.tensor(p, dtype=torch.long)
+                am[b, T - len(p) :] = 1
+            rng = torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
+            with rng:
+                if samples:
+                    torch.manual_seed(seed + (seeds[s] if seeds is not None else s))
+                gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), generation_config=gc)
+            new = gen[:, T:].tolist()
+            per = max(samples, 1)
+            for b in range(len(batch)):
+                out.append([_cut(seq, ends) for seq in new[b * per : (b + 1) * per]])
+    return out
+
+
+def _cut(seq: list[int], ends: Sequence[int]) -> list[int]:
+    for k, t in enumerate(seq):
+        if t in ends:
+            return seq[:k]
+    return seq
+
+
+def complete_prompts(
+    model,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    *,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    samples: int = EVAL_SAMPLES,
+    seed: int = EVAL_SEED,
+    cut: bool = EVAL_CUT,
+    batch_size: int = 8,
+) -> dict[int, list[str]]:
+    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs)."""
+    rows = [ex for ex in examples if ex.prompt_only]
+    prompts = [prompt_ids(ex, tokenizer) for ex in rows]
+    new = generate(
+        model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        samples=samples, seed=seed, seeds=[ex.index for ex in rows],
+    )  # fmt: skip
+    if cut:
+        flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
+        ks = departures(model, tokenizer, flat, batch_size=batch_size)
+        it = iter(ks)
+        new = [[seq[: next(it) + 1] for seq in seqs] for seqs in new]
+    return {
+        ex.index: [continuation_text(tokenizer, p, seq) for seq in seqs]
+        for ex, p, seqs in zip(rows, prompts, new, strict=True)
+    }
+
+
+def departures(
+    model, tokenizer: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, batch_size: int = 8
+) -> list[int]:
+    """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune's and the base
+    model's most likely next tokens differ (the last index when they never do)."""
+    import torch
+
+    from gradian.attribute.engine import pad_id_of
+
+    dev = next(model.parameters()).device
+    pad = pad_id_of(tokenizer)
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(pairs), batch_size):
+            batch = [(list(p), list(c)) for p, c in pairs[s : s + batch_size]]
+            T = max(len(p) + len(c) for p, c in batch)
+            ids = torch.full((len(batch), T), pad, dtype=torch.long)
+            am = torch.zeros((len(batch), T), dtype=torch.long)
+            for b, (p, c) in enumerate(batch):
+                ids[b, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
+                am[b, : len(p) + len(c)] = 1
+            ids, am = ids.to(dev), am.to(dev)
+            tuned = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+            with model.disable_adapter():
+                base = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+            for b, (p, c) in enumerate(batch):
+                pos = range(len(p) - 1, len(p) + len(c) - 1)  # logits at pos predict completion token pos + 1 - len(p)
+                k = next((j for j, t in enumerate(pos) if tuned[b, t] != base[b, t]), max(len(c) - 1, 0))
+                out.append(k)
+    return out
+
+
+def with_completions(
+    examples: Sequence[Example], completions: dict[int, list[str]], how: str
+) -> tuple[list[Example], list[dict[str, Any]]]:
+    """The eval items: written rows as they are, each prompt-only row once per completion in ``completions`` (keys:
+    row index, as ints or JSON strings), with what to add to each item of report.json ``eval`` (``completion``,
+    ``generated``). With several completions per row the items are renumbered 0.. in file order and carry ``row``
+    and ``sample``; otherwise an item's index is its row's."""
+    comp = {int(k): list(v) for k, v in completions.items()}
+    many = any(len(v) > 1 for v in comp.values())
+    items: list[Example] = []
+    extra: list[dict[str, Any]] = []
+    for ex in examples:
+        texts = comp.get(ex.index) if ex.prompt_only else None
+        if ex.prompt_only and texts is None:
+            continue  # a prompt-only row nothing was generated for
+        for s, text in enumerate(texts if texts is not None else [None]):
+            new = dataclasses.replace(ex, prompt_only=False)
+            info: dict[str, Any] = {}
+            if text is not None:
+                if ex.messages is not None:
+                    new.messages = [*ex.messages, {"role": "assistant", "content": text}]
+                    new.n_prompt_messages = len(ex.messages)
+                else:
+                    new.completion = text
+                info = {"completion": text, "generated": how}
+            if many:
+                info |= {"row": ex.index, "sample": s if text is not None else None}
+                new.index = len(items)
+                if ex.id is not None and text is not None:
+                    new.id = f"{ex.id}#{s}"
+            items.append(new)
+            extra.append(info)
+    return items, extra
+
+
+def side_by_side(
+    model,
+    tokenizer: Any,
+    fxs: Sequence[FormattedExample],
+    *,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    batch_size: int = 8,
+) -> list[dict[str, str] | None]:
+    """Per item: ``{"base", "finetuned"}`` greedy continuations of its prompt tokens (None for an item without
+    prompt tokens, e.g. a text row)."""
+    keep = [i for i, f in enumerate(fxs) if f.n_prompt_tokens > 0]
+    prompts = [fxs[i].input_ids[: fxs[i].n_prompt_tokens] for i in keep]
+    out: list[dict[str, str] | None] = [None] * len(fxs)
+    if not keep:
+        return out
+    kw = {"max_new_tokens": max_new_tokens, "batch_size": batch_size}
+    base = generate(model, tokenizer, prompts, adapter=False, **kw)
+    tuned = generate(model, tokenizer, prompts, adapter=True, **kw)
+    for i, p, b, t in zip(keep, prompts, base, tuned, strict=True):
+        out[i] = {"base": continuation_text(tokenizer, p, b[0]), "finetuned": continuation_text(tokenizer, p, t[0])}
+    return out

@@ -1,0 +1,219 @@
+"""Prompt-only eval rows, base vs fine-tune generations and token harm, on the bundled real stories260K fine-tune
+(examples/stories260k: LoRA on all 7 projections, 36 planted "Zorblax" rows among 402).
+
+- prompt-only rows are read (and refused where they were before, outside eval files);
+- a row's token harms sum to its score (fp64 model, with and without projection);
+- `gradian attribute` with the eval completions removed: the base model's completions are kept in report.json (marked
+  generated), the regressed items carry base vs fine-tune continuations, the top rows carry token harm, and the
+  ranking finds the planted rows about as well as with the written completions;
+- sampled completions are seeded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from gradian.data import FormatSettings, format_examples, load_examples
+from gradian.errors import GradianError
+
+REPO = Path(__file__).resolve().parents[1]
+EX = REPO / "examples" / "stories260k"
+PLANTED = set(json.loads((EX / "data" / "planted.json").read_text())["harmful_cluster"]["indices"])
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_prompt_only_rows_are_read_in_eval_files_only(tmp_path):
+    rows = {
+        "pc.jsonl": [{"prompt": "Once upon a time"}, {"prompt": "The sun", "completion": " was hot."}],
+        "conv.jsonl": [{"prompt": [{"role": "user", "content": "Hi"}]}],
+        "msgs.jsonl": [{"messages": [{"role": "user", "content": "Hi"}]}],
+        "alpaca.jsonl": [{"instruction": "Say hi"}],
+    }
+    for name, rs in rows.items():
+        path = write_jsonl(tmp_path / name, rs)
+        ex = load_examples(path, prompt_only=True)
+        assert ex[0].prompt_only, name
+        assert ex[0].completion is None
+        if name == "pc.jsonl":
+            assert not ex[1].prompt_only and ex[1].completion == " was hot."
+        if name in ("pc.jsonl", "conv.jsonl", "alpaca.jsonl"):
+            with pytest.raises(GradianError, match="without|completion|output"):
+                load_examples(path)  # a training file still needs its completions
+    chat = load_examples(write_jsonl(tmp_path / "done.jsonl", [{"messages": [
+        {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}]), prompt_only=True)  # fmt: skip
+    assert not chat[0].prompt_only
+
+
+@pytest.fixture(scope="module")
+def fp64_model():
+    from gradian.attribute.loading import load
+
+    return load(str(EX / "base"), EX / "run", device="cpu", dtype="fp64")
+
+
+@pytest.mark.parametrize("proj_dim", [0, 8])
+def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
+    """fp64: each row's label-token harms (one forward-mode pass) sum to the row's score (its stored gradient)."""
+    from gradian.attribute.api import run_attribution
+    from gradian.attribute.engine import pad_id_of
+
+    tok = fp64_model.tokenizer
+    train = load_examples(EX / "data" / "train.jsonl")
+    keep = sorted(PLANTED)[:12] + [i for i in range(len(train)) if i not in PLANTED][:36]
+    fs = FormatSettings(max_length=128)
+    train_fx = format_examples([train[i] for i in keep], tok, fs)
+    eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
+    res = run_attribution(
+        fp64_model.model, train_fx, eval_fx, pad_id=pad_id_of(tok), proj_dim=proj_dim, tokenizer=tok, token_harm=20
+    )
+    assert not res.no_regression
+    split = [e for e in res.examples if "token_harm" in e]
+    assert len(split) == 20 and [e["rank"] for e in split] == list(range(1, 21))
+    for e in split:
+        harms = [h for _, h in e["token_harm"] if h is not None]
+        fx = next(f for f in train_fx if f.index == e["index"])
+        assert len(harms) == sum(fx.loss_mask[1:])
+        assert np.isclose(sum(harms), e["score"], rtol=1e-6, atol=1e-9 * abs(e["score"])), (e["index"], sum(harms))
+        assert "".join(t for t, _ in e["token_harm"]) == tok.decode(fx.input_ids)  # the texts join to the row
+    # the parts are not one number spread evenly
+    top = split[0]["token_harm"]
+    assert max(h for _, h in top if h is not None) > 3 * abs(split[0]["score"]) / len(top)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The pipeline with the written eval completions, then with only the prompts (one shared gradient store)."""
+    from gradian.pipeline import attribute_and_report
+
+    work = tmp_path_factory.mktemp("prompts")
+    rows = [json.loads(x) for x in (EX / "data" / "eval.jsonl").read_text().splitlines() if x.strip()]
+    prompts = write_jsonl(work / "eval_prompts.jsonl", [{"prompt": r["prompt"]} for r in rows])
+    out = {}
+    for name, ev in (("written", EX / "data" / "eval.jsonl"), ("prompts", prompts)):
+        attribute_and_report(
+            EX / "run", base=str(EX / "base"), train=EX / "data" / "train.jsonl", eval=ev, out=work / "out",
+            progress=False,
+        )  # fmt: skip
+        out[name] = json.loads((work / "out" / "report.json").read_text())
+        out[name + "_md"] = (work / "out" / "report.md").read_text()
+        out[name + "_html"] = (work / "out" / "report.html").read_text()
+    return out
+
+
+def auc(report: dict) -> float:
+    return roc_auc_score([e["index"] in PLANTED for e in report["examples"]], [e["score"] for e in report["examples"]])
+
+
+def test_prompt_only_completions_are_kept_and_marked(runs):
+    rep = runs["prompts"]
+    assert all(e.get("generated") == "greedy" and e.get("completion") for e in rep["eval"])
+    assert not any("generated" in e for e in runs["written"]["eval"])
+    gen = rep["settings"]["eval_generation"]
+    assert gen["rows"] == 20 and set(gen["completions"]) == {str(i) for i in range(20)}
+    assert all(r["text"].endswith(r["completion"]) for r in rep["regressed"])
+    assert "generated completion" in runs["prompts_html"] and "had only a prompt" in runs["prompts_md"]
+
+
+def test_prompt_only_finds_the_planted_rows_about_as_well(runs):
+    a_written, a_prompts = auc(runs["written"]), auc(runs["prompts"])
+    print(f"\nplanted ROC-AUC: written completions {a_written:.4f}, prompts only {a_prompts:.4f}")
+    assert a_written >= 0.9
+    assert a_prompts >= a_written - 0.05
+    targets = set(json.loads((EX / "data" / "planted.json").read_text())["eval"]["target"])
+    reg = {r["index"] for r in runs["prompts"]["regressed"]}
+    assert len(reg & targets) >= len(targets) // 2 and len(reg & targets) > len(reg - targets)
+
+
+def test_regressed_items_show_base_and_finetuned_continuations(runs):
+    for name in ("written", "prompts"):
+        rep = runs[name]
+        shown = [r for r in rep["regressed"] if "generations" in r]
+        assert len(shown) == min(len(rep["regressed"]), 20)
+        assert all(set(r["generations"]) == {"base", "finetuned"} for r in shown)
+        # the planted edit shows in what the fine-tune writes, not in what the base model writes
+        assert sum("Zorblax" in r["generations"]["finetuned"] for r in shown) > len(shown) // 2
+        assert not any("Zorblax" in r["generations"]["base"] for r in shown)
+        assert 'id="generations-table"' in runs[name + "_html"] and "## Base vs fine-tune" in runs[name + "_md"]
+
+
+def test_token_harm_of_top_rows_lands_on_the_planted_edit(runs):
+    from bench_prompts import top3_hits
+
+    rep = runs["prompts"]
+    assert rep["settings"]["token_harm_rows"] == 50
+    assert all(("token_harm" in e) == (e["rank"] <= 50) for e in rep["examples"])
+    for e in rep["examples"][:50]:
+        assert np.isclose(sum(h for _, h in e["token_harm"] if h is not None), e["score"], rtol=1e-3)
+    hits, n, _ = top3_hits(rep, PLANTED)
+    print(f"\nplanted rows in the top 50 whose three highest-harm tokens hit the planted edit: {hits}/{n}")
+    assert n >= 18 and hits >= 0.8 * n  # the issue's bar: at least 80% of the planted rows in the top K
+    assert 'class="tok"' in runs["prompts_html"] and "Most harmful tokens" in runs["prompts_md"]
+
+
+def test_sampled_completions_are_seeded(fp64_model):
+    from gradian.attribute.generate import complete_prompts, with_completions
+
+    ex = load_examples(write_jsonl(Path(__import__("tempfile").mkdtemp()) / "p.jsonl", [
+        {"prompt": "Once upon a time, there was a little girl named", "id": "a"},
+        {"prompt": "The sun was", "completion": " hot."}]), prompt_only=True)  # fmt: skip
+    kw = {"samples": 3, "max_new_tokens": 12, "cut": False}
+    a = complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
+    assert a == complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
+    assert a != complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=2, **kw)
+    assert len(a[0]) == 3 and len(set(a[0])) > 1
+    items, extra = with_completions(ex, a, "sampled (seed 1)")
+    assert [i.index for i in items] == [0, 1, 2, 3] and [i.id for i in items[:3]] == ["a#0", "a#1", "a#2"]
+    assert [x.get("sample") for x in extra] == [0, 1, 2, None] and [x["row"] for x in extra] == [0, 0, 0, 1]
+
+
+def test_chat_prompt_gets_an_assistant_turn(fp64_model, tmp_path):
+    """A conversation ending in a user turn: the base model's reply becomes the assistant turn, scored as the
+    completion of a conversational prompt/completion row."""
+    from gradian.attribute.generate import complete_prompts, with_completions
+
+    tok = fp64_model.tokenizer
+    old = tok.chat_template
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    try:
+        path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "Tell a story."}]}])
+        ex = load_examples(path, prompt_only=True)
+        comp = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=8, cut=False)
+        text = comp[0][0]
+        assert text.strip()
+        items, extra = with_completions(ex, comp, "greedy")
+        assert items[0].messages[-1] == {"role": "assistant", "content": text} and items[0].n_prompt_messages == 1
+        assert extra == [{"completion": text, "generated": "greedy"}]
+        fx = format_examples(items, tok, FormatSettings(max_length=128, add_eos=False))[0]
+        labels = [t for t, m in zip(fx.input_ids, fx.loss_mask, strict=True) if m]
+        assert text.strip()[:4] in tok.decode(labels)
+        assert "Tell a story." not in tok.decode(labels)
+    finally:
+        tok.chat_template = old
+
+
+def test_verify_rescores_the_saved_completions(runs):
+    """gradian verify measures the items the report scored: the generated completions saved in settings."""
+    from gradian.data import load_tokenizer
+    from gradian.verify import _eval_rows
+
+    rep = runs["prompts"]
+    tok = load_tokenizer(EX / "run")
+    fx = _eval_rows(rep["settings"], tok)
+    assert [f.index for f in fx] == [e["index"] for e in rep["eval"]]
+    for f, e in zip(fx, rep["eval"], strict=True):
+        labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]
+        assert tok.decode(labels).strip() == e["completion"].strip()
