@@ -123,8 +123,11 @@ def test_prefix_mismatch_real_case(tok):
     fe = format_example(pc("Once u", "pon a time"), tok, FormatSettings())
     assert fe.prefix_mismatch
     assert any("not a prefix" in d for d in fe.decisions)
-    n_prompt = len(tok("Once u")["input_ids"])
-    assert fe.n_prompt_tokens == n_prompt  # TRL uses the prompt's token count anyway
+    p_ids, ids = tok("Once u")["input_ids"], fe.input_ids
+    shared = next(i for i, (a, b) in enumerate(zip(p_ids, ids, strict=False)) if a != b)
+    assert shared < len(p_ids)
+    assert fe.n_prompt_tokens == shared  # TRL: the loss starts where the two tokenizations first differ
+    assert fe.labels()[shared] == ids[shared]  # the merged token carries loss
     assert not format_example(pc("Once", " upon a time"), tok, FormatSettings()).prefix_mismatch
 
 

@@ -179,8 +179,11 @@ def build_context(
     ctx.setup = load_setup(artifacts)
     ctx.setup_known = bool(ctx.setup.config_files or artifacts.config_files or artifacts.adapter_config)
     ctx.logs = load_logs(artifacts) if artifacts.log_file is not None else TrainerLogs()
+    ctx.format_settings = format_settings(ctx.setup)  # the trainer's formatting (EOS included), shared with attribute
     if artifacts.train_file is not None:
-        ctx.train, ctx.problems = load_with_problems(artifacts.train_file, limit=train_limit)
+        ctx.train, ctx.problems = load_with_problems(
+            artifacts.train_file, limit=train_limit, text_field=ctx.format_settings.text_field
+        )
         ctx.train_file = str(artifacts.train_file)
         ctx.train_limited = train_limit is not None and len(ctx.train) + len(ctx.problems) >= train_limit
     if artifacts.eval_file is not None:
@@ -193,8 +196,6 @@ def build_context(
         ctx.generation_config = _read_json(base_dir / "generation_config.json")
 
     tok_path = p(tokenizer) or artifacts.tokenizer_dir or base_dir
-    ctx.format_settings = format_settings(ctx.setup)
-    _adjust_eos(ctx)
     if tok_path is None:
         why = "no tokenizer: pass --tokenizer DIR or --base DIR (a local model directory)"
         if artifacts.base:
@@ -208,18 +209,3 @@ def build_context(
             ctx.formatted_note = "no train rows to tokenize"
     return ctx
 
-
-def _adjust_eos(ctx: DiagnoseContext) -> None:
-    """Trainers that append no EOS: the plain transformers Trainer (the user's own tokenization; HF tokenizers add
-    no EOS) and TRL < 0.16. Only where the config did not decide it explicitly."""
-    fs, s = ctx.format_settings, ctx.setup
-    if fs is None or s.add_eos is not None and "default" not in (s.sources.get("add_eos") or "default"):
-        return
-    fw = (s.framework or "").lower()
-    v = parse_version(s.versions.get("trl"))
-    if fw == "transformers":
-        fs.add_eos = False
-        fs.sources["add_eos"] = "transformers Trainer: the tokenizer appends no EOS"
-    elif fw == "trl" and v is not None and v < (0, 16):
-        fs.add_eos = False
-        fs.sources["add_eos"] = f"TRL {s.versions.get('trl')} (< 0.16 appends no EOS)"
