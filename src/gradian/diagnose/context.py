@@ -208,4 +208,3 @@ def build_context(
         else:
             ctx.formatted_note = "no train rows to tokenize"
     return ctx
-
