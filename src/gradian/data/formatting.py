@@ -221,6 +221,11 @@ def _format_chat(
     messages = _messages(ex, settings)
     if messages is not ex.messages:
         decisions.append("ShareGPT from/value renamed to role/content, roles kept as written (TRL)")
+        if assistant_only:
+            decisions.append(
+                "TRL refuses assistant_only_loss for ShareGPT rows (it looks for role/content rows before it "
+                "converts from/value); convert the file to messages"
+            )
     if template_note:
         decisions.append(template_note)
     use_markers = assistant_only and (template is not None or has_generation_markers(tokenizer))

@@ -260,7 +260,9 @@ def _apply_hf(b: _Builder, cf: ConfigFile) -> None:
     b.set("packing_strategy", _str(cf, "packing_strategy"), _src(cf, "packing_strategy"))
     b.set("truncation_mode", _str(cf, "truncation_mode"), _src(cf, "truncation_mode"))
     b.set("dataset_text_field", _str(cf, "dataset_text_field"), _src(cf, "dataset_text_field"))
-    b.set("eos_token", _str(cf, "eos_token"), _src(cf, "eos_token"))
+    eos = _str(cf, "eos_token")
+    if eos != "<EOS_TOKEN>":  # TrainingArguments.to_dict writes every *_token field as "<KEY_TOKEN>", set or not
+        b.set("eos_token", eos, _src(cf, "eos_token"))
     b.set("completion_only_loss", _bool(cf, "completion_only_loss"), _src(cf, "completion_only_loss"))
     b.flag("completion_only_loss", _bool(cf, "completion_only_loss"), _src(cf, "completion_only_loss"))
     b.flag("assistant_only_loss", _bool(cf, "assistant_only_loss"), _src(cf, "assistant_only_loss"))
