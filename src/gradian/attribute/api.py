@@ -573,14 +573,14 @@ def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence
     from gradian.data.tokenized import tokenize_to_disk
 
     if out is None:
-        ex = load_examples(path)
+        ex = load_examples(path, text_field=fs.text_field)
         fx = format_examples(ex, tokenizer, fs)
         keep = [i for i, f in enumerate(fx) if not f.dropped]
         return [fx[i] for i in keep], [ex[i].id for i in keep], len(fx) - len(keep)
     folder = Path(out) / ("tokens" if not dist.active else f"tokens-rank{dist.rank}")
     fp = source_fingerprint(path, tokenizer, fs)
     rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
-        iter_examples(path), tokenizer, fs, folder, source=path
+        iter_examples(path, text_field=fs.text_field), tokenizer, fs, folder, source=path
     )
     return rows, rows.ids(), rows.n_dropped
 
@@ -628,11 +628,13 @@ def attribute(
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
     from gradian.dist import device_for, from_env
-    from gradian.run import discover, format_settings, load_setup
+    from gradian.run.loaded import load_run, packing_refusal
 
     check_options(method, weighting, store_dtype)
 
-    art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
+    loaded = load_run(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config,
+                      read_rows=False)  # fmt: skip
+    art = loaded.artifacts
     if art.adapter_dir is None:
         if getattr(art, "adapter_weights_pickle", None):
             raise GradianError(
@@ -645,8 +647,14 @@ def attribute(
         raise GradianError("no training file found", fix="pass --train FILE")
     if art.eval_file is None:
         raise GradianError("no eval file found", fix="pass --eval FILE (the items the fine-tune got worse on)")
-    setup = load_setup(art)
-    fs = format_settings(setup)
+    fs = loaded.format_settings  # the same decision diagnose and `gradian tokens` use
+    refusal = packing_refusal(fs)
+    if refusal:
+        raise GradianError(
+            f"cannot attribute a packed run: {refusal}",
+            where=fs.sources.get("packing") or "config: packing",
+            fix="retrain with packing_strategy bfd (the default) or packing off, or use `gradian diagnose` only",
+        )
     if max_length is not None:
         fs = dataclasses.replace(fs, max_length=max_length)
     choices, ck_notes = [], []
@@ -664,7 +672,7 @@ def attribute(
         tokenizer_dir=art.tokenizer_dir,
     )
     notes = list(lm.notes)
-    eval_ex = load_examples(art.eval_file)
+    eval_ex = load_examples(art.eval_file, text_field=fs.text_field)
     eval_fx = format_examples(eval_ex, lm.tokenizer, dataclasses.replace(fs, add_eos=eval_eos))
     train_fx, train_ids, n_dropped = _training_rows(art.train_file, lm.tokenizer, fs, out, dist)
     if n_dropped:

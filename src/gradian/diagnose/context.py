@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from gradian.data.types import Example, FormatSettings, FormattedExample
-from gradian.errors import GradianError
 from gradian.run.types import RunArtifacts, TrainerLogs, TrainingSetup
 
 # Max length a framework uses when the config sets none.
@@ -158,53 +157,31 @@ def build_context(
     train_limit: int | None = None,
 ) -> DiagnoseContext:
     """Read every input from files with the shared loaders; what cannot be found stays empty. ``train_limit``: read
-    only the first that many training rows (``ctx.train_limited`` says whether the file had more)."""
-    try:
-        from gradian import data as gdata
-        from gradian import run as grun
+    only the first that many training rows (``ctx.train_limited`` says whether the file had more). The run is read by
+    :func:`gradian.run.loaded.load_run`, the loader ``attribute`` and ``tokens`` use, so all see the same rows."""
+    from gradian.data import load_examples_with_problems
+    from gradian.run import load_logs
+    from gradian.run.loaded import load_run
 
-        discover = grun.discover
-        load_setup, load_logs, format_settings = grun.load_setup, grun.load_logs, grun.format_settings
-        load_with_problems = gdata.load_examples_with_problems
-        load_tokenizer, format_examples = gdata.load_tokenizer, gdata.format_examples
-    except (ImportError, AttributeError) as err:  # the loaders are built in parallel
-        raise GradianError(f"the run/data loaders are not available ({err})", fix="update gradian") from err
-
-    p = lambda x: Path(x) if x is not None else None  # noqa: E731
-    artifacts = discover(
-        run=p(run), adapter=p(adapter), base=base, train=p(train), eval=p(eval), config=p(config), logs=p(logs),
-        tokenizer=p(tokenizer),
+    lr = load_run(
+        run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
+        train_limit=train_limit,
     )  # fmt: skip
+    artifacts = lr.artifacts
     ctx = DiagnoseContext(artifacts=artifacts, thresholds=thresholds or {})
-    ctx.setup = load_setup(artifacts)
+    ctx.setup = lr.setup
     ctx.setup_known = bool(ctx.setup.config_files or artifacts.config_files or artifacts.adapter_config)
     ctx.logs = load_logs(artifacts) if artifacts.log_file is not None else TrainerLogs()
-    ctx.format_settings = format_settings(ctx.setup)  # the trainer's formatting (EOS included), shared with attribute
+    ctx.format_settings = lr.format_settings  # the trainer's formatting (EOS included), shared with attribute
+    ctx.train, ctx.problems, ctx.train_limited = lr.train, lr.problems, lr.train_limited
     if artifacts.train_file is not None:
-        ctx.train, ctx.problems = load_with_problems(
-            artifacts.train_file, limit=train_limit, text_field=ctx.format_settings.text_field
-        )
         ctx.train_file = str(artifacts.train_file)
-        ctx.train_limited = train_limit is not None and len(ctx.train) + len(ctx.problems) >= train_limit
     if artifacts.eval_file is not None:
-        ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file)
+        ctx.eval, ctx.eval_problems = load_examples_with_problems(artifacts.eval_file)
         ctx.eval_file = str(artifacts.eval_file)
-
     base_dir = Path(artifacts.base) if artifacts.base and Path(artifacts.base).is_dir() else None
     if base_dir is not None:
         ctx.base_config = _read_json(base_dir / "config.json")
         ctx.generation_config = _read_json(base_dir / "generation_config.json")
-
-    tok_path = p(tokenizer) or artifacts.tokenizer_dir or base_dir
-    if tok_path is None:
-        why = "no tokenizer: pass --tokenizer DIR or --base DIR (a local model directory)"
-        if artifacts.base:
-            why = f"the base model {artifacts.base!r} is not a local directory (no model hub access); pass --tokenizer"
-        ctx.formatted_note = why
-    else:
-        ctx.tokenizer = load_tokenizer(tok_path)
-        if ctx.train:
-            ctx.formatted = format_examples(ctx.train, ctx.tokenizer, ctx.format_settings)
-        else:
-            ctx.formatted_note = "no train rows to tokenize"
+    ctx.tokenizer, ctx.formatted, ctx.formatted_note = lr.tokenizer, lr.formatted, lr.formatted_note
     return ctx
