@@ -464,6 +464,7 @@ def _defaults_and_masking(b: _Builder, framework: str | None) -> None:
         b.default("packing", False, d)
         if s.packing:
             b.default("packing_strategy", "bfd", f"{d} (packing_strategy bfd)")
+            s.notes.append(_packing_note(s.packing_strategy))
         b.default("add_eos", True, f"{d} (EOS appended since TRL 0.16)")
         assistant = flags.get("assistant_only_loss", (None, ""))
         completion = flags.get("completion_only_loss", (None, ""))
@@ -511,6 +512,21 @@ def _defaults_and_masking(b: _Builder, framework: str | None) -> None:
             b.default(name, value, d)
         train_on_prompt = flags.get("train_on_prompt", (False, f"{d} (train_on_prompt false)"))
         b.set("masking", "full" if train_on_prompt[0] else "completion_only", train_on_prompt[1])
+
+
+def _packing_note(strategy: str | None) -> str:
+    """What TRL's packing changes about the rows, for diagnose to say."""
+    if strategy == "bfd":
+        return (
+            "packing (bfd): TRL packs whole rows into sequences of max_length tokens; each row keeps its first "
+            "max_length tokens whatever truncation_mode says, and rows with no label are not dropped; padding-free "
+            "attention keeps rows apart, so attribution scores each row on its own"
+        )
+    return (
+        f"packing ({strategy}): TRL cuts rows across packed sequences of max_length tokens, so a row's tokens are "
+        "trained in pieces, without the context before the cut; attribute refuses this run (a row's loss is not its "
+        "own)"
+    )
 
 
 def load_setup(artifacts: RunArtifacts) -> TrainingSetup:
