@@ -190,10 +190,16 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizers(smollm2_tokenizer_dir) -> dict[str, Any]:
-    """Tokenizer folders as a user's run would hold them (the chat template saved with the tokenizer)."""
-    return {"smol_dir": smollm2_tokenizer_dir}
+@pytest.fixture()
+def tokenizers(request) -> dict[str, Any]:
+    """Where SmolLM2's tokenizer is, asked for only by the cases that use it (they skip when it cannot be had)."""
+
+    class Lazy(dict):
+        def __missing__(self, key: str) -> Any:
+            self[key] = request.getfixturevalue("smollm2_tokenizer_dir")
+            return self[key]
+
+    return Lazy()
 
 
 _TOKENIZER_CACHE: dict[str, Path] = {}
@@ -208,10 +214,11 @@ def load_tok(tok_dir: Path) -> Any:
     return copy.deepcopy(_LOADED[tok_dir])
 
 
-def tokenizer_dir(kind: str, tmp_root: Path, smol_dir: Path) -> Path:
+def tokenizer_dir(kind: str, tmp_root: Path, tokenizers: dict[str, Any]) -> Path:
+    """A tokenizer folder as a user's run holds it (the chat template saved with the tokenizer)."""
     if kind in _TOKENIZER_CACHE:
         return _TOKENIZER_CACHE[kind]
-    src = BASE if kind.startswith("stories") else smol_dir
+    src = BASE if kind.startswith("stories") else tokenizers["smol_dir"]
     tok = AutoTokenizer.from_pretrained(str(src))
     template = {
         "stories_llama3": (TRL_TEMPLATES / "llama3.jinja").read_text("utf-8"),
@@ -275,9 +282,9 @@ def _config_json(case: Case, out: Path) -> str:
     return SFTConfig(output_dir=str(out), report_to="none", use_cpu=True, **case.config).to_json_string()
 
 
-def gradian_case(case: Case, work: Path, smol_dir: Path) -> tuple[Path, list[dict[str, Any]], list[Any]]:
+def gradian_case(case: Case, work: Path, tokenizers: dict[str, Any]) -> tuple[Path, list[dict[str, Any]], list[Any]]:
     """One case's tokenizer folder, rows and Gradian's formatted rows (computed once per module)."""
-    tok_dir = tokenizer_dir(case.tokenizer, work, smol_dir)
+    tok_dir = tokenizer_dir(case.tokenizer, work, tokenizers)
     load_tok(tok_dir)
     rows = rows_for(case.rows, _LOADED[tok_dir].eos_token)
     if case.name not in _GRADIAN:
@@ -288,7 +295,7 @@ def gradian_case(case: Case, work: Path, smol_dir: Path) -> tuple[Path, list[dic
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_trl_conformance(case: Case, tokenizers, work: Path) -> None:
-    tok_dir, rows, fxs = gradian_case(case, work, tokenizers["smol_dir"])
+    tok_dir, rows, fxs = gradian_case(case, work, tokenizers)
     folder = work / case.name
     assert len(fxs) == len(rows)
     if case.trl_refuses:
@@ -323,7 +330,7 @@ def test_matrix_exercises_what_it_claims(tokenizers, work: Path) -> None:
     for case in CASES:
         if case.trl_refuses:
             continue
-        for fx in gradian_case(case, work, tokenizers["smol_dir"])[2]:
+        for fx in gradian_case(case, work, tokenizers)[2]:
             hits["prefix_mismatch"] += fx.prefix_mismatch
             hits["dropped"] += fx.dropped
             hits["cut_in_completion"] += fx.cut_in_completion

@@ -615,6 +615,7 @@ def attribute(
     store_dtype: str = "auto",
     dist: Dist | None = None,
     checkpoints: str = "last",
+    loaded: Any = None,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
     (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
@@ -632,8 +633,9 @@ def attribute(
 
     check_options(method, weighting, store_dtype)
 
-    loaded = load_run(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config,
-                      read_rows=False)  # fmt: skip
+    if loaded is None:  # a gradian.run.loaded.LoadedRun the caller read already (the pipeline shares it)
+        loaded = load_run(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config,
+                          read_rows=False)  # fmt: skip
     art = loaded.artifacts
     if art.adapter_dir is None:
         if getattr(art, "adapter_weights_pickle", None):

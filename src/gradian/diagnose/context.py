@@ -155,18 +155,23 @@ def build_context(
     tokenizer: str | Path | None = None,
     thresholds: dict[str, dict[str, Any]] | None = None,
     train_limit: int | None = None,
+    loaded: Any = None,
 ) -> DiagnoseContext:
     """Read every input from files with the shared loaders; what cannot be found stays empty. ``train_limit``: read
     only the first that many training rows (``ctx.train_limited`` says whether the file had more). The run is read by
-    :func:`gradian.run.loaded.load_run`, the loader ``attribute`` and ``tokens`` use, so all see the same rows."""
+    :func:`gradian.run.loaded.load_run`, the loader ``attribute`` and ``tokens`` use, so all see the same rows;
+    ``loaded`` is a run already read that way (without its rows, e.g. by ``attribute``): the paths are then not
+    read again."""
     from gradian.data import load_examples_with_problems
     from gradian.run import load_logs
     from gradian.run.loaded import load_run
 
-    lr = load_run(
-        run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
-        train_limit=train_limit,
-    )  # fmt: skip
+    if loaded is None:
+        loaded = load_run(
+            run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
+            read_rows=False,
+        )  # fmt: skip
+    lr = loaded.load_rows(tokenizer, train_limit=train_limit)
     artifacts = lr.artifacts
     ctx = DiagnoseContext(artifacts=artifacts, thresholds=thresholds or {})
     ctx.setup = lr.setup

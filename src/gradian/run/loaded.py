@@ -36,7 +36,32 @@ class LoadedRun:
     formatted: list[FormattedExample] | None = None
     formatted_note: str | None = None
     train_limited: bool = False
-    notes: list[str] = field(default_factory=list)
+
+    def load_rows(
+        self, tokenizer: str | Path | None = None, *, train_limit: int | None = None, format_rows: bool = True
+    ) -> LoadedRun:
+        """Read the training rows, load the tokenizer and format the rows (the part of :func:`load_run` after the
+        format settings); returns self."""
+        from gradian.data import format_examples, load_examples_with_problems, load_tokenizer
+
+        art, fs = self.artifacts, self.format_settings
+        if art.train_file is not None:
+            self.train, self.problems = load_examples_with_problems(
+                art.train_file, limit=train_limit, text_field=fs.text_field
+            )
+            self.train_limited = train_limit is not None and len(self.train) + len(self.problems) >= train_limit
+        self.tokenizer_dir, why = tokenizer_path(art, tokenizer)
+        if self.tokenizer_dir is None:
+            self.formatted_note = why
+            return self
+        self.tokenizer = load_tokenizer(self.tokenizer_dir)
+        if not format_rows:
+            return self
+        if self.train:
+            self.formatted = format_examples(self.train, self.tokenizer, fs)
+        else:
+            self.formatted_note = "no train rows to tokenize" if art.train_file else "no training file (pass --train)"
+        return self
 
     def require_formatted(self) -> list[FormattedExample]:
         """The formatted training rows, or a one-line error saying what is missing."""
@@ -89,8 +114,6 @@ def load_run(
     ``read_rows=False`` stops after the format settings (``attribute`` streams the rows itself, with the tokenizer
     it loads beside the model); ``format_rows=False`` after the tokenizer. What cannot be found stays empty; only bad
     files raise :class:`GradianError`."""
-    from gradian.data import format_examples, load_examples_with_problems, load_tokenizer
-
     p = lambda x: Path(x) if x is not None else None  # noqa: E731
     art = discover(
         run=p(run), adapter=p(adapter), base=base, train=p(train), eval=p(eval), config=p(config), logs=p(logs),
@@ -101,18 +124,4 @@ def load_run(
     lr = LoadedRun(artifacts=art, setup=setup, format_settings=fs)
     if not read_rows:
         return lr
-    if art.train_file is not None:
-        lr.train, lr.problems = load_examples_with_problems(art.train_file, limit=train_limit, text_field=fs.text_field)
-        lr.train_limited = train_limit is not None and len(lr.train) + len(lr.problems) >= train_limit
-    lr.tokenizer_dir, why = tokenizer_path(art, tokenizer)
-    if lr.tokenizer_dir is None:
-        lr.formatted_note = why
-        return lr
-    lr.tokenizer = load_tokenizer(lr.tokenizer_dir)
-    if not format_rows:
-        return lr
-    if lr.train:
-        lr.formatted = format_examples(lr.train, lr.tokenizer, fs)
-    else:
-        lr.formatted_note = "no train rows to tokenize" if art.train_file else "no training file (pass --train FILE)"
-    return lr
+    return lr.load_rows(tokenizer, train_limit=train_limit, format_rows=format_rows)
