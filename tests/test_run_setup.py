@@ -206,3 +206,56 @@ def test_bool_strings(tmp_path: Path, value, expected) -> None:
     cfg = tmp_path / "a.yml"
     cfg.write_text(f"base_model: m\nsequence_len: 64\nsample_packing: {json.dumps(value)}\n")
     assert load_setup(discover(config=cfg)).packing is expected
+
+
+def _trl_config(tmp_path: Path, **keys) -> Path:
+    cfg = tmp_path / "training_args.json"
+    cfg.write_text(json.dumps({"learning_rate": 1e-4, "dataset_text_field": "text", **keys}))
+    return cfg
+
+
+@pytest.mark.parametrize(("keys", "mask", "assistant_only"), [
+    ({"assistant_only_loss": True}, "completion_only", True),  # completion_only_loss None: both masks where they apply
+    ({"assistant_only_loss": True, "completion_only_loss": False}, "full", True),  # TRL: the assistant mask alone
+    ({"completion_only_loss": False}, "full", False),
+])  # fmt: skip
+def test_trl_loss_flags_to_masks(tmp_path: Path, keys: dict, mask: str, assistant_only: bool) -> None:
+    fs = format_settings(load_setup(discover(config=_trl_config(tmp_path, **keys))))
+    assert (fs.mask, fs.assistant_only) == (mask, assistant_only)
+
+
+def test_trl_formatting_keys(tmp_path: Path) -> None:
+    cfg = _trl_config(tmp_path, truncation_mode="keep_end", dataset_text_field="content", eos_token="<EOS_TOKEN>")
+    fs = format_settings(load_setup(discover(config=cfg)))
+    assert fs.truncation_mode == "keep_end" and fs.text_field == "content"
+    assert fs.eos_token is None  # TrainingArguments.to_dict writes "<EOS_TOKEN>" whatever the value was
+
+
+def test_eos_decision_is_shared(tmp_path: Path) -> None:
+    """One EOS decision for every command: TRL < 0.16 and the plain transformers Trainer append none."""
+    old = _trl_config(tmp_path, trl_version="0.15.2")
+    assert format_settings(load_setup(discover(config=old))).add_eos is False
+    new = tmp_path / "new"
+    new.mkdir()
+    assert format_settings(load_setup(discover(config=_trl_config(new, trl_version="0.19.0")))).add_eos is True
+
+
+@pytest.mark.parametrize("strategy", ["wrapped", "bfd_split"])
+def test_packing_that_cuts_rows_is_refused_by_attribute(tmp_path: Path, strategy: str) -> None:
+    from gradian.attribute.api import attribute
+    from gradian.errors import GradianError
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "stories260k"
+    cfg = _trl_config(tmp_path, packing=True, packing_strategy=strategy, max_length=64)
+    setup = load_setup(discover(config=cfg))
+    assert any(f"packing ({strategy})" in n and "attribute refuses" in n for n in setup.notes)
+    with pytest.raises(GradianError) as err:
+        attribute(example / "run", base=str(example / "base"), config=cfg, train=example / "data" / "train.jsonl",
+                  eval=example / "data" / "eval.jsonl")  # fmt: skip
+    assert "cannot attribute a packed run" in err.value.one_line() and strategy in err.value.one_line()
+
+
+def test_bfd_packing_keeps_rows_whole(tmp_path: Path) -> None:
+    setup = load_setup(discover(config=_trl_config(tmp_path, packing=True, max_length=64)))
+    assert format_settings(setup).packing == "bfd"
+    assert any("packing (bfd)" in n for n in setup.notes)

@@ -8,7 +8,7 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    from gradian import demo, doctor, train, verify
+    from gradian import demo, doctor, tokens, train, verify
     from gradian.attribute import cli as attribute_cli
     from gradian.diagnose import cli as diagnose_cli
     from gradian.report import cli as report_cli
@@ -19,5 +19,6 @@ def register(app: typer.Typer) -> None:
     app.command("attribute")(attribute_cli.attribute_command)
     app.command("report")(report_cli.report_command)
     app.command("verify")(verify.verify_command)
+    app.command("tokens")(tokens.tokens_command)
     app.command("train")(train.train_command)
     app.command("demo")(demo.demo_command)

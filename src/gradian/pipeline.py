@@ -43,7 +43,11 @@ def attribute_and_report(
     from gradian.report.build import build_report
     from gradian.report.cli import save_report_inputs
     from gradian.report.render import render_all
+    from gradian.run.loaded import load_run
 
+    # read once: attribute and diagnose share the run's files, setup and formatting settings
+    loaded = load_run(run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base,
+                      tokenizer=tokenizer, read_rows=False)  # fmt: skip
     res = attribute(
         run,
         base=base,
@@ -53,6 +57,7 @@ def attribute_and_report(
         tokenizer=tokenizer,
         config=config,
         out=out,
+        loaded=loaded,
         **attribute_kwargs,
     )
     if res.partial:
@@ -62,7 +67,7 @@ def attribute_and_report(
     limit = limit if limit is not None and limit < n_rows else None
     findings, _notes, ctx = diagnose_full(
         run=run, train=train, eval=eval, adapter=adapter, base=base, tokenizer=tokenizer, config=config, logs=logs,
-        train_limit=limit,
+        train_limit=limit, loaded=loaded,
     )  # fmt: skip
     train_rows = list(ctx.train)
     if ctx.train_limited:

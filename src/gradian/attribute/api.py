@@ -675,14 +675,14 @@ def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence
     from gradian.data.tokenized import tokenize_to_disk
 
     if out is None:
-        ex = load_examples(path)
+        ex = load_examples(path, text_field=fs.text_field)
         fx = format_examples(ex, tokenizer, fs)
         keep = [i for i, f in enumerate(fx) if not f.dropped]
         return [fx[i] for i in keep], [ex[i].id for i in keep], len(fx) - len(keep)
     folder = Path(out) / ("tokens" if not dist.active else f"tokens-rank{dist.rank}")
     fp = source_fingerprint(path, tokenizer, fs)
     rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
-        iter_examples(path), tokenizer, fs, folder, source=path
+        iter_examples(path, text_field=fs.text_field), tokenizer, fs, folder, source=path
     )
     return rows, rows.ids(), rows.n_dropped
 
@@ -723,6 +723,7 @@ def attribute(
     max_new_tokens: int = MAX_NEW_TOKENS,
     generations: int = SIDE_BY_SIDE,
     token_harm: int = TOKEN_HARM_ROWS,
+    loaded: Any = None,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
     (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
@@ -742,12 +743,15 @@ def attribute(
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
     from gradian.data import format_examples, load_examples
     from gradian.dist import device_for, from_env
-    from gradian.run import discover, format_settings, load_setup
+    from gradian.run.loaded import load_run, packing_refusal
 
     check_options(method, weighting, store_dtype)
     _check_generation_options(eval_samples, max_new_tokens, generations, token_harm)
 
-    art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
+    if loaded is None:  # a gradian.run.loaded.LoadedRun the caller read already (the pipeline shares it)
+        loaded = load_run(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config,
+                          read_rows=False)  # fmt: skip
+    art = loaded.artifacts
     if art.adapter_dir is None:
         if getattr(art, "adapter_weights_pickle", None):
             raise GradianError(
@@ -760,8 +764,14 @@ def attribute(
         raise GradianError("no training file found", fix="pass --train FILE")
     if art.eval_file is None:
         raise GradianError("no eval file found", fix="pass --eval FILE (the items the fine-tune got worse on)")
-    setup = load_setup(art)
-    fs = format_settings(setup)
+    fs = loaded.format_settings  # the same decision diagnose and `gradian tokens` use
+    refusal = packing_refusal(fs)
+    if refusal:
+        raise GradianError(
+            f"cannot attribute a packed run: {refusal}",
+            where=fs.sources.get("packing") or "config: packing",
+            fix="retrain with packing_strategy bfd (the default) or packing off, or use `gradian diagnose` only",
+        )
     if max_length is not None:
         fs = dataclasses.replace(fs, max_length=max_length)
     choices, ck_notes = [], []
@@ -781,7 +791,8 @@ def attribute(
     notes = list(lm.notes)
     t_gen = time.perf_counter()
     eval_ex, eval_extra, gen_info = _complete_eval(
-        lm.model, lm.tokenizer, load_examples(art.eval_file, prompt_only=True), max_new_tokens=max_new_tokens,
+        lm.model, lm.tokenizer, load_examples(art.eval_file, prompt_only=True, text_field=fs.text_field),
+        max_new_tokens=max_new_tokens,
         samples=eval_samples, seed=eval_seed, cut=eval_cut, batch_size=batch_size, dist=dist, notes=notes,
     )  # fmt: skip
     t_gen = time.perf_counter() - t_gen

@@ -1,21 +1,30 @@
-"""Tokenize rows exactly as the trainer did (TRL >= 0.16 SFTTrainer semantics), recording every decision.
+"""Tokenize rows exactly as the trainer did (TRL SFTTrainer semantics, checked against TRL 1.16), recording every
+decision.
 
 - String prompt/completion rows (also Alpaca, rendered by its template, and question/answer rows): with
   ``add_eos`` the EOS token *text* is appended to the completion unless it already ends with it (TRL's ``add_eos``);
-  ``ids = tok(prompt + completion)``, and the first ``len(tok(prompt))`` positions are the prompt. With
+  ``ids = tok(prompt + completion)``, and the prompt is the part where ``tok(prompt)`` and ``ids`` agree (TRL's
+  ``common_prefix_length``: a token merged across the boundary belongs to the completion). With
   ``mask="completion_only"`` (TRL ``completion_only_loss``, the default) only the rest carries loss; with
-  ``mask="full"`` every token does. When ``tok(prompt)`` is not a prefix of ``tok(prompt + completion)`` the row is
-  flagged ``prefix_mismatch`` (TRL warns and uses the prompt length anyway).
-- Text rows: EOS text appended as above; loss on every token.
+  ``mask="full"`` every token does. When ``tok(prompt)`` is not a prefix of ``ids`` the row is flagged
+  ``prefix_mismatch``.
+- Text rows (the ``text_field`` column, TRL ``dataset_text_field``): EOS text appended as above; loss on every token.
 - Chat rows (messages, ShareGPT): ``tokenizer.apply_chat_template`` (which tokenizes without adding special tokens,
-  so a template that writes BOS gets exactly one). TRL adds no EOS to conversational rows; the template's own
-  end-of-turn is used. Loss on every token, or with ``assistant_only`` on the tokens the template wraps in
-  ``{% generation %}``; a template without those markers cannot do that, which is recorded and the loss falls back to
-  every token (diagnose flags it; TRL itself errors).
+  so a template that writes BOS gets exactly one). ShareGPT ``from`` values stay the roles (``human``/``gpt``), as
+  TRL renames only the keys, unless ``sharegpt_roles="map"``. TRL adds no EOS to conversational rows. Loss on every
+  token, or with ``assistant_only`` on the tokens the template wraps in ``{% generation %}``; a template without
+  those markers is swapped for the training variant TRL uses (:mod:`gradian.data.templates`); when there is none,
+  TRL refuses the run, which is recorded and the loss falls back to every token.
 - Conversational prompt/completion rows: the prompt messages with ``add_generation_prompt=True`` give the prompt
-  length; the whole conversation gives the ids.
-- Truncation keeps the first ``max_length`` tokens (TRL ``truncation_mode="keep_start"``); ``drop_long`` instead
-  marks over-long rows dropped (Axolotl drops rows longer than ``sequence_len``) and leaves them untruncated.
+  (common prefix as above); the whole conversation gives the ids. The completion mask applies with
+  ``mask="completion_only"``, the assistant mask with ``assistant_only``; both can apply (TRL).
+- Truncation keeps the first ``max_length`` tokens (``truncation_mode="keep_start"``) or the last (``"keep_end"``);
+  a row left with no label token is dropped (TRL "Dropping fully masked examples"); ``drop_long`` instead marks
+  over-long rows dropped (Axolotl drops rows longer than ``sequence_len``) and leaves them untruncated.
+- Packing (``packing``, TRL's ``packing_strategy``): with ``"bfd"`` each row keeps its first ``max_length`` tokens
+  and nothing is dropped (TRL packs whole rows, best-fit decreasing, and its padding-free attention keeps them
+  apart, so a row's loss is its own); ``"bfd_split"`` and ``"wrapped"`` cut rows across packed sequences, which no
+  per-row view reproduces: rows are left untruncated and the decision says so.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from gradian.data.templates import training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
@@ -60,6 +70,16 @@ def _end_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share (TRL's ``common_prefix_length``)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _where(ex: Example) -> str:
     return f"{ex.source} row index {ex.index}"
 
@@ -82,17 +102,26 @@ def _finalize(
     max_len = settings.max_length
     if bos_id is not None and len(ids) >= 2 and ids[0] == bos_id and ids[1] == bos_id:
         decisions.append("starts with two BOS tokens (the text or template writes one and the tokenizer adds one)")
+    packing = settings.packing
+    if packing and packing != "bfd":
+        decisions.append(
+            f"packed with packing_strategy {packing}: rows are cut at sequence boundaries, so this is the row "
+            "before packing, untruncated"
+        )
+        max_len = None  # no per-row truncation to reproduce
     if max_len is not None and n_before > max_len:
         if settings.drop_long:
             dropped = True
             decisions.append(f"dropped: {n_before} tokens > max_length {max_len} (Axolotl drops over-long rows)")
         else:
             truncated = True
-            lost = sum(mask[max_len:])
+            keep_end = settings.truncation_mode == "keep_end" and not packing  # BFD packing keeps the start
+            lost = sum(mask[: n_before - max_len]) if keep_end else sum(mask[max_len:])
             cut = lost > 0
-            ids, mask = ids[:max_len], mask[:max_len]
+            ids, mask = (ids[-max_len:], mask[-max_len:]) if keep_end else (ids[:max_len], mask[:max_len])
             decisions.append(
-                f"truncated from {n_before} to {max_len} tokens (keep the start, as TRL does)"
+                f"truncated from {n_before} to {max_len} tokens "
+                + ("(keep the end: truncation_mode keep_end)" if keep_end else "(keep the start, as TRL does)")
                 + (f"; {lost} label tokens cut" if cut else "")
             )
     n_label = sum(mask)
@@ -109,6 +138,9 @@ def _finalize(
         ends = any(t in end_ids for t in tail)
     else:
         decisions.append("no tokens carry loss")
+        if not dropped and settings.drop_unlabeled and max_len is not None and not packing:
+            dropped = True
+            decisions.append("dropped: no label token left (TRL drops fully masked examples)")
     return FormattedExample(
         index=ex.index,
         input_ids=ids,
@@ -135,7 +167,9 @@ def _source_decision(ex: Example) -> str | None:
     return None
 
 
-def _apply_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+def _apply_template(
+    tokenizer: Any, ex: Example, messages: list[dict[str, Any]], template: str | None, **kwargs: Any
+) -> dict[str, Any]:
     tools = ex.raw.get("tools")
     if isinstance(tools, str):
         try:
@@ -143,6 +177,8 @@ def _apply_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]],
         except ValueError:
             tools = None
     extra = ex.raw.get("chat_template_kwargs") or {}
+    if template is not None:
+        kwargs["chat_template"] = template
     try:
         out = tokenizer.apply_chat_template(
             messages, tools=tools or None, tokenize=True, return_dict=True, **extra, **kwargs
@@ -157,37 +193,65 @@ def _apply_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]],
     return {k: list(v) for k, v in out.items()}
 
 
+def _messages(ex: Example, settings: FormatSettings) -> list[dict[str, Any]]:
+    """The messages the template renders: ShareGPT ``from``/``value`` become ``role``/``content`` with the ``from``
+    value kept as the role (TRL's maybe_convert_to_chatml), unless ``sharegpt_roles="map"``."""
+    assert ex.messages is not None
+    conv = ex.raw.get("conversations")
+    if ex.format != "sharegpt" or settings.sharegpt_roles != "keep" or not isinstance(conv, list):
+        return ex.messages
+    out = []
+    for m in conv:
+        new = {k: v for k, v in m.items() if k not in ("from", "value")}
+        out.append({"role": m.get("from"), "content": m.get("value"), **new})
+    return out
+
+
 def _format_chat(
-    ex: Example, tokenizer: Any, settings: FormatSettings, end_ids: set[int], markers: bool
+    ex: Example,
+    tokenizer: Any,
+    settings: FormatSettings,
+    end_ids: set[int],
+    assistant_only: bool,
+    template: str | None,
+    template_note: str | None,
 ) -> FormattedExample:
     assert ex.messages is not None
     decisions = [_source_decision(ex) or "chat template applied (TRL adds no EOS to conversational rows)"]
-    assistant_only = settings.assistant_only or settings.mask == "assistant_only"
-    use_markers = assistant_only and markers
-    if assistant_only and not markers:
-        decisions.append(
-            "assistant-only loss requested but the chat template has no {% generation %} markers; "
-            "loss falls back to every token"
-        )
+    messages = _messages(ex, settings)
+    if messages is not ex.messages:
+        decisions.append("ShareGPT from/value renamed to role/content, roles kept as written (TRL)")
+        if assistant_only:
+            decisions.append(
+                "TRL refuses assistant_only_loss for ShareGPT rows (it looks for role/content rows before it "
+                "converts from/value); convert the file to messages"
+            )
+    if template_note:
+        decisions.append(template_note)
+    use_markers = assistant_only and (template is not None or has_generation_markers(tokenizer))
+    completion_only = settings.mask != "full"
     prefix_mismatch = False
     if ex.n_prompt_messages:
-        prompt_ids = _apply_template(tokenizer, ex, ex.messages[: ex.n_prompt_messages], add_generation_prompt=True)[
-            "input_ids"
-        ]
-        out = _apply_template(tokenizer, ex, ex.messages, return_assistant_tokens_mask=use_markers)
+        prompt_ids = _apply_template(
+            tokenizer, ex, messages[: ex.n_prompt_messages], template, add_generation_prompt=True
+        )["input_ids"]
+        out = _apply_template(tokenizer, ex, messages, template, return_assistant_tokens_mask=use_markers)
         ids = out["input_ids"]
-        n_p = len(prompt_ids)
-        prefix_mismatch = ids[:n_p] != prompt_ids
-        if settings.mask == "full":
-            mask = [True] * len(ids)
-            decisions.append("conversational prompt/completion: loss on every token (mask=full)")
-        else:
-            mask = [False] * min(n_p, len(ids)) + [True] * max(0, len(ids) - n_p)
+        n_p = common_prefix_length(prompt_ids, ids)
+        prefix_mismatch = n_p < len(prompt_ids)
+        if completion_only:
+            mask = [False] * n_p + [True] * (len(ids) - n_p)
             decisions.append("conversational prompt/completion: loss on the completion only (TRL)")
+        else:
+            mask = [True] * len(ids)
+            decisions.append("conversational prompt/completion: no completion mask (completion_only_loss off)")
         if prefix_mismatch:
-            decisions.append("the templated prompt is not a prefix of the templated conversation")
+            decisions.append(
+                "the templated prompt is not a prefix of the templated conversation; the completion starts where "
+                "they differ (TRL)"
+            )
     else:
-        out = _apply_template(tokenizer, ex, ex.messages, return_assistant_tokens_mask=use_markers)
+        out = _apply_template(tokenizer, ex, messages, template, return_assistant_tokens_mask=use_markers)
         ids = out["input_ids"]
         mask = [True] * len(ids)
         if not use_markers:
@@ -211,6 +275,19 @@ def _format_chat(
     )
 
 
+def _chat_template_choice(tokenizer: Any, assistant_only: bool) -> tuple[str | None, str | None]:
+    """The template to render chat rows with (None: the tokenizer's own) and the decision to record."""
+    if not assistant_only or has_generation_markers(tokenizer):
+        return None, None
+    choice = training_chat_template(tokenizer)
+    if choice.template is None:
+        return None, (
+            f"assistant-only loss requested but the chat template has no {{% generation %}} markers and "
+            f"{choice.how}; loss falls back to every token"
+        )
+    return choice.template, f"assistant-only loss: rendered with {choice.how}"
+
+
 def format_examples(
     examples: Sequence[Example], tokenizer: Any, settings: FormatSettings | None = None
 ) -> list[FormattedExample]:
@@ -219,9 +296,21 @@ def format_examples(
     Raises :class:`GradianError` when a chat row meets a tokenizer without a chat template, or the template fails.
     """
     settings = settings or FormatSettings()
+    old_eos = tokenizer.eos_token
+    if settings.eos_token is not None and settings.eos_token != old_eos:
+        tokenizer.eos_token = settings.eos_token  # TRL sets it on the tokenizer (templates may read it); restored below
+    try:
+        return _format_all(examples, tokenizer, settings)
+    finally:
+        if tokenizer.eos_token != old_eos:
+            tokenizer.eos_token = old_eos
+
+
+def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSettings) -> list[FormattedExample]:
     end_ids = _end_ids(tokenizer)
     eos = tokenizer.eos_token
     results: list[FormattedExample | None] = [None] * len(examples)
+    assistant_only = settings.assistant_only or settings.mask == "assistant_only"
 
     chat_idx = [i for i, ex in enumerate(examples) if ex.messages is not None]
     if chat_idx:
@@ -232,23 +321,31 @@ def format_examples(
                 where=ex.source,
                 fix="pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)",
             )
-        markers = has_generation_markers(tokenizer)
+        template, note = _chat_template_choice(tokenizer, assistant_only)
         for i in chat_idx:
-            results[i] = _format_chat(examples[i], tokenizer, settings, end_ids, markers)
+            results[i] = _format_chat(examples[i], tokenizer, settings, end_ids, assistant_only, template, note)
 
     # String rows: prompt/completion (incl. Alpaca, question/answer) and text.
     pc_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is None]
     text_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is not None]
+    string_notes = []
+    if assistant_only and (pc_idx or text_idx):
+        string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
 
     def with_eos(s: str) -> tuple[str, bool]:
         if settings.add_eos and eos and not s.endswith(eos):
             return s + eos, True
         return s, False
 
-    if eos is None and settings.add_eos:
-        eos_note = "the tokenizer has no EOS token; none appended"
-    else:
-        eos_note = None
+    def eos_decision(appended: bool, what: str) -> str:
+        if appended:
+            return f"EOS {eos!r} appended to the {what} (TRL >= 0.16)"
+        if settings.add_eos and eos is None:
+            return "the tokenizer has no EOS token; none appended"
+        if not settings.add_eos:
+            why = settings.sources.get("add_eos")
+            return f"no EOS appended ({why})" if why else "no EOS appended (add_eos off)"
+        return f"the {what} already ends with EOS"
 
     if pc_idx:
         prompts = [examples[i].prompt or "" for i in pc_idx]
@@ -259,36 +356,25 @@ def format_examples(
         mask_note = (
             "loss on the completion only (TRL completion_only_loss)"
             if completion_only
-            else "loss on every token (mask=full)"
+            else "loss on every token (completion_only_loss off)"
         )
         for k, i in enumerate(pc_idx):
             ex = examples[i]
             pids, ids = p_ids[k], f_ids[k]
             appended = completions[k][1]
-            n_p = len(pids)
-            mismatch = ids[:n_p] != pids
+            n_p = common_prefix_length(pids, ids)
+            mismatch = n_p < len(pids)
             decisions = []
             src = _source_decision(ex)
             if src:
                 decisions.append(src)
-            decisions.append(mask_note)
-            if appended:
-                decisions.append(f"EOS {eos!r} appended to the completion (TRL >= 0.16)")
-            elif eos_note:
-                decisions.append(eos_note)
-            elif not settings.add_eos:
-                decisions.append("no EOS appended (add_eos off)")
-            else:
-                decisions.append("completion already ends with EOS")
+            decisions += [mask_note, *string_notes, eos_decision(appended, "completion")]
             if mismatch:
                 decisions.append(
-                    "tokens of the prompt are not a prefix of the tokens of prompt+completion; "
-                    "the loss mask starts at the prompt's token count, as in TRL"
+                    f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
+                    f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
                 )
-            if completion_only:
-                mask = [False] * min(n_p, len(ids)) + [True] * max(0, len(ids) - n_p)
-            else:
-                mask = [True] * len(ids)
+            mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
             results[i] = _finalize(
                 ex,
                 ids,
@@ -308,13 +394,7 @@ def format_examples(
         for k, i in enumerate(text_idx):
             ex = examples[i]
             appended = texts[k][1]
-            decisions = ["text row: loss on every token"]
-            if appended:
-                decisions.append(f"EOS {eos!r} appended to the text (TRL >= 0.16)")
-            elif eos_note:
-                decisions.append(eos_note)
-            elif not settings.add_eos:
-                decisions.append("no EOS appended (add_eos off)")
+            decisions = ["text row: loss on every token", *string_notes, eos_decision(appended, "text")]
             ids = t_ids[k]
             results[i] = _finalize(
                 ex,

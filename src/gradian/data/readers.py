@@ -127,8 +127,8 @@ def _iter_json(path: Path) -> Iterator[_Record]:
         yield _Record(i, f"{path} row {i + 1}", raw=raw)
 
 
-def _check_columns(path: Path, columns: list[str], kind: str) -> None:
-    if not FORMAT_KEYS.intersection(columns):
+def _check_columns(path: Path, columns: list[str], kind: str, text_field: str = "text") -> None:
+    if not FORMAT_KEYS.intersection(columns) and text_field not in columns:
         found = ", ".join(repr(c) for c in columns) or "none"
         raise GradianError(
             f"{kind} has no known columns (found: {found})",
@@ -137,23 +137,23 @@ def _check_columns(path: Path, columns: list[str], kind: str) -> None:
         )
 
 
-def _iter_csv(path: Path) -> Iterator[_Record]:
+def _iter_csv(path: Path, text_field: str = "text") -> Iterator[_Record]:
     """Read the file incrementally; on a UTF-8 fault, re-read it whole for the error's byte offset and line."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             if not any(line.strip() for line in f):
                 raise GradianError("file is empty", where=str(path), fix="point at a file with training rows")
         with open(path, encoding="utf-8-sig", newline="") as f:
-            yield from _csv_records(path, f)
+            yield from _csv_records(path, f, text_field)
     except UnicodeDecodeError:
         _read_text(path)  # raises the located error
         raise
 
 
-def _csv_records(path: Path, f: io.TextIOBase) -> Iterator[_Record]:
+def _csv_records(path: Path, f: io.TextIOBase, text_field: str = "text") -> Iterator[_Record]:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     reader = csv.DictReader(f, delimiter=delimiter)
-    _check_columns(path, list(reader.fieldnames or []), "CSV header")
+    _check_columns(path, list(reader.fieldnames or []), "CSV header", text_field)
     for i, row in enumerate(reader):
         where = f"{path} line {reader.line_num}"
         raw: dict[str, Any] = {k: v for k, v in row.items() if k is not None and v is not None}
@@ -190,14 +190,14 @@ def _drop_nulls(raw: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if v is not None}
 
 
-def _iter_parquet(path: Path) -> Iterator[_Record]:
+def _iter_parquet(path: Path, text_field: str = "text") -> Iterator[_Record]:
     pa = _import_pyarrow("parquet")
     try:
         pf = pa.parquet.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError for corrupt files
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise GradianError(f"not a readable Parquet file ({msg})", where=str(path), fix="re-export the file") from None
-    _check_columns(path, pf.schema_arrow.names, "Parquet schema")
+    _check_columns(path, pf.schema_arrow.names, "Parquet schema", text_field)
     if pf.metadata.num_rows == 0:
         raise GradianError("file is empty (0 rows)", where=str(path), fix="point at a file with training rows")
     i = 0
@@ -263,7 +263,7 @@ def _iter_datasets_dir(path: Path) -> Iterator[_Record]:
             ) from None
 
 
-def _records(path: Path) -> Iterator[_Record]:
+def _records(path: Path, text_field: str = "text") -> Iterator[_Record]:
     if path.is_dir():
         return _iter_datasets_dir(path)
     suffix = path.suffix.lower()
@@ -272,24 +272,28 @@ def _records(path: Path) -> Iterator[_Record]:
     if suffix == ".json":
         return _iter_json(path)
     if suffix in (".csv", ".tsv"):
-        return _iter_csv(path)
+        return _iter_csv(path, text_field)
     if suffix in (".parquet", ".pq"):
-        return _iter_parquet(path)
+        return _iter_parquet(path, text_field)
     raise GradianError(f"unsupported file type '{suffix or path.name}'", where=str(path), fix=f"use {SUPPORTED}")
 
 
-def _open(path: str | Path) -> Iterator[_Record]:
+def _open(path: str | Path, text_field: str = "text") -> Iterator[_Record]:
     """File-level checks that come before any row (missing, empty, unsupported type); the file's raw records."""
     p = Path(path)
     if not p.exists():
         raise GradianError("file not found", where=str(path), fix="check the path")
     if p.is_file() and p.stat().st_size == 0:
         raise GradianError("file is empty", where=str(path), fix="point at a file with training rows")
-    return _records(p)
+    return _records(p, text_field)
 
 
 def _checked(
-    path: str | Path, records: Iterator[_Record], limit: int | None, prompt_only: bool = False
+    path: str | Path,
+    records: Iterator[_Record],
+    limit: int | None,
+    prompt_only: bool = False,
+    text_field: str = "text",
 ) -> Iterator[Example | RowProblem]:
     """Each data row in file order, normalized into an :class:`Example` or turned into a :class:`RowProblem`.
 
@@ -307,7 +311,9 @@ def _checked(
         err = rec.error
         if err is None:
             try:
-                ex, layout = normalize_row(rec.raw, index=rec.index, source=source, prompt_only=prompt_only)
+                ex, layout = normalize_row(
+                    rec.raw, index=rec.index, source=source, prompt_only=prompt_only, text_field=text_field
+                )
             except RowError as e:
                 err = e
             else:
@@ -327,7 +333,12 @@ def _checked(
 
 
 def iter_examples(
-    path: str | Path, *, limit: int | None = None, strict: bool = True, prompt_only: bool = False
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    strict: bool = True,
+    prompt_only: bool = False,
+    text_field: str = "text",
 ) -> Iterator[Example]:
     """Yield a data file's rows one at a time: :func:`load_examples` without holding the rows.
 
@@ -336,12 +347,13 @@ def iter_examples(
     Same validation, row numbering and errors: ``strict=True`` raises the first bad row's :class:`GradianError`
     when the iteration reaches it; ``strict=False`` skips bad rows. A missing file, an empty file or an unsupported
     type raise on the call itself; other file-level faults when iteration starts. JSONL, CSV/TSV, Parquet and
-    datasets folders are read incrementally; a ``.json`` file (one JSON list) is parsed whole.
+    datasets folders are read incrementally; a ``.json`` file (one JSON list) is parsed whole. ``text_field``: the
+    column of language-modeling rows (TRL ``dataset_text_field``).
     """
-    records = _open(path)
+    records = _open(path, text_field)
 
     def rows() -> Iterator[Example]:
-        for item in _checked(path, records, limit, prompt_only):
+        for item in _checked(path, records, limit, prompt_only, text_field):
             if isinstance(item, Example):
                 yield item
             elif strict:
@@ -351,7 +363,7 @@ def iter_examples(
 
 
 def load_examples_with_problems(
-    path: str | Path, *, limit: int | None = None, prompt_only: bool = False
+    path: str | Path, *, limit: int | None = None, prompt_only: bool = False, text_field: str = "text"
 ) -> tuple[list[Example], list[RowProblem]]:
     """Load every row that can be loaded, and list the rows that cannot (for ``diagnose`` to report as findings).
 
@@ -363,7 +375,7 @@ def load_examples_with_problems(
     """
     examples: list[Example] = []
     problems: list[RowProblem] = []
-    for item in _checked(path, _open(path), limit, prompt_only):
+    for item in _checked(path, _open(path, text_field), limit, prompt_only, text_field):
         if isinstance(item, Example):
             examples.append(item)
         else:
@@ -372,11 +384,16 @@ def load_examples_with_problems(
 
 
 def load_examples(
-    path: str | Path, *, limit: int | None = None, strict: bool = True, prompt_only: bool = False
+    path: str | Path,
+    *,
+    limit: int | None = None,
+    strict: bool = True,
+    prompt_only: bool = False,
+    text_field: str = "text",
 ) -> list[Example]:
     """Load a data file as :class:`Example` rows (see the module docstring for formats and row numbering).
 
     ``strict=True`` (default) raises :class:`GradianError` for the first bad row; ``strict=False`` leaves bad rows
     out silently (use :func:`load_examples_with_problems` to see them). :func:`iter_examples` is the lazy form.
     """
-    return list(iter_examples(path, limit=limit, strict=strict, prompt_only=prompt_only))
+    return list(iter_examples(path, limit=limit, strict=strict, prompt_only=prompt_only, text_field=text_field))

@@ -12,7 +12,8 @@ Accepted row formats (the keys a row must have):
   template into prompt/completion.
 - ``question_answer``: ``question`` + ``answer`` (GSM8K style), mapped to prompt=question, completion=answer
   with no template (the file's own text is what a TRL prompt/completion export of it would contain).
-- ``text``: ``text`` string (language modeling, full loss).
+- ``text``: ``text`` string (language modeling, full loss); another column with ``text_field`` (TRL
+  ``dataset_text_field``), checked after the prompt/completion and chat keys, as TRL does.
 
 A *layout* is the finer name above; ``Example.format`` is the coarser :data:`RowFormat`. One file must use one
 layout; a row with another layout is a problem (mixed formats).
@@ -121,7 +122,7 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def detect_layout(raw: dict[str, Any]) -> str:
+def detect_layout(raw: dict[str, Any], text_field: str = "text") -> str:
     """The row's layout name (see module docstring), from its keys alone; raises RowError when none fits."""
     if "messages" in raw:
         return "messages"
@@ -135,6 +136,8 @@ def detect_layout(raw: dict[str, Any]) -> str:
         if isinstance(p, list) or isinstance(c, list):
             return "conversational_prompt_completion"
         return "prompt_completion"
+    if text_field != "text" and text_field in raw:
+        return "text"
     if "instruction" in raw or "output" in raw:
         return "alpaca"
     if "question" in raw and "answer" in raw:
@@ -142,7 +145,10 @@ def detect_layout(raw: dict[str, Any]) -> str:
     if "text" in raw:
         return "text"
     keys = ", ".join(repr(k) for k in raw) or "none"
-    raise RowError(None, f"unknown row format (keys: {keys})", f"use one of: {ACCEPTED_FORMATS}")
+    fix = f"use one of: {ACCEPTED_FORMATS}"
+    if text_field != "text":
+        fix += f" (or the text column '{text_field}' the config names in dataset_text_field)"
+    raise RowError(None, f"unknown row format (keys: {keys})", fix)
 
 
 def _require_str(raw: dict[str, Any], key: str, layout_desc: str, *, optional: bool = False) -> str:
@@ -226,14 +232,17 @@ def _no_completion(raw: dict[str, Any], key: str) -> bool:
     return raw.get(key) is None
 
 
-def normalize_row(raw: Any, *, index: int, source: str, prompt_only: bool = False) -> tuple[Example, str]:
+def normalize_row(
+    raw: Any, *, index: int, source: str, prompt_only: bool = False, text_field: str = "text"
+) -> tuple[Example, str]:
     """Turn one raw row into an :class:`Example`; returns it with its layout name. Raises :class:`RowError`.
 
     ``prompt_only`` (eval files): a row with a prompt and no completion is accepted and marked ``prompt_only``
-    (prompt/completion or Alpaca without the completion, messages or ShareGPT ending in a user turn)."""
+    (prompt/completion or Alpaca without the completion, messages or ShareGPT ending in a user turn).
+    ``text_field``: the column of language-modeling rows (TRL ``dataset_text_field``)."""
     if not isinstance(raw, dict):
         raise RowError(None, f"row is {_type_name(raw)}, expected a JSON object", "write one JSON object per row")
-    layout = detect_layout(raw)
+    layout = detect_layout(raw, text_field)
     ex = Example(index=index, source=source, format=LAYOUT_FORMAT[layout], id=_row_id(raw), raw=raw)
     if layout == "prompt_completion":
         ex.prompt = _require_str(raw, "prompt", "prompt/completion")
@@ -278,7 +287,7 @@ def normalize_row(raw: Any, *, index: int, source: str, prompt_only: bool = Fals
         ex.prompt = _require_str(raw, "question", "question/answer")
         ex.completion = _require_str(raw, "answer", "question/answer")
     else:  # text
-        ex.text = _require_str(raw, "text", "text")
+        ex.text = _require_str(raw, text_field if text_field in raw else "text", "text")
     if prompt_only and ex.messages is not None and not ex.prompt_only and ex.messages[-1]["role"] == "user":
         ex.prompt_only = True  # a conversation ending in a user turn: the assistant's answer is to be generated
         ex.n_prompt_messages = len(ex.messages)

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 RowFormat = Literal["prompt_completion", "messages", "text", "alpaca", "sharegpt"]
 MaskMode = Literal["completion_only", "assistant_only", "full"]
+TruncationMode = Literal["keep_start", "keep_end"]
+SharegptRoles = Literal["keep", "map"]
 
 
 @dataclass
@@ -61,6 +63,12 @@ class FormatSettings:
     assistant_only: bool = False  # for messages rows: loss only on assistant turns (TRL assistant_only_loss)
     add_eos: bool = True  # append EOS when the formatted row does not end with it (TRL >= 0.16)
     drop_long: bool = False  # drop over-long rows instead of truncating them (Axolotl)
+    truncation_mode: TruncationMode = "keep_start"  # TRL truncation_mode: keep the first or the last max_length tokens
+    drop_unlabeled: bool = True  # drop rows left with no label token after truncation (TRL, Axolotl)
+    text_field: str = "text"  # the column of language-modeling rows (TRL dataset_text_field)
+    eos_token: str | None = None  # the EOS appended instead of the tokenizer's (TRL SFTConfig.eos_token)
+    sharegpt_roles: SharegptRoles = "keep"  # ShareGPT "from" values: kept as roles (TRL) or mapped to user/assistant
+    packing: str | None = None  # TRL packing_strategy when packing ("bfd", "bfd_split", "wrapped"); None: no packing
     sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
 
 
@@ -76,7 +84,7 @@ class FormattedExample:
     n_label_tokens: int
     truncated: bool = False
     cut_in_completion: bool = False  # the truncation removed label tokens (the end of the completion)
-    dropped: bool = False  # the trainer would drop this row (e.g. Axolotl over-long rows)
+    dropped: bool = False  # the trainer drops this row (Axolotl over-long rows; no label left after truncation)
     eos_appended: bool = False
     ends_with_eos: bool = False  # the last label token is EOS (or the template's end-of-turn)
     prefix_mismatch: bool = False  # tokens(prompt) is not a prefix of tokens(prompt + completion)

@@ -34,7 +34,9 @@ def diagnose_full(
     settings: DiagnoseSettings | None = None,
     overrides: list[str] | None = None,
     train_limit: int | None = None,
+    loaded: Any = None,
 ) -> tuple[list[Finding], list[Note], DiagnoseContext]:
+    """Run the checks; ``loaded`` is a :class:`gradian.run.loaded.LoadedRun` already read (see build_context)."""
     settings = settings or load_settings()
     apply_overrides(settings, overrides or [])
     th = {k: dict(v) for k, v in settings.thresholds.items()}
@@ -42,7 +44,7 @@ def diagnose_full(
         th.setdefault(k, {}).update(v)
     rules = select_rules(select if select is not None else settings.select, [*settings.ignore, *(ignore or [])])
     ctx = build_context(run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base,
-                        tokenizer=tokenizer, thresholds=th, train_limit=train_limit)  # fmt: skip
+                        tokenizer=tokenizer, thresholds=th, train_limit=train_limit, loaded=loaded)  # fmt: skip
     findings, notes = run_rules(ctx, rules)
     return findings, notes, ctx
 

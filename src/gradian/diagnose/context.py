@@ -158,56 +158,48 @@ def build_context(
     tokenizer: str | Path | None = None,
     thresholds: dict[str, dict[str, Any]] | None = None,
     train_limit: int | None = None,
+    loaded: Any = None,
 ) -> DiagnoseContext:
     """Read every input from files with the shared loaders; what cannot be found stays empty. ``train_limit``: read
-    only the first that many training rows (``ctx.train_limited`` says whether the file had more)."""
-    try:
-        from gradian import data as gdata
-        from gradian import run as grun
+    only the first that many training rows (``ctx.train_limited`` says whether the file had more). The run is read by
+    :func:`gradian.run.loaded.load_run`, the loader ``attribute`` and ``tokens`` use, so all see the same rows;
+    ``loaded`` is a run already read that way (without its rows, e.g. by ``attribute``): the paths are then not
+    read again."""
+    from gradian.data import load_examples_with_problems
+    from gradian.run import load_logs
+    from gradian.run.loaded import load_run
 
-        discover = grun.discover
-        load_setup, load_logs, format_settings = grun.load_setup, grun.load_logs, grun.format_settings
-        load_with_problems = gdata.load_examples_with_problems
-        load_tokenizer, format_examples = gdata.load_tokenizer, gdata.format_examples
-    except (ImportError, AttributeError) as err:  # the loaders are built in parallel
-        raise GradianError(f"the run/data loaders are not available ({err})", fix="update gradian") from err
-
-    p = lambda x: Path(x) if x is not None else None  # noqa: E731
-    artifacts = discover(
-        run=p(run), adapter=p(adapter), base=base, train=p(train), eval=p(eval), config=p(config), logs=p(logs),
-        tokenizer=p(tokenizer),
-    )  # fmt: skip
+    if loaded is None:
+        loaded = load_run(
+            run=run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
+            read_rows=False,
+        )  # fmt: skip
+    lr = loaded.load_rows(tokenizer, train_limit=train_limit, format_rows=False)  # D127: formatting may fail
+    artifacts = lr.artifacts
     ctx = DiagnoseContext(artifacts=artifacts, thresholds=thresholds or {})
-    ctx.setup = load_setup(artifacts)
+    ctx.setup = lr.setup
     ctx.setup_known = bool(ctx.setup.config_files or artifacts.config_files or artifacts.adapter_config)
     ctx.logs = load_logs(artifacts) if artifacts.log_file is not None else TrainerLogs()
+    ctx.format_settings = lr.format_settings  # the trainer's formatting (EOS included), shared with attribute
+    ctx.train, ctx.problems, ctx.train_limited = lr.train, lr.problems, lr.train_limited
     if artifacts.train_file is not None:
-        ctx.train, ctx.problems = load_with_problems(artifacts.train_file, limit=train_limit)
         ctx.train_file = str(artifacts.train_file)
-        ctx.train_limited = train_limit is not None and len(ctx.train) + len(ctx.problems) >= train_limit
     if artifacts.eval_file is not None:
-        ctx.eval, ctx.eval_problems = load_with_problems(artifacts.eval_file, prompt_only=True)
+        ctx.eval, ctx.eval_problems = load_examples_with_problems(artifacts.eval_file, prompt_only=True)
         ctx.eval_file = str(artifacts.eval_file)
-
     base_dir = Path(artifacts.base) if artifacts.base and Path(artifacts.base).is_dir() else None
     if base_dir is not None:
         ctx.base_config = _read_json(base_dir / "config.json")
         ctx.generation_config = _read_json(base_dir / "generation_config.json")
+    ctx.tokenizer = lr.tokenizer
+    if ctx.tokenizer is None:
+        ctx.formatted_note = lr.formatted_note
+    elif ctx.train:
+        from gradian.data import format_examples
 
-    tok_path = p(tokenizer) or artifacts.tokenizer_dir or base_dir
-    ctx.format_settings = format_settings(ctx.setup)
-    _adjust_eos(ctx)
-    if tok_path is None:
-        why = "no tokenizer: pass --tokenizer DIR or --base DIR (a local model directory)"
-        if artifacts.base:
-            why = f"the base model {artifacts.base!r} is not a local directory (no model hub access); pass --tokenizer"
-        ctx.formatted_note = why
+        _format_rows(ctx, format_examples)
     else:
-        ctx.tokenizer = load_tokenizer(tok_path)
-        if ctx.train:
-            _format_rows(ctx, format_examples)
-        else:
-            ctx.formatted_note = "no train rows to tokenize"
+        ctx.formatted_note = "no train rows to tokenize" if artifacts.train_file else "no training file (pass --train)"
     return ctx
 
 
@@ -225,19 +217,3 @@ def _format_rows(ctx: DiagnoseContext, format_examples: Any) -> None:
         except GradianError as err:
             ctx.format_error = err.one_line().rstrip(".")
     ctx.formatted_note = f"the rows cannot be formatted with this tokenizer: {ctx.format_error} (see D127)"
-
-
-def _adjust_eos(ctx: DiagnoseContext) -> None:
-    """Trainers that append no EOS: the plain transformers Trainer (the user's own tokenization; HF tokenizers add
-    no EOS) and TRL < 0.16. Only where the config did not decide it explicitly."""
-    fs, s = ctx.format_settings, ctx.setup
-    if fs is None or s.add_eos is not None and "default" not in (s.sources.get("add_eos") or "default"):
-        return
-    fw = (s.framework or "").lower()
-    v = parse_version(s.versions.get("trl"))
-    if fw == "transformers":
-        fs.add_eos = False
-        fs.sources["add_eos"] = "transformers Trainer: the tokenizer appends no EOS"
-    elif fw == "trl" and v is not None and v < (0, 16):
-        fs.add_eos = False
-        fs.sources["add_eos"] = f"TRL {s.versions.get('trl')} (< 0.16 appends no EOS)"

@@ -55,6 +55,7 @@ TRL_SFT_KEYS = frozenset(
     assistant_only_loss dataset_kwargs dataset_num_proc dataset_batch_size eos_token pad_token chat_template_path
     model_init_kwargs num_of_sequences chars_per_token eval_packing pad_to_multiple_of use_liger loss_type
     activation_offloading shuffle_dataset padding_side dataset_train_split dataset_test_split skip_prepare_dataset
+    truncation_mode
     """.split()
 )
 

@@ -17,6 +17,7 @@ actually saved). Framework defaults fill what no file set, with a source like ``
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -256,6 +257,13 @@ def _apply_hf(b: _Builder, cf: ConfigFile) -> None:
     elif "max_seq_length" in data:  # TRL < 0.16 with max_seq_length None: min(model_max_length, 1024)
         b.set("max_length", 1024, f"{cf.name}: max_seq_length (null: TRL default 1024)")
     b.set("packing", _bool(cf, "packing"), _src(cf, "packing"))
+    b.set("packing_strategy", _str(cf, "packing_strategy"), _src(cf, "packing_strategy"))
+    b.set("truncation_mode", _str(cf, "truncation_mode"), _src(cf, "truncation_mode"))
+    b.set("dataset_text_field", _str(cf, "dataset_text_field"), _src(cf, "dataset_text_field"))
+    eos = _str(cf, "eos_token")
+    if eos != "<EOS_TOKEN>":  # TrainingArguments.to_dict writes every *_token field as "<KEY_TOKEN>", set or not
+        b.set("eos_token", eos, _src(cf, "eos_token"))
+    b.set("completion_only_loss", _bool(cf, "completion_only_loss"), _src(cf, "completion_only_loss"))
     b.flag("completion_only_loss", _bool(cf, "completion_only_loss"), _src(cf, "completion_only_loss"))
     b.flag("assistant_only_loss", _bool(cf, "assistant_only_loss"), _src(cf, "assistant_only_loss"))
     init = data.get("model_init_kwargs")
@@ -454,6 +462,9 @@ def _defaults_and_masking(b: _Builder, framework: str | None) -> None:
         if "max_length" not in s.sources:
             b.default("max_length", 1024, f"{d} (max_length 1024)")
         b.default("packing", False, d)
+        if s.packing:
+            b.default("packing_strategy", "bfd", f"{d} (packing_strategy bfd)")
+            s.notes.append(_packing_note(s.packing_strategy))
         b.default("add_eos", True, f"{d} (EOS appended since TRL 0.16)")
         assistant = flags.get("assistant_only_loss", (None, ""))
         completion = flags.get("completion_only_loss", (None, ""))
@@ -503,6 +514,21 @@ def _defaults_and_masking(b: _Builder, framework: str | None) -> None:
         b.set("masking", "full" if train_on_prompt[0] else "completion_only", train_on_prompt[1])
 
 
+def _packing_note(strategy: str | None) -> str:
+    """What TRL's packing changes about the rows, for diagnose to say."""
+    if strategy == "bfd":
+        return (
+            "packing (bfd): TRL packs whole rows into sequences of max_length tokens; each row keeps its first "
+            "max_length tokens whatever truncation_mode says, and rows with no label are not dropped; padding-free "
+            "attention keeps rows apart, so attribution scores each row on its own"
+        )
+    return (
+        f"packing ({strategy}): TRL cuts rows across packed sequences of max_length tokens, so a row's tokens are "
+        "trained in pieces, without the context before the cut; attribute refuses this run (a row's loss is not its "
+        "own)"
+    )
+
+
 def load_setup(artifacts: RunArtifacts) -> TrainingSetup:
     """The normalized training setup from every config file ``artifacts`` lists plus adapter_config.json."""
     b = _Builder()
@@ -534,8 +560,39 @@ def load_setup(artifacts: RunArtifacts) -> TrainingSetup:
     return b.setup
 
 
+def _version(v: str | None) -> tuple[int, ...] | None:
+    parts = []
+    for p in str(v or "").split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, p))
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def _eos_decision(setup: TrainingSetup) -> tuple[bool, str]:
+    """Whether the trainer appended EOS to string rows, and why: one decision for diagnose and attribute alike.
+
+    The plain transformers Trainer (the user's own tokenization; HF tokenizers add no EOS) and TRL < 0.16 append
+    none; TRL >= 0.16, Axolotl and LLaMA-Factory do. A config that sets it explicitly wins."""
+    src = setup.sources.get("add_eos") or ""
+    if setup.add_eos is not None and "default" not in src:
+        return setup.add_eos, src
+    fw = (setup.framework or "").lower()
+    v = _version(setup.versions.get("trl"))
+    if fw == "transformers":
+        return False, "transformers Trainer: the tokenizer appends no EOS"
+    if fw == "trl" and v is not None and v < (0, 16):
+        return False, f"TRL {setup.versions.get('trl')} (< 0.16 appends no EOS)"
+    if setup.add_eos is not None:
+        return setup.add_eos, src
+    return True, "default (TRL >= 0.16 appends EOS)"
+
+
 def format_settings(setup: TrainingSetup) -> FormatSettings:
-    """How the trainer turned rows into tokens, from the setup (TRL >= 0.16 defaults where nothing is known)."""
+    """How the trainer turned rows into tokens, from the setup (TRL >= 0.16 defaults where nothing is known).
+
+    The one place that decides it: diagnose, attribute and ``gradian tokens`` all format rows with these settings."""
     fs = FormatSettings()
     src = fs.sources
     fw = setup.framework
@@ -550,14 +607,13 @@ def format_settings(setup: TrainingSetup) -> FormatSettings:
             fw in ("axolotl", "llamafactory") and setup.masking != "full"
         )
         src["mask"] = src["assistant_only"] = setup.sources.get("masking", "")
+        if fw == "trl" and fs.assistant_only and setup.completion_only_loss is False:
+            fs.mask = "full"  # TRL: assistant mask only; the completion mask needs completion_only_loss
+            src["mask"] = setup.sources.get("completion_only_loss", "")
     else:
         src["mask"] = "default (TRL: completion_only_loss=None)"
         src["assistant_only"] = "default (TRL: assistant_only_loss=False)"
-    if setup.add_eos is not None:
-        fs.add_eos = setup.add_eos
-        src["add_eos"] = setup.sources.get("add_eos", "")
-    else:
-        src["add_eos"] = "default (TRL >= 0.16 appends EOS)"
+    fs.add_eos, src["add_eos"] = _eos_decision(setup)
     if fw == "axolotl":
         strategy = str(setup.raw.get("excess_length_strategy") or "drop").lower()
         fs.drop_long = strategy == "drop"
@@ -567,4 +623,24 @@ def format_settings(setup: TrainingSetup) -> FormatSettings:
         )  # fmt: skip
     else:
         src["drop_long"] = f"{fw or 'TRL'} truncates over-long rows"
+    if setup.truncation_mode in ("keep_start", "keep_end"):
+        fs.truncation_mode = setup.truncation_mode  # type: ignore[assignment]
+        src["truncation_mode"] = setup.sources.get("truncation_mode", "")
+    if setup.dataset_text_field:
+        fs.text_field = setup.dataset_text_field
+        src["text_field"] = setup.sources.get("dataset_text_field", "")
+    if setup.eos_token:
+        fs.eos_token = setup.eos_token
+        src["eos_token"] = setup.sources.get("eos_token", "")
+    if fw in ("axolotl", "llamafactory"):
+        fs.sharegpt_roles = "map"
+        src["sharegpt_roles"] = f"{fw} maps ShareGPT roles (human -> user, gpt -> assistant)"
+    if setup.packing:
+        fs.packing = setup.packing_strategy or "bfd"
+        src["packing"] = setup.sources.get("packing_strategy") or setup.sources.get("packing", "")
+    fs.drop_unlabeled = fw != "llamafactory"
+    src["drop_unlabeled"] = (
+        "LLaMA-Factory keeps rows without labels" if fw == "llamafactory"
+        else "TRL drops rows left fully masked after truncation"
+    )  # fmt: skip
     return fs

@@ -24,8 +24,13 @@ class TrainingSetup:
     max_length: int | None = None
     max_length_key: str | None = None  # the key the user set (max_seq_length / max_length / sequence_len / cutoff_len)
     packing: bool | None = None
+    packing_strategy: str | None = None  # TRL packing_strategy: "bfd" (default), "bfd_split", "wrapped"
     masking: str | None = None  # "completion_only" | "assistant_only" | "full"
     add_eos: bool | None = None
+    completion_only_loss: bool | None = None  # TRL's flag as set (None: the default, on for prompt/completion rows)
+    truncation_mode: str | None = None  # TRL truncation_mode: "keep_start" | "keep_end"
+    dataset_text_field: str | None = None  # TRL dataset_text_field (the column of text rows)
+    eos_token: str | None = None  # TRL SFTConfig.eos_token (replaces the tokenizer's EOS)
     lora_r: int | None = None
     lora_alpha: float | None = None
     lora_dropout: float | None = None
