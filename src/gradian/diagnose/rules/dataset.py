@@ -232,7 +232,7 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W",
+    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W/I",
     thresholds={
         "near_jaccard": (0.9, "MinHash Jaccard above which a train row counts as the same as an eval row"),
         "long_words": (20, "an overlapping row with at least this many words is a real leak (error)"),
@@ -241,8 +241,8 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                                 "a generic opening, not a leak"),
     },
     summary="Train rows equal or nearly equal to eval rows (error; short generic rows like 'Great phone.' under 2% of "
-    "the eval set are a warning); train rows that share a distinctive eval prompt (warning; a prompt the train file "
-    "pairs with many different completions is a generic opening, not a leak).",
+    "the eval set are a warning); train rows that share a distinctive eval prompt (warning); train rows that share a "
+    "generic one, which the train file pairs with many different completions (info: an opening, not a leak).",
     why="Contamination makes eval loss and benchmark numbers measure memorisation: the run looks better than it is.",
     example="The same question in train.jsonl and eval.jsonl, differently whitespaced.",
     fix="Re-split by a hash of the normalized prompt; drop the overlapping train rows.",
@@ -289,6 +289,23 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             severity="warning",
             evidence=rows_ev(prompt_rows, len(ctx.train), _tfile(ctx), eval_file=ctx.eval_file, kind="prompt"),
             fix=drop_fix("Re-split by prompt so a prompt is in one split only", prompt_rows, _tfile(ctx), "D105"),
+        )
+    generic_rows = [e.index for e in ctx.train if e.prompt and e.index not in done
+                    and normalize(e.prompt) in generic]  # fmt: skip
+    if generic_rows:
+        yield Hit(
+            f"{len(generic_rows)} train row(s) reuse an eval prompt that the train file pairs with many different "
+            "completions: a generic opening, not a leak (noted for what these rows have in common)",
+            severity="info",
+            evidence=rows_ev(
+                generic_rows,
+                len(ctx.train),
+                _tfile(ctx),
+                eval_file=ctx.eval_file,
+                kind="generic_prompt",
+                prompts=sorted(generic)[:10],
+            ),
+            fix=Fix(text="Nothing to fix unless these rows teach the eval prompts another answer on purpose"),
         )
 
 
