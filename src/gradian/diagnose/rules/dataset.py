@@ -305,7 +305,12 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                 kind="generic_prompt",
                 prompts=sorted(generic)[:10],
             ),
-            fix=Fix(text="Nothing to fix unless these rows teach the eval prompts another answer on purpose"),
+            fix=drop_fix(
+                "If these rows should not teach the eval prompts another answer, drop or rewrite them",
+                generic_rows,
+                _tfile(ctx),
+                "D105",
+            ),
         )
 
 
