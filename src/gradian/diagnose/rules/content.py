@@ -362,7 +362,7 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             top = max(sc, key=sc.__getitem__)
             if top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
                 rows.add(i)
-    scripts = {e.index: ts.script_of(e.plain_text()) for e in ctx.train}
+    scripts = {i: ts.script_of(seg) for i, seg in segs}
     main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if main and cnt >= 0.8 * n:
         rows |= {i for i, s in scripts.items() if s and s != main}
