@@ -805,18 +805,28 @@ def label_imbalance(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 _REFUSALS = ("as an ai language model", "i'm sorry, but i can't", "i cannot assist with", "as a large language model")
+_REFUSAL_OPENING = re.compile(
+    r"^\W*(?:i['’]?m sorry|sorry,|i apologi[sz]e|unfortunately,? (?:i|as an ai)|as an ai\b|i (?:cannot|can['’]?t|"
+    r"can not|am unable to|am not able to|won['’]?t be able to|will not be able to)\b|i['’]m (?:unable|not able) to)",
+    re.IGNORECASE,
+)
 
 
 @rule(
     "D123", "refusal_boilerplate", "info", cause="content", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires")},
-    summary="Targets with distilled refusal boilerplate ('As an AI language model...').",
+    summary="Targets with distilled refusal boilerplate: answers that open with an apology or an inability ('I'm "
+    "sorry', 'Unfortunately, I am unable to', 'I cannot', 'As an AI') or contain 'As an AI language model...'.",
     why="Distilled data carries the teacher's refusals: the adapter learns to refuse harmless requests.",
     example='"As an AI language model, I cannot..."',
     fix="Filter the refusals out of the targets.",
 )  # fmt: skip
 def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e in ctx.train if any(r in e.target_text().lower() for r in _REFUSALS)]
+    rows = []
+    for e in ctx.train:
+        tgt = e.target_text()
+        if _REFUSAL_OPENING.match(tgt[:200]) or any(r in tgt.lower() for r in _REFUSALS):
+            rows.append(e.index)
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
             f"{len(rows)} target(s) contain refusal boilerplate",
