@@ -3,6 +3,7 @@ every dataset rule (near-duplicate MinHash included). Prints one markdown table 
 
     python bench/bench_diagnose.py            # 10,000 and 100,000 rows
     python bench/bench_diagnose.py 5000
+    python bench/bench_diagnose.py --rules-only 50000   # character-level rules only (A/B of two trees)
 """
 
 from __future__ import annotations
@@ -46,7 +47,21 @@ def bench(n: int) -> tuple[float, float, int]:
     return t1 - t0, t2 - t1, len(findings)
 
 
+def rules_only(n: int) -> float:
+    """Seconds for the character-level dataset rules alone (no tokenizer): for A/B runs of two source trees on the
+    same machine state (PYTHONPATH=OTHER_TREE/src python bench/bench_diagnose.py --rules-only 50000)."""
+    ctx = DiagnoseContext(train=synth(n), train_file="synthetic.jsonl")
+    rules = [r for r in select_rules(["D"], []) if all(need == "train" for need in r.needs)]
+    t0 = time.perf_counter()
+    run_rules(ctx, rules)
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str]) -> None:
+    if "--rules-only" in argv:
+        for n in [int(a) for a in argv if a != "--rules-only"] or [50_000]:
+            print(f"{n:,} rows: character-level dataset rules {rules_only(n):.2f} s")
+        return
     sizes = [int(a) for a in argv] or [10_000, 100_000]
     print("| rows | tokenize s | rules s | total s | rows/s | findings |")
     print("|---:|---:|---:|---:|---:|---:|")

@@ -35,6 +35,17 @@ FOREIGN = [
 ]
 
 
+REFUSALS = [
+    "I'm sorry, I can't help with that.",
+    "Unfortunately, I am unable to provide that information.",
+    "I cannot answer this question.",
+    "Sorry, that is not something I can do.",
+    "I apologize, but I won't be able to assist with this request.",
+    "As an AI, I don't have personal opinions on this.",
+    "I'm not able to help with that request, but I can help with something else.",
+]
+
+
 def _cut_mid(s: str, rng: random.Random) -> str:
     words = s.split()
     k = rng.randint(max(3, len(words) // 3), max(4, 2 * len(words) // 3))
@@ -88,6 +99,7 @@ PC_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
     "mojibake": lambda r, g: {**r, "completion": r["completion"].replace("e", "Ã©", 2) + " itâ€™s"},
     "control_token": lambda r, g: {**r, "completion": r["completion"] + "<|im_end|>"},
     "refusal": lambda r, g: {**r, "completion": " I'm sorry, but I can't help with that request."},
+    "refusal_varied": lambda r, g: {**r, "completion": " " + g.choice(REFUSALS)},
     "extra_key": lambda r, g: {**r, "meta": "x"},
     "mixed_format_text": lambda r, g: {"text": r["prompt"] + r["completion"]},
 }
@@ -114,7 +126,8 @@ EXPECT = {
     "placeholder_double": ["D131"], "placeholder_angle": ["D131"], "html_tags": ["D132"], "html_entities": ["D132"],
     "copied_prompt": ["D121"], "answer_leak": ["D121"], "cot_stripped": ["D133"], "foreign_language": ["D134"],
     "empty_target": ["D103"], "null_string": ["D120"], "mojibake": ["D119"], "control_token": ["D111"],
-    "refusal": ["D123"], "extra_key": ["D101"], "mixed_format_text": ["D101"], "chat_copied_prompt": ["D121"],
+    "refusal": ["D123"], "refusal_varied": ["D123"], "extra_key": ["D101"], "mixed_format_text": ["D101"],
+    "chat_copied_prompt": ["D121"],
     "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
     "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],
     "label_flip": ["D135"], "duplicates": ["D104"],

@@ -105,6 +105,21 @@ def test_loss_mask_covers_prompt(tmp_path, capsys):
     assert f and f[0]["evidence"]["key"] == "masking" and "train_on_inputs" in f[0]["evidence"]["source"]
 
 
+def test_instruction_layout_in_text_rows_learned_from_the_file(tmp_path, capsys):
+    """Axolotl `type: completion` text rows in a "Problem:/Solution:" layout (no known family): C216 and D130 learn the
+    markers from the file; the bundled stories and GSM8K-style prompt/completion rows do not trip them."""
+    cfg = {"base_model": str(STORIES), "adapter": "lora", "lora_r": 16, "lora_alpha": 32, "lora_target_linear": True,
+           "sequence_len": 512, "train_on_inputs": False, "learning_rate": 2e-4, "num_epochs": 2,
+           "micro_batch_size": 4, "gradient_accumulation_steps": 2, "val_set_size": 0.05, "bf16": True,
+           "datasets": [{"path": "train.jsonl", "type": "completion"}]}  # fmt: skip
+    text = [{"text": f"Problem:\n{r['prompt']}\n\nSolution:\n{r['completion'].strip()}"} for r in rows(200)]
+    d = make_run(tmp_path, text, "axolotl.yml", cfg)
+    _, fs = diagnose_json(capsys, d)
+    (c216,) = by_name(fs, "loss_on_prompt")
+    assert {"Problem:", "Solution:"} <= set(c216["evidence"]["markers"]) and c216["evidence"]["count"] == 200
+    assert by_name(fs, "template_in_text")[0]["evidence"]["count"] == 200
+
+
 def test_no_eos(tmp_path, capsys):
     cfg = {"learning_rate": 2e-4, "num_train_epochs": 2, "per_device_train_batch_size": 4, "output_dir": "out",
            "gradient_accumulation_steps": 2, "eval_strategy": "no", "bf16": True}  # fmt: skip
@@ -192,9 +207,10 @@ def test_settings_file(tmp_path, capsys, monkeypatch):
 def test_rules_and_explain(capsys):
     code, out, _ = run_cli(capsys, "rules", "--format", "json")
     rules = json.loads(out)
-    assert code == 0 and len(rules) >= 50 and {"code", "name", "severity", "thresholds"} <= set(rules[0])
+    assert code == 0 and len(rules) >= 50 and {"code", "name", "severity", "cause", "thresholds"} <= set(rules[0])
+    assert {r["cause"] for r in rules} == {"mechanical", "content", "setup"}
     code, out, _ = run_cli(capsys, "rules")
-    assert code == 0 and "D106" in out
+    assert code == 0 and "D106" in out and "mechanical" in out
     code, out, _ = run_cli(capsys, "diagnose", "--explain", "D106")
     assert code == 0 and "truncation" in out and "warn_percent" in out
     assert "Why it matters" in run_cli(capsys, "diagnose", "--explain", "epochs_overfit")[1]

@@ -129,9 +129,17 @@ def test_generic_openings_shared_with_eval_prompts_are_not_a_leak(tmp_path):
     ev = [json.loads(x) for x in (STORIES_DATA / "eval.jsonl").read_text().splitlines() if x.strip()]
     train = write_jsonl(tmp_path / "train.jsonl", rows)
     evf = write_jsonl(tmp_path / "eval.jsonl", ev)
-    assert diag(train=train, eval=evf, select=["D105"]) == []
+    assert [f.severity.value for f in diag(train=train, eval=evf, select=["D105"])] in ([], ["info"])
     leak = {"prompt": "Tom found a green key under the old oak tree near the", "completion": " river."}
     write_jsonl(evf, [*ev, leak])
     write_jsonl(train, [*rows, {**leak, "completion": " lake, and he kept it."}])
-    (f,) = diag(train=train, eval=evf, select=["D105"])
+    (f,) = [f for f in diag(train=train, eval=evf, select=["D105"]) if f.severity.value != "info"]
     assert f.evidence["rows"] == [len(rows)] and f.severity.value == "warning"
+
+
+def test_bundled_example_generic_prompts_noted_as_info():
+    """The example's planted rows reuse generic eval openings with other completions: an info note (what the rows
+    have in common, for the verdict), not a warning."""
+    d = STORIES_DATA
+    fs = diag(train=d / "train.jsonl", eval=d / "eval.jsonl", select=["D105"])
+    assert [f.severity.value for f in fs] == ["info"] and fs[0].evidence["count"] == 24

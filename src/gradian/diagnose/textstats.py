@@ -19,14 +19,14 @@ MID = set(",;:-–—(/&+=[{<")
 
 def end_class(text: str) -> str:
     """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
-    (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji), ``empty``."""
+    (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji, a closing
+    bracket or quote after anything but terminal punctuation: code, markup), ``empty``."""
     s = text.rstrip()
-    while s and s[-1] in CLOSERS:
-        if len(s) > 1 and s[-2] in TERMINAL:
-            return "clean"
-        s = s[:-1].rstrip()
     if not s:
         return "empty"
+    if s[-1] in CLOSERS:  # '..."', '...!)' are clean; code and markup ('f(x)', '</b>', '```') are left alone
+        inner = s.rstrip("".join(CLOSERS)).rstrip()
+        return "clean" if inner and inner[-1] in TERMINAL else "other"
     c = s[-1]
     if c in TERMINAL or c.isdigit():
         return "clean"

@@ -335,7 +335,7 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
     # the file's language is a translation task, and an English prompt must not hide a foreign answer
     segs = [(e.index, seg) for e in ctx.train if (seg := e.target_text())]
-    words = [set(seg.lower().split()) for _, seg in segs]  # distinct whitespace words, as the profile is learned
+    words = [set(seg[:600].lower().split()) for _, seg in segs]  # distinct words of the first 600 characters
     rows_sample = ts.sample(ctx.train)
     df: Counter[str] = Counter()
     for e in rows_sample:
@@ -362,7 +362,7 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             top = max(sc, key=sc.__getitem__)
             if top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
                 rows.add(i)
-    scripts = {e.index: ts.script_of(e.plain_text()) for e in ctx.train}
+    scripts = {i: ts.script_of(seg) for i, seg in segs}
     main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if main and cnt >= 0.8 * n:
         rows |= {i for i, s in scripts.items() if s and s != main}

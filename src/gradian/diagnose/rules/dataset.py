@@ -232,7 +232,7 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W",
+    "D105", "train_eval_overlap", "error", cause="content", needs=("train", "eval"), tiers="E/W/I",
     thresholds={
         "near_jaccard": (0.9, "MinHash Jaccard above which a train row counts as the same as an eval row"),
         "long_words": (20, "an overlapping row with at least this many words is a real leak (error)"),
@@ -241,8 +241,8 @@ def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                                 "a generic opening, not a leak"),
     },
     summary="Train rows equal or nearly equal to eval rows (error; short generic rows like 'Great phone.' under 2% of "
-    "the eval set are a warning); train rows that share a distinctive eval prompt (warning; a prompt the train file "
-    "pairs with many different completions is a generic opening, not a leak).",
+    "the eval set are a warning); train rows that share a distinctive eval prompt (warning); train rows that share a "
+    "generic one, which the train file pairs with many different completions (info: an opening, not a leak).",
     why="Contamination makes eval loss and benchmark numbers measure memorisation: the run looks better than it is.",
     example="The same question in train.jsonl and eval.jsonl, differently whitespaced.",
     fix="Re-split by a hash of the normalized prompt; drop the overlapping train rows.",
@@ -289,6 +289,28 @@ def train_eval_overlap(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             severity="warning",
             evidence=rows_ev(prompt_rows, len(ctx.train), _tfile(ctx), eval_file=ctx.eval_file, kind="prompt"),
             fix=drop_fix("Re-split by prompt so a prompt is in one split only", prompt_rows, _tfile(ctx), "D105"),
+        )
+    generic_rows = [e.index for e in ctx.train if e.prompt and e.index not in done
+                    and normalize(e.prompt) in generic]  # fmt: skip
+    if generic_rows:
+        yield Hit(
+            f"{len(generic_rows)} train row(s) reuse an eval prompt that the train file pairs with many different "
+            "completions: a generic opening, not a leak (noted for what these rows have in common)",
+            severity="info",
+            evidence=rows_ev(
+                generic_rows,
+                len(ctx.train),
+                _tfile(ctx),
+                eval_file=ctx.eval_file,
+                kind="generic_prompt",
+                prompts=sorted(generic)[:10],
+            ),
+            fix=drop_fix(
+                "If these rows should not teach the eval prompts another answer, drop or rewrite them",
+                generic_rows,
+                _tfile(ctx),
+                "D105",
+            ),
         )
 
 
@@ -783,18 +805,28 @@ def label_imbalance(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 _REFUSALS = ("as an ai language model", "i'm sorry, but i can't", "i cannot assist with", "as a large language model")
+_REFUSAL_OPENING = re.compile(
+    r"^\W*(?:i['’]?m sorry|sorry,|i apologi[sz]e|unfortunately,? (?:i|as an ai)|as an ai\b|i (?:cannot|can['’]?t|"
+    r"can not|am unable to|am not able to|won['’]?t be able to|will not be able to)\b|i['’]m (?:unable|not able) to)",
+    re.IGNORECASE,
+)
 
 
 @rule(
     "D123", "refusal_boilerplate", "info", cause="content", needs=("train",),
     thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires")},
-    summary="Targets with distilled refusal boilerplate ('As an AI language model...').",
+    summary="Targets with distilled refusal boilerplate: answers that open with an apology or an inability ('I'm "
+    "sorry', 'Unfortunately, I am unable to', 'I cannot', 'As an AI') or contain 'As an AI language model...'.",
     why="Distilled data carries the teacher's refusals: the adapter learns to refuse harmless requests.",
     example='"As an AI language model, I cannot..."',
     fix="Filter the refusals out of the targets.",
 )  # fmt: skip
 def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e in ctx.train if any(r in e.target_text().lower() for r in _REFUSALS)]
+    rows = []
+    for e in ctx.train:
+        tgt = e.target_text()
+        if _REFUSAL_OPENING.match(tgt[:200]) or any(r in tgt.lower() for r in _REFUSALS):
+            rows.append(e.index)
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
             f"{len(rows)} target(s) contain refusal boilerplate",
