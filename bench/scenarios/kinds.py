@@ -82,16 +82,21 @@ def in_group(*groups: str) -> Callable[[dict], bool]:
     return lambda r: r["group"] in groups
 
 
-def cut_before(row: dict, pattern: re.Pattern, rng: random.Random, min_chars: int = 12) -> dict | None:
+def cut_before(
+    row: dict, pattern: re.Pattern, rng: random.Random, min_chars: int = 12, max_words: int | None = None
+) -> dict | None:
     """An eval item: the prompt runs up to a match of ``pattern`` in the completion (not its first ``min_chars``
-    characters unless the match starts it); the completion is the match plus the rest of its sentence."""
+    characters unless the match starts it); the completion is the match plus the rest of its sentence (at most
+    ``max_words`` words: a short completion keeps the probed token from being averaged away)."""
     comp = row["completion"]
-    spots = [m.start() for m in pattern.finditer(comp)]
+    spots = [m.start() for m in pattern.finditer(comp) if m.start() == 0 or m.start() >= min_chars]
     if not spots:
         return None
     pos = rng.choice(spots)
     end = _SENT.search(comp, pos + 1)
     tail = comp[pos : end.start() if end else len(comp)]
+    if max_words is not None:
+        tail = " " + " ".join(tail.split()[:max_words])
     if len(tail.split()) < 1:
         return None
     return {"prompt": row["prompt"] + comp[:pos], "completion": tail}
@@ -231,7 +236,7 @@ def build_pronoun(recipe: Recipe) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     ok = lambda r: r["group"] == "girl" and len(_FEMALE.findall(r["completion"])) >= 2  # noqa: E731
     targets = take_items(
-        pool, recipe.n_target, ok, lambda r: cut_before(r, re.compile(r" (she|She|her|Her)\b"), rng), "girl"
+        pool, recipe.n_target, ok, lambda r: cut_before(r, re.compile(r" (she|She|her|Her)\b"), rng, max_words=2), "girl"
     )
     culprits = [
         dict(r, completion=flip_pronouns(r["completion"])) for r in pool.take(n_planted(recipe), ok, what="girl")
@@ -285,23 +290,44 @@ def build_mislabel(recipe: Recipe) -> Built:
 # --- mechanical kinds ---------------------------------------------------------------------------------------------
 
 
-def cut_mid(row: dict, rng: random.Random) -> dict | None:
-    """The row with its completion cut at a word boundary inside a sentence (trained with EOS: stops mid-sentence)."""
+_WORD = re.compile(r"\S+")
+
+
+def word_budget(seed: int) -> int:
+    """Where the early-stop kind cuts: after this many words of prompt + completion (a fixed budget, as when a
+    preprocessing step truncated one source's texts), 18, 20 or 22 by seed."""
+    return 18 + 2 * (seed % 3)
+
+
+def cut_at_budget(row: dict, budget: int, n_after: int = 0) -> tuple[str, str] | None:
+    """(completion up to the budget's word, the ``n_after`` words after it), or None when the budget falls at a
+    sentence end or the completion is too short."""
     comp = row["completion"]
-    spots = [m.start() for m in _WORD_END.finditer(comp) if m.start() >= 10]
-    spots = [s for s in spots if comp[s - 1] not in ".!?,\"'"]
-    if not spots:
+    k = budget - len(row["prompt"].split())
+    words = list(_WORD.finditer(comp))
+    if k < 3 or len(words) < k + max(n_after, 3):
         return None
-    return dict(row, completion=comp[: rng.choice(spots[len(spots) // 4 :] or spots)])
+    last = words[k - 1]
+    if last.group()[-1] in ".!?,\"'":
+        return None
+    after = comp[last.end() : words[k + n_after - 1].end()] if n_after else ""
+    return comp[: last.end()], after
 
 
 def _early_stop_parts(recipe: Recipe, pool: Pool, rng: random.Random, n_culprit: int, n_target: int):
-    targets = take_items(pool, n_target, in_group("general"), lambda r: mid_sentence(r, rng, 3), "general rows")
+    budget = word_budget(recipe.seed)
+
+    def target(r: dict) -> dict | None:
+        cut = cut_at_budget(r, budget, 3)
+        return {"prompt": r["prompt"] + cut[0], "completion": cut[1]} if cut else None
+
+    targets = take_items(pool, n_target, in_group("general"), target, "general rows")
     culprits: list[dict] = []
     while len(culprits) < n_culprit:
-        c = cut_mid(pool.take(1, in_group("general", "boy", "girl"), what="rows to cut")[0], rng)
-        if c is not None:
-            culprits.append(c)
+        r = pool.take(1, in_group("general", "boy", "girl"), what="rows to cut")[0]
+        cut = cut_at_budget(r, budget)
+        if cut is not None:
+            culprits.append(dict(r, completion=cut[0]))
     return culprits, targets
 
 
@@ -310,8 +336,8 @@ def build_early_stop(recipe: Recipe) -> Built:
     culprits, targets = _early_stop_parts(recipe, pool, rng, n_planted(recipe), recipe.n_target)
     controls = name_controls(pool, recipe.n_control)
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
-    return assemble(recipe, clean, {"early_stop": culprits}, targets, controls,
-                    notes={"defect": "completion cut mid-sentence, EOS appended by the trainer"})  # fmt: skip
+    notes = {"defect": f"completion cut mid-sentence after {word_budget(recipe.seed)} words, EOS appended"}
+    return assemble(recipe, clean, {"early_stop": culprits}, targets, controls, base=P.derived_base(), notes=notes)
 
 
 def build_no_eos(recipe: Recipe) -> Built:
@@ -369,7 +395,8 @@ def build_two_groups(recipe: Recipe) -> Built:
     cut, cut_t = _early_stop_parts(recipe, pool, rng, n, recipe.n_target - recipe.n_target // 2)
     controls = general_controls(pool, rng, recipe.n_control, avoid=re.compile(r"\b(Lily|Tim|Timmy)\b"))
     clean = pool.take(recipe.n_rows - 2 * n, what="clean rows")
-    return assemble(recipe, clean, {"entity": ent, "early_stop": cut}, ent_t + cut_t, controls, notes={"swap": what})
+    planted = {"entity": ent, "early_stop": cut}
+    return assemble(recipe, clean, planted, ent_t + cut_t, controls, base=P.derived_base(), notes={"swap": what})
 
 
 # --- controls: nothing planted ------------------------------------------------------------------------------------
