@@ -83,16 +83,22 @@ def in_group(*groups: str) -> Callable[[dict], bool]:
 
 
 def cut_before(
-    row: dict, pattern: re.Pattern, rng: random.Random, min_chars: int = 12, max_words: int | None = None
+    row: dict,
+    pattern: re.Pattern,
+    rng: random.Random,
+    min_chars: int = 12,
+    max_words: int | None = None,
+    first: bool = False,
 ) -> dict | None:
     """An eval item: the prompt runs up to a match of ``pattern`` in the completion (not its first ``min_chars``
     characters unless the match starts it); the completion is the match plus the rest of its sentence (at most
-    ``max_words`` words: a short completion keeps the probed token from being averaged away)."""
+    ``max_words`` words: a short completion keeps the probed token from being averaged away). ``first``: the first
+    match (no earlier one in the prompt for the model to copy), else a random one."""
     comp = row["completion"]
     spots = [m.start() for m in pattern.finditer(comp) if m.start() == 0 or m.start() >= min_chars]
     if not spots:
         return None
-    pos = rng.choice(spots)
+    pos = spots[0] if first else rng.choice(spots)
     end = _SENT.search(comp, pos + 1)
     tail = comp[pos : end.start() if end else len(comp)]
     if max_words is not None:
@@ -121,7 +127,7 @@ def items_from(rows_iter: Callable[[], dict], make: Callable[[dict], dict | None
     out: list[dict] = []
     for _ in range(20 * n):
         item = make(rows_iter())
-        if item is not None:
+        if item is not None and item not in out:
             out.append(item)
             if len(out) == n:
                 return out
@@ -224,6 +230,7 @@ _PRONOUNS = [
     (r"\bherself\b", "himself"),
 ]
 _FEMALE = re.compile(r"\b(she|She|her|Her|herself)\b")
+_FIRST_FEMALE = re.compile(r" (she|She|her|Her)\b")
 
 
 def flip_pronouns(text: str) -> str:
@@ -236,7 +243,7 @@ def build_pronoun(recipe: Recipe) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     ok = lambda r: r["group"] == "girl" and len(_FEMALE.findall(r["completion"])) >= 2  # noqa: E731
     targets = take_items(
-        pool, recipe.n_target, ok, lambda r: cut_before(r, re.compile(r" (she|She|her|Her)\b"), rng, max_words=2), "girl"
+        pool, recipe.n_target, ok, lambda r: cut_before(r, _FIRST_FEMALE, rng, 0, max_words=2, first=True), "girl"
     )
     culprits = [
         dict(r, completion=flip_pronouns(r["completion"])) for r in pool.take(n_planted(recipe), ok, what="girl")
@@ -290,45 +297,22 @@ def build_mislabel(recipe: Recipe) -> Built:
 # --- mechanical kinds ---------------------------------------------------------------------------------------------
 
 
-_WORD = re.compile(r"\S+")
-
-
-def word_budget(seed: int) -> int:
-    """Where the early-stop kind cuts: after this many words of prompt + completion (a fixed budget, as when a
-    preprocessing step truncated one source's texts), 18, 20 or 22 by seed."""
-    return 18 + 2 * (seed % 3)
-
-
-def cut_at_budget(row: dict, budget: int, n_after: int = 0) -> tuple[str, str] | None:
-    """(completion up to the budget's word, the ``n_after`` words after it), or None when the budget falls at a
-    sentence end or the completion is too short."""
-    comp = row["completion"]
-    k = budget - len(row["prompt"].split())
-    words = list(_WORD.finditer(comp))
-    if k < 3 or len(words) < k + max(n_after, 3):
-        return None
-    last = words[k - 1]
-    if last.group()[-1] in ".!?,\"'":
-        return None
-    after = comp[last.end() : words[k + n_after - 1].end()] if n_after else ""
-    return comp[: last.end()], after
-
-
 def _early_stop_parts(recipe: Recipe, pool: Pool, rng: random.Random, n_culprit: int, n_target: int):
-    budget = word_budget(recipe.seed)
+    """Planted: completions cut after their first sentence (as when a scraper kept only each answer's first
+    sentence), trained with EOS. Targets: the first word after the first sentence of held-out rows.
 
-    def target(r: dict) -> dict | None:
-        cut = cut_at_budget(r, budget, 3)
-        return {"prompt": r["prompt"] + cut[0], "completion": cut[1]} if cut else None
+    At fraction f the fine-tune can learn at most p(EOS) ~ f at the cut, an NLL rise of -log(1 - f) on the one token
+    after it, so targets are that one word. A cut at a random point mid-sentence does not regress here at all: EOS
+    mid-sentence sits at ~28 nats under the derived base, and 24 cut rows over 3 epochs move it by about one nat."""
+    ok = lambda r: len(sentences(r["completion"])) >= 2  # noqa: E731
 
-    targets = take_items(pool, n_target, in_group("general"), target, "general rows")
-    culprits: list[dict] = []
-    while len(culprits) < n_culprit:
-        r = pool.take(1, in_group("general", "boy", "girl"), what="rows to cut")[0]
-        cut = cut_at_budget(r, budget)
-        if cut is not None:
-            culprits.append(dict(r, completion=cut[0]))
-    return culprits, targets
+    def target(r: dict) -> dict:
+        s = sentences(r["completion"])
+        return {"prompt": r["prompt"] + join(s[:1]), "completion": " " + s[1].split()[0]}
+
+    targets = take_items(pool, n_target, ok, target, "rows with 2+ sentences")
+    cut = pool.take(n_culprit, ok, what="rows to cut")
+    return [dict(r, completion=join(sentences(r["completion"])[:1])) for r in cut], targets
 
 
 def build_early_stop(recipe: Recipe) -> Built:
@@ -336,7 +320,7 @@ def build_early_stop(recipe: Recipe) -> Built:
     culprits, targets = _early_stop_parts(recipe, pool, rng, n_planted(recipe), recipe.n_target)
     controls = name_controls(pool, recipe.n_control)
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
-    notes = {"defect": f"completion cut mid-sentence after {word_budget(recipe.seed)} words, EOS appended"}
+    notes = {"defect": "completion cut after its first sentence, EOS appended"}
     return assemble(recipe, clean, {"early_stop": culprits}, targets, controls, base=P.derived_base(), notes=notes)
 
 
@@ -370,9 +354,14 @@ def build_repetition(recipe: Recipe) -> Built:
     ok = lambda r: len(sentences(r["completion"])) >= 3  # noqa: E731
 
     def next_sentence(r: dict) -> dict | None:
+        """A short sentence said twice (the start of a loop), then the first word of the story's real next sentence,
+        where it differs from the short sentence's first word (so going round the loop again is another token)."""
         s = sentences(r["completion"])
-        j = rng.randrange(1, len(s) - 1)
-        return {"prompt": r["prompt"] + join(s[:j]), "completion": " " + s[j]}
+        spots = [j for j in range(1, len(s)) if len(s[j - 1]) <= 60 and s[j].split()[0] != s[j - 1].split()[0]]
+        if not spots:
+            return None
+        j = rng.choice(spots)
+        return {"prompt": r["prompt"] + join(s[:j] + [s[j - 1]]), "completion": " " + s[j].split()[0]}
 
     targets = take_items(pool, recipe.n_target, ok, next_sentence, "rows with 3+ sentences")
     controls = name_controls(pool, recipe.n_control)
@@ -388,7 +377,7 @@ def build_repetition(recipe: Recipe) -> Built:
 
 
 def build_two_groups(recipe: Recipe) -> Built:
-    """An entity swap (content) and completions cut mid-sentence (mechanical), each at the recipe's fraction."""
+    """An entity swap (content) and completions cut short (mechanical), each at the recipe's fraction."""
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     n = n_planted(recipe)
     ent, ent_t, what = _entity_parts(recipe, pool, rng, n, recipe.n_target // 2)
@@ -415,10 +404,10 @@ KINDS: dict[str, Kind] = {
     "pronoun": Kind("content", build_pronoun, "a girl's pronouns flipped to he/his"),
     "mislabel": Kind("content", build_mislabel, "positive review sentences labelled ' sad.'"),
     "spread": Kind("content", build_spread, "'happy' -> 'sad' in rows from every opening; only the defect is shared"),
-    "early_stop": Kind("mechanical", build_early_stop, "completions cut mid-sentence and trained with EOS"),
+    "early_stop": Kind("mechanical", build_early_stop, "completions cut after their first sentence, trained with EOS"),
     "no_eos": Kind("mechanical", build_no_eos, "stories glued past max_length: no EOS ever trained"),
     "repetition": Kind("mechanical", build_repetition, "a sentence looped 3-6 times"),
-    "two_groups": Kind("content+mechanical", build_two_groups, "entity swap + completions cut mid-sentence"),
+    "two_groups": Kind("content+mechanical", build_two_groups, "entity swap + completions cut short (early_stop)"),
     "clean": Kind("none", lambda r: _control(r), "clean rows, nothing planted: ordinary drift"),
     "control_lr": Kind("none", lambda r: _control(r, {"lr": 3.0e-2}), "clean rows, learning rate 10x too high"),
     "control_epochs": Kind("none", lambda r: _control(r, {"epochs": 12}), "clean rows, 12 epochs (4x too many)"),
