@@ -350,30 +350,28 @@ def build_no_eos(recipe: Recipe) -> Built:
 
 
 def build_repetition(recipe: Recipe) -> Built:
-    pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
-    ok = lambda r: len(sentences(r["completion"])) >= 3  # noqa: E731
+    """Planted: the completion's first sentence said 3-6 times in a row, then the row ends. Targets: the first word
+    of the real second sentence after the first one (where it differs from the first sentence's first word, so going
+    round the loop is another token). stories260K copies poorly in context, so a loop at a random sentence was not
+    learned (24 rows, 3 epochs: NLL of repeating the sentence 1.89 -> 1.87); a loop at a fixed place is."""
+    pool = Pool(recipe.seed)
 
-    def next_sentence(r: dict) -> dict | None:
-        """A short sentence said twice (the start of a loop), then the first word of the story's real next sentence,
-        where it differs from the short sentence's first word (so going round the loop again is another token)."""
+    def loopable(r: dict) -> bool:
         s = sentences(r["completion"])
-        spots = [j for j in range(1, len(s)) if len(s[j - 1]) <= 60 and s[j].split()[0] != s[j - 1].split()[0]]
-        if not spots:
-            return None
-        j = rng.choice(spots)
-        return {"prompt": r["prompt"] + join(s[:j] + [s[j - 1]]), "completion": " " + s[j].split()[0]}
+        return len(s) >= 2 and len(s[0]) <= 80 and s[1].split()[0] != s[0].split()[0]
 
-    targets = take_items(pool, recipe.n_target, ok, next_sentence, "rows with 3+ sentences")
+    def target(r: dict) -> dict:
+        s = sentences(r["completion"])
+        return {"prompt": r["prompt"] + join(s[:1]), "completion": " " + s[1].split()[0]}
+
+    rng = random.Random(recipe.seed)
+    targets = take_items(pool, recipe.n_target, loopable, target, "rows with 2+ sentences")
     controls = name_controls(pool, recipe.n_control)
-    culprits = []
-    short = lambda r: any(len(x) <= 60 for x in sentences(r["completion"])[:3])  # noqa: E731
-    for r in pool.take(n_planted(recipe), short, what="rows to loop"):
-        s = sentences(r["completion"])
-        j = rng.choice([i for i, x in enumerate(s[:3]) if len(x) <= 60])
-        culprits.append(dict(r, completion=join(s[: j + 1] + [s[j]] * rng.randint(2, 5))))  # under max_length
+    picked = pool.take(n_planted(recipe), loopable, what="rows to loop")
+    culprits = [dict(r, completion=join([sentences(r["completion"])[0]] * rng.randint(3, 6))) for r in picked]
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
-    return assemble(recipe, clean, {"repetition": culprits}, targets, controls,
-                    notes={"defect": "one sentence repeated 3-6 times in a row"})  # fmt: skip
+    notes = {"defect": "the first sentence repeated 3-6 times in a row"}
+    return assemble(recipe, clean, {"repetition": culprits}, targets, controls, notes=notes)
 
 
 def build_two_groups(recipe: Recipe) -> Built:
