@@ -6,11 +6,14 @@
     python bench/bench_verdict.py score               # score the finished runs as they are on disk
     python bench/bench_verdict.py score --rerender    # first `gradian report <run>/attr` on each run (recomputes the
                                                       # verdict from the saved inputs, no gradients), then score
+    python bench/bench_verdict.py verify              # `gradian verify <run>/attr` on each scored run (two retrains
+                                                      # each; redone when report.json is newer), then score
 
 Per run: ROC-AUC and precision@K (K = planted rows) of report.json's ``examples`` scores against the planted rows;
 the verdict's ``drop_rows`` precision and recall against the planted rows; whether ``verdict.cause`` names the planted
 cause ("content" / "mechanical" / both); on controls, whether a culprit was named; and the counterfactual truth
-(recovery of the target regression by retraining without the planted rows vs as many random rows). Writes
+(recovery of the target regression by retraining without the planted rows vs as many random rows); and, once
+``verify`` ran, `gradian verify`'s recovery for the verdict's rows vs as many random rows. Writes
 bench/results/verdict_suite.json and verdict_suite.md (one row per run and a per-kind summary).
 
 ``score_run(run_dir)`` is the metric for one run: it reads only files on disk, so it can be re-run after the verdict
@@ -79,6 +82,22 @@ def attribute_run(run_dir: Path) -> float:
     return seconds
 
 
+def verify_run(run_dir: Path) -> float:
+    """`gradian verify <run>/attr` (the real CLI, one thread), unless verify.json is newer than report.json."""
+    out = run_dir / "attr"
+    done = out / "verify.json"
+    if done.is_file() and done.stat().st_mtime >= (out / "report.json").stat().st_mtime:
+        return 0.0
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
+    t0 = time.time()
+    cmd = [sys.executable, "-m", "gradian", "verify", str(out), "--no-progress"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    (run_dir / "verify.log").write_text(proc.stdout + proc.stderr, "utf-8")
+    if proc.returncode != 0 or not done.is_file():
+        raise RuntimeError(f"verify failed on {run_dir.name} (rc {proc.returncode}); see {run_dir / 'verify.log'}")
+    return time.time() - t0
+
+
 def roc_auc(scores: np.ndarray, pos: np.ndarray) -> float | None:
     from scipy.stats import rankdata
 
@@ -130,6 +149,11 @@ def score_run(run_dir: str | Path, *, rerender: bool = False) -> dict:
         "n_regressed_items": len(report.get("regressed") or []),
         "timings": truth.get("timings", {}),
     }
+    vpath = run_dir / "attr" / "verify.json"
+    if vpath.is_file() and vpath.stat().st_mtime >= (run_dir / "attr" / "report.json").stat().st_mtime:
+        vs = json.loads(vpath.read_text()).get("summary") or {}
+        out["verify_recovered_flagged"] = vs.get("recovered_total_flagged")
+        out["verify_recovered_random"] = vs.get("recovered_total_random")
     if rows:
         k = len(rows)
         top = np.argsort(-scores, kind="stable")[:k]
@@ -156,7 +180,8 @@ def summarize(runs: list[dict]) -> list[dict]:
     for kind, rs in kinds.items():
         s = {"kind": kind, "cause": rs[0]["cause"], "runs": len(rs)}
         for key in ("auc", "p_at_k", "drop_precision", "drop_recall", "truth_recovered_planted",
-                    "truth_recovered_random", "truth_target_change"):  # fmt: skip
+                    "truth_recovered_random", "truth_target_change", "verify_recovered_flagged",
+                    "verify_recovered_random"):  # fmt: skip
             s[key] = _mean([r.get(key) for r in rs])
         if "cause_right" in rs[0]:
             s["cause_right"] = sum(bool(r["cause_right"]) for r in rs) / len(rs)
@@ -177,15 +202,16 @@ def _f(x, pct: bool = False) -> str:
 def markdown(runs: list[dict], kinds: list[dict]) -> str:
     lines = [
         "| kind | cause | runs | AUC | P@K | drop_rows precision | recall | cause right | culprit named (controls) "
-        "| truth: planted-drop recovery | random-drop recovery |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| truth: planted-drop recovery | random-drop recovery | verify: verdict rows | verify: random rows |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in kinds:
         lines.append(
             f"| {s['kind']} | {s['cause']} | {s['runs']} | {_f(s['auc'])} | {_f(s['p_at_k'])} | "
             f"{_f(s['drop_precision'])} | {_f(s['drop_recall'])} | {_f(s.get('cause_right'), True)} | "
             f"{_f(s.get('culprit_named'), True)} | {_f(s['truth_recovered_planted'], True)} | "
-            f"{_f(s['truth_recovered_random'], True)} |"
+            f"{_f(s['truth_recovered_random'], True)} | {_f(s['verify_recovered_flagged'], True)} | "
+            f"{_f(s['verify_recovered_random'], True)} |"
         )
     lines += [
         "",
@@ -222,6 +248,8 @@ def main() -> None:
     r.add_argument("--only", action="append", help="run name(s), e.g. entity_s0_f10 (default: the whole suite)")
     s = sub.add_parser("score", help="score the finished runs")
     s.add_argument("--rerender", action="store_true", help="recompute each verdict (gradian report) first")
+    v = sub.add_parser("verify", help="gradian verify on each scored run, then score")
+    v.add_argument("--only", action="append", help="run name(s) (default: every finished run)")
     args = ap.parse_args()
     if args.cmd == "run":
         for recipe in [by_name(n) for n in args.only] if args.only else suite():
@@ -238,6 +266,15 @@ def main() -> None:
                     )
             except (RuntimeError, SystemExit) as err:
                 log_line(f"{recipe.name}: FAILED: {err}")
+    if args.cmd == "verify":
+        for d in sorted(P.WORK.iterdir()):
+            if (d / "attr" / "report.json").is_file() and (not args.only or d.name in args.only):
+                try:
+                    secs = verify_run(d)
+                    if secs:
+                        log_line(f"{d.name}: verify {secs:.0f}s")
+                except RuntimeError as err:
+                    log_line(f"{d.name}: FAILED: {err}")
     _, kinds = score_all(rerender=getattr(args, "rerender", False))
     print(markdown([], kinds).split("\n\n")[0])
 
