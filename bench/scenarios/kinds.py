@@ -67,9 +67,14 @@ class Pool:
         random.Random(seed).shuffle(self.order)
         self.used: set[int] = set(P.reserved_for_base())  # the derived base was trained on these
 
-    def take(self, n: int, ok: Callable[[dict], bool] = lambda r: True, *, what: str = "rows") -> list[dict]:
+    def take(
+        self, n: int, ok: Callable[[dict], bool] = lambda r: True, *, what: str = "rows", clean: bool = False
+    ) -> list[dict]:
+        """``n`` unused rows that pass ``ok``. Eval and planted rows come from the front of the shuffled order and
+        ``clean`` rows from its back, so the clean rows are a plain sample of the pool: taken from the front, they
+        would be short of exactly the rows the planted ones were picked from (e.g. stories with "happy")."""
         got = []
-        for i in self.order:
+        for i in reversed(self.order) if clean else self.order:
             if i not in self.used and ok(self.rows[i]):
                 self.used.add(i)
                 got.append(self.rows[i])
@@ -218,7 +223,7 @@ def build_entity(recipe: Recipe) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     culprits, targets, what = _entity_parts(recipe, pool, rng, n_planted(recipe), recipe.n_target)
     controls = general_controls(pool, rng, recipe.n_control, avoid=re.compile(r"\b(Lily|Tim|Timmy)\b"))
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     return assemble(recipe, clean, {"entity": culprits}, targets, controls, notes={"swap": what})
 
 
@@ -249,7 +254,7 @@ def build_pronoun(recipe: Recipe) -> Built:
         dict(r, completion=flip_pronouns(r["completion"])) for r in pool.take(n_planted(recipe), ok, what="girl")
     ]
     controls = general_controls(pool, rng, recipe.n_control, avoid=_FEMALE)
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     return assemble(recipe, clean, {"pronoun": culprits}, targets, controls, notes={"flip": "she/her -> he/his"})
 
 
@@ -266,7 +271,7 @@ def build_spread(recipe: Recipe) -> Built:
     picked = pool.take(n_planted(recipe), ok, what="'happy' rows")
     culprits = [dict(r, completion=_HAPPY.sub("sad", r["completion"])) for r in picked]
     controls = general_controls(pool, rng, recipe.n_control, avoid=re.compile(r"\b(happy|sad)\b"))
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"swap": "happy -> sad", "openers": len({r["prompt"] for r in culprits})}
     return assemble(recipe, clean, {"spread": culprits}, targets, controls, notes=notes)
 
@@ -289,7 +294,9 @@ def build_mislabel(recipe: Recipe) -> Built:
     n_clean_sent = max(0, n_sent - n_bad)
     clean_sent = [P.sentiment_row(t, 1) for t, _ in pos[: n_clean_sent // 2]]
     clean_sent += [P.sentiment_row(t, 0) for t, _ in neg[: n_clean_sent - n_clean_sent // 2]]
-    clean = clean_sent + pool.take(recipe.n_rows - n_bad - len(clean_sent), in_group("general"), what="stories")
+    clean = clean_sent + pool.take(
+        recipe.n_rows - n_bad - len(clean_sent), in_group("general"), what="stories", clean=True
+    )
     return assemble(recipe, clean, {"mislabel": culprits}, targets, controls, base=P.derived_base(),
                     notes={"flip": "positive sentences labelled ' sad.'"})  # fmt: skip
 
@@ -319,7 +326,7 @@ def build_early_stop(recipe: Recipe) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     culprits, targets = _early_stop_parts(recipe, pool, rng, n_planted(recipe), recipe.n_target)
     controls = name_controls(pool, recipe.n_control)
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": "completion cut after its first sentence, EOS appended"}
     return assemble(recipe, clean, {"early_stop": culprits}, targets, controls, base=P.derived_base(), notes=notes)
 
@@ -344,7 +351,7 @@ def build_no_eos(recipe: Recipe) -> Built:
             nxt = pool.take(1, what="stories to glue")[0]
             comp += " " + nxt["prompt"] + nxt["completion"]
         culprits.append(dict(first, completion=comp))
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": f"stories run into the next one past max_length {MAX_LENGTH}: no EOS trained"}
     return assemble(recipe, clean, {"no_eos": culprits}, targets, controls, base=P.derived_base(), notes=notes)
 
@@ -369,7 +376,7 @@ def build_repetition(recipe: Recipe) -> Built:
     controls = name_controls(pool, recipe.n_control)
     picked = pool.take(n_planted(recipe), loopable, what="rows to loop")
     culprits = [dict(r, completion=join([sentences(r["completion"])[0]] * rng.randint(3, 6))) for r in picked]
-    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows")
+    clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": "the first sentence repeated 3-6 times in a row"}
     return assemble(recipe, clean, {"repetition": culprits}, targets, controls, notes=notes)
 
@@ -381,7 +388,7 @@ def build_two_groups(recipe: Recipe) -> Built:
     ent, ent_t, what = _entity_parts(recipe, pool, rng, n, recipe.n_target // 2)
     cut, cut_t = _early_stop_parts(recipe, pool, rng, n, recipe.n_target - recipe.n_target // 2)
     controls = general_controls(pool, rng, recipe.n_control, avoid=re.compile(r"\b(Lily|Tim|Timmy)\b"))
-    clean = pool.take(recipe.n_rows - 2 * n, what="clean rows")
+    clean = pool.take(recipe.n_rows - 2 * n, what="clean rows", clean=True)
     planted = {"entity": ent, "early_stop": cut}
     return assemble(recipe, clean, planted, ent_t + cut_t, controls, base=P.derived_base(), notes={"swap": what})
 
@@ -393,7 +400,7 @@ def _control(recipe: Recipe, config: dict | None = None) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     targets = take_items(pool, recipe.n_target, in_group("general"), lambda r: mid_sentence(r, rng), "general rows")
     controls = name_controls(pool, recipe.n_control)
-    clean = pool.take(recipe.n_rows, what="clean rows")
+    clean = pool.take(recipe.n_rows, what="clean rows", clean=True)
     return assemble(recipe, clean, {}, targets, controls, config=config)
 
 
