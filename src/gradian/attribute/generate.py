@@ -37,7 +37,7 @@ def prompt_ids(ex: Example, tokenizer: Any) -> list[int]:
     from gradian.data.formatting import _apply_template, _encode_texts
 
     if ex.messages is not None:
-        return _apply_template(tokenizer, ex, ex.messages, add_generation_prompt=True)["input_ids"]
+        return _apply_template(tokenizer, ex, ex.messages, None, add_generation_prompt=True)["input_ids"]
     return _encode_texts(tokenizer, [ex.prompt or ""])[0]
 
 

@@ -1,0 +1,51 @@
+"""The suite's recipes: one typed entry per generated run (kind, seed, culprit fraction, rows)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+FRACTIONS = (0.01, 0.05, 0.10, 0.20)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    kind: str  # a key of scenarios.kinds.KINDS
+    seed: int  # drives the pool split, the planted rows, the eval items and the training seed
+    fraction: float  # share of the training rows planted (per culprit group); 0 for controls
+    n_rows: int = 240
+    n_target: int = 24  # eval items the defect should break
+    n_control: int = 16  # eval items it should leave alone
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FAULT_KINDS = ("entity", "pronoun", "mislabel", "early_stop", "no_eos", "repetition", "two_groups", "spread")
+CONTROL_KINDS = ("clean", "control_lr", "control_epochs")
+
+
+def _control(kind: str, seed: int) -> Recipe:
+    return Recipe(kind, seed, 0.0, 160 if kind == "control_epochs" else 240)
+
+
+def suite() -> list[Recipe]:
+    """Every run, in the order the driver builds them: a first pass over all kinds, then more seeds and fractions."""
+    out: list[Recipe] = [Recipe(k, 0, 0.10) for k in FAULT_KINDS] + [_control(k, 0) for k in CONTROL_KINDS]
+    out += [Recipe(k, 1, 0.10) for k in FAULT_KINDS] + [_control(k, 1) for k in CONTROL_KINDS]
+    out += [Recipe(k, 0, 0.20) for k in FAULT_KINDS]
+    out += [Recipe(k, 0, 0.05) for k in FAULT_KINDS]
+    out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
+    out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
+    out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
+    return out
+
+
+def by_name(name: str) -> Recipe:
+    for r in suite():
+        if r.name == name:
+            return r
+    raise KeyError(name)

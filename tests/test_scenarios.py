@@ -1,0 +1,85 @@
+"""The planted-fault scenario generator (bench/scenarios/): one tiny real run (pool sampled from stories260K, real
+`gradian train` fine-tune and retrains) and the generator's invariants."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from scenarios import generate, kinds  # noqa: E402
+from scenarios import pool as P  # noqa: E402
+from scenarios.recipes import Recipe, suite  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """An entity-swap run of 40 rows (4 planted) from a small pool sampled into a temporary folder."""
+    root = tmp_path_factory.mktemp("scenarios")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(P, "POOL_DIR", root / "_pool")
+    mp.setattr(P, "POOL_SCALE", 0.06)
+    recipe = Recipe("entity", seed=2, fraction=0.1, n_rows=40, n_target=4, n_control=4)
+    try:
+        run = generate.build_run(recipe, root, log=lambda s: None)
+        yield recipe, run
+    finally:
+        mp.undo()
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
+
+
+def test_planted_rows_are_what_the_recipe_says(tiny_run):
+    recipe, run = tiny_run
+    planted = json.loads((run / "planted.json").read_text())
+    rows = _jsonl(run / "train.jsonl")
+    assert planted["kind"] == "entity" and planted["cause"] == "content"
+    assert planted["seed"] == recipe.seed and planted["fraction"] == recipe.fraction
+    assert planted["n_rows"] == len(rows) == recipe.n_rows
+    assert planted["rows"] == sorted(planted["groups"]["entity"]) and len(planted["rows"]) == 4
+    _, name_re, new = kinds._entity_spec(recipe.seed)
+    swapped = [i for i, r in enumerate(rows) if new in r["completion"]]
+    assert swapped == planted["rows"]  # the new name is in exactly the planted rows ...
+    assert not any(name_re.search(rows[i]["completion"]) for i in planted["rows"])  # ... and the old one is gone
+    evals = _jsonl(run / "eval.jsonl")
+    assert len(planted["eval_roles"]) == len(evals) == recipe.n_target + recipe.n_control
+    assert planted["eval_roles"].count("target") == recipe.n_target
+    for item, role in zip(evals, planted["eval_roles"], strict=True):
+        if role == "target":
+            assert name_re.search(item["completion"])  # targets ask for the name the planted rows replaced
+    train_text = {(r["prompt"], r["completion"]) for r in rows}
+    assert not any((e["prompt"], e["completion"]) in train_text for e in evals)
+
+
+def test_truth_has_the_counterfactual(tiny_run):
+    _, run = tiny_run
+    truth = json.loads((run / "truth.json").read_text())
+    planted = json.loads((run / "planted.json").read_text())
+    assert truth["dropped"]["drop_planted"] == planted["rows"]
+    rand = truth["dropped"]["drop_random"]
+    assert len(rand) == len(planted["rows"]) and not set(rand) & set(planted["rows"])
+    for item in truth["items"]:
+        for key in ("base_nll", "finetuned_nll", "drop_planted_nll", "drop_random_nll"):
+            assert math.isfinite(item[key]) and item[key] > 0
+    assert [x["role"] for x in truth["items"]] == planted["eval_roles"]
+    assert set(truth["recovery"]) == {"drop_planted", "drop_random"}
+    for name in ("drop_planted", "drop_random"):
+        args = json.loads((run / "truth" / name / "training_args.json").read_text())
+        assert args["gradian_excluded_rows"] == truth["dropped"][name]
+    assert (run / "run" / "adapter_model.safetensors").is_file()
+
+
+def test_suite_recipes_are_unique_and_cover_every_kind():
+    names = [r.name for r in suite()]
+    assert len(names) == len(set(names)) >= 40
+    assert {r.kind for r in suite()} == set(kinds.KINDS)
+    for r in suite():
+        assert (r.fraction == 0) == (kinds.KINDS[r.kind].cause == "none")
