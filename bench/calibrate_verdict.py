@@ -188,7 +188,12 @@ GRID = {
     "min_stability": [0.5, 0.6, 0.7],
     "keep_frequency": [0.5, 0.7],
 }
-RULE_GRID = {"noise_multiple": [0.0, 1.0, 2.0], "min_relative": [0.0], "scale": ["relative", "absolute"]}
+RULE_GRID = {
+    "noise_multiple": [0.0, 1.0, 2.0, 3.0],
+    "min_relative": [0.0],
+    "scale": ["relative", "absolute"],
+    "gate": ["set", "item"],
+}
 
 
 def main() -> None:
@@ -197,7 +202,11 @@ def main() -> None:
     ap.add_argument("--search", action="store_true", help="grid-search the thresholds (leave-one-kind-out reported)")
     ap.add_argument("--json", type=Path, help="write per-run rows here")
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
+    ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     args = ap.parse_args()
+    if args.narrow:
+        for k in GRID:
+            GRID[k] = [getattr(CulpritPolicy(), k)]
     runs = [r for d in sorted(args.runs.iterdir()) if d.is_dir() and (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
     if args.search:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
-from gradian.attribute.regression import DEFAULT_MIN_DELTA, describe_change
+from gradian.attribute.regression import DEFAULT_MIN_DELTA, regression_words
 from gradian.attribute.tokens import TOKEN_HARM_ROWS
 
 
@@ -146,11 +146,7 @@ def attribute_command(
         raise typer.Exit(0)
     n_reg = len(res.regressed)
     reg = res.settings.get("regression") or {}
-    cut = (
-        f"completion NLL up by more than {describe_change(reg['cutoff'], reg.get('scale', 'relative'))}"
-        if "cutoff" in reg
-        else "see report"
-    )
+    cut = regression_words(reg) if reg else "see report"
     con.print(f"{n_reg} of {len(res.eval_items)} eval items regressed ({cut}).")
     ids = {r["index"]: r for r in res.examples}
     t = Table(title=f"Most harmful training rows ({res.method}; positive = pushed toward the regression)")

@@ -52,17 +52,17 @@ def finding_cause(f: Mapping[str, Any]) -> str:
 class CulpritPolicy:
     """The thresholds the verdict's culprit decision reads (see the module docstring)."""
 
-    head_z: float = field(default=4.0, metadata={"help": "Head: harm above median + this many robust spreads."})
+    head_z: float = field(default=2.0, metadata={"help": "Head: harm above median + this many robust spreads."})
     max_head_fraction: float = field(default=0.3, metadata={"help": "Head: at most this share of the rows."})
     min_head_share: float = field(
         default=0.2, metadata={"help": "A culprit head carries at least this share of the positive harm."}
     )
     bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
     min_stability: float = field(
-        default=0.7, metadata={"help": "A culprit head's mean Jaccard agreement with the resampled heads."}
+        default=0.5, metadata={"help": "A culprit head's mean Jaccard agreement with the resampled heads."}
     )
     keep_frequency: float = field(
-        default=0.8, metadata={"help": "A head row is kept when it makes the head in this share of the resamples."}
+        default=0.5, metadata={"help": "A head row is kept when it makes the head in this share of the resamples."}
     )
     min_items_for_stability: int = field(
         default=3, metadata={"help": "Fewer regressed items than this: stability cannot be measured."}

@@ -208,7 +208,7 @@ def make_verdict(
     if not regressed:
         reg = regression or {}
         if reg.get("rose"):
-            scale = str(reg.get("scale", "relative"))
+            scale = str(reg.get("scale", "absolute"))
             drift = (
                 ""
                 if reg.get("drift") is None
