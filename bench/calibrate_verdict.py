@@ -52,7 +52,7 @@ def fresh_findings(d: Path, planted: dict) -> list[dict]:
     from gradian.diagnose.api import diagnose_full
     from gradian.diagnose.registry import all_rules
 
-    key = sorted(r.code for r in all_rules())
+    key = sorted(f"{r.code}:{r.cause}" for r in all_rules())
     cache = d / "findings.current.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
@@ -182,11 +182,54 @@ def regressed_scores(run: Run, rule: RegressionRule) -> np.ndarray | None:
     return run.S[pick] if pick else None
 
 
+def truth_recovery(d: Path) -> dict:
+    """The counterfactual: share of the target regression removed by retraining without the planted rows / without
+    as many random rows (truth.json)."""
+    if not (d / "truth.json").is_file():
+        return {}
+    rec = json.loads((d / "truth.json").read_text()).get("recovery") or {}
+    return {f"truth_{k}": v.get("recovered_total") for k, v in rec.items()}
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None and x == x]
+    return sum(xs) / len(xs) if xs else None
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Per kind: runs, ranking AUC and P@K, verdict precision / recall of drop_rows, cause right, runs that pass,
+    and the truth (planted-drop vs random-drop recovery)."""
+
+    def f(x: float | None, pct: bool = False) -> str:
+        return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
+
+    out = [
+        "| kind | runs | AUC | P@K | drop_rows precision | recall | cause right | pass | no culprit (controls) "
+        "| truth: planted-drop recovery | random-drop |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in sorted({r["kind"] for r in rows}):
+        rs = [r for r in rows if r["kind"] == kind]
+        ctl = rs[0]["expected"] == "none"
+        out.append(
+            f"| {kind} | {len(rs)} | {f(_mean([r.get('auc') for r in rs]))} "
+            f"| {f(_mean([r.get('p_at_k') for r in rs]))} "
+            f"| {'–' if ctl else f(_mean([r.get('precision') for r in rs]))} "
+            f"| {'–' if ctl else f(_mean([r.get('recall') for r in rs]))} "
+            f"| {'–' if ctl else sum(bool(r.get('cause_right')) for r in rs)} | {sum(r['pass'] for r in rs)} "
+            f"| {sum(r['pass'] for r in rs) if ctl else '–'} "
+            f"| {f(_mean([r.get('truth_drop_planted') for r in rs]), True)} "
+            f"| {f(_mean([r.get('truth_drop_random') for r in rs]), True)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 GRID = {
     "head_z": [1.0, 1.5, 2.0, 2.5],
     "min_head_share": [0.1, 0.2, 0.3],
     "min_stability": [0.5, 0.6, 0.7],
     "keep_frequency": [0.5, 0.7],
+    "extend_mechanical": [True, False],
 }
 RULE_GRID = {
     "noise_multiple": [0.0, 1.0, 2.0, 3.0],
@@ -201,6 +244,7 @@ def main() -> None:
     ap.add_argument("--runs", type=Path, default=REPO / "bench" / "work" / "scenarios")
     ap.add_argument("--search", action="store_true", help="grid-search the thresholds (leave-one-kind-out reported)")
     ap.add_argument("--json", type=Path, help="write per-run rows here")
+    ap.add_argument("--table", type=Path, help="write the per-kind markdown table here")
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     args = ap.parse_args()
@@ -234,8 +278,13 @@ def main() -> None:
     for r in rows:
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
     print(f"{n} / {len(runs)} pass")
+    for r in rows:
+        r.update(truth_recovery(args.runs / r["name"]))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    if args.table:
+        args.table.write_text(markdown_table(rows))
+        print(args.table.read_text())
 
 
 if __name__ == "__main__":

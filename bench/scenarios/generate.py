@@ -150,8 +150,9 @@ def truth(run_dir: Path, planted: dict, base: Path, config: dict, timings: dict)
     return out
 
 
-def build_run(recipe: Recipe, root: Path = P.WORK, *, log=print) -> Path:
-    """Generate one run (data, fine-tune, truth) under ``root/<name>``; a finished run is left as it is."""
+def build_run(recipe: Recipe, root: Path = P.WORK, *, log=print, with_truth: bool = True) -> Path:
+    """Generate one run (data, fine-tune, truth) under ``root/<name>``; a finished run is left as it is.
+    ``with_truth=False``: data and fine-tune only, no counterfactual retrains (the CI verdict tests)."""
     import torch
 
     out = root / recipe.name
@@ -165,6 +166,8 @@ def build_run(recipe: Recipe, root: Path = P.WORK, *, log=print) -> Path:
     planted = write_data(recipe, built, out)
     timings = {"build_data_s": round(time.time() - t0, 1)}
     timings["train_s"] = round(train(built.base, out / "run", out, built.config, None, True), 1)
+    if not with_truth:
+        return out
     result = truth(out, planted, built.base, built.config, timings)
     timings["total_s"] = round(time.time() - t0, 1)
     (out / "truth.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")

@@ -76,6 +76,10 @@ class CulpritPolicy:
     enrichment: float = field(
         default=2.0, metadata={"help": "A mechanical finding's share of the head is this multiple of its file share."}
     )
+    extend_mechanical: bool = field(
+        default=True,
+        metadata={"help": "A mechanical group also takes the finding's other rows whose harm is above the median."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
 
     def __post_init__(self) -> None:
@@ -215,6 +219,9 @@ def find_culprits(
         concentrated = True
     score_of = {rows[j]: float(s[j]) for j in range(len(s))}
     groups = group_rows(head, score_of, pos_total, findings, texts, len(rows), policy) if concentrated else []
+    if groups:  # a mechanical group may take more of its finding's rows: the culprit rows are the groups' rows
+        head = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
+        head_share = sum(g.harm_share for g in groups)
     return Culprits(concentrated, head, head_share, stability, groups, reason)
 
 
@@ -227,7 +234,8 @@ def group_rows(
     n_rows: int,
     policy: CulpritPolicy,
 ) -> list[Group]:
-    """Split the head into mechanical groups (one per enriched mechanical finding) and one content group."""
+    """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
+    rows whose harm is above the median when ``policy.extend_mechanical``) and one content group."""
 
     def share(rs: Sequence[int]) -> float:
         return sum(max(0.0, score_of.get(r, 0.0)) for r in rs) / pos_total if pos_total > 0 else 0.0
@@ -236,6 +244,8 @@ def group_rows(
         return sorted(rs, key=lambda r: (-score_of.get(r, 0.0), r))
 
     left = set(head)
+    taken: set[int] = set()
+    median_score = float(np.median(list(score_of.values()))) if score_of else 0.0
     groups: list[Group] = []
     flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
     while left:
@@ -251,12 +261,16 @@ def group_rows(
         if best is None:
             break
         f, hit = best
+        if policy.extend_mechanical:  # the fix is the finding's: every flagged row that harms belongs to the group
+            frows = next(r for g, r in flagged if g is f)
+            hit = hit | {r for r in frows if score_of.get(r, 0.0) > median_score and r not in taken}
         group = Group("mechanical", ordered(hit), share(list(hit)), finding=f)
         for g, grows in flagged:  # other mechanical findings on the same rows explain them too (truncation + cut)
             if g is not f and len(grows & hit) >= policy.flag_share * len(hit):
                 group.shared.append(_shared(g, len(grows & hit), len(hit)))
         groups.append(group)
         left -= hit
+        taken |= hit
         flagged = [(g, r) for g, r in flagged if g is not f]
     if groups and len(left) < max(2, policy.min_group_share * len(head)):
         big = max(groups, key=lambda g: len(g.rows))  # too few for a group of their own: they ride along

@@ -247,7 +247,7 @@ _TOKENS = re.compile(r"\w+")
 
 
 @rule(
-    "D133", "short_answer", "warning", needs=("train",), cause="content",
+    "D133", "short_answer", "warning", needs=("train",), cause="mechanical",
     thresholds={
         "min_typical_words": (15, "the file's lower-quartile answer length (\\w+ tokens) below which it is off"),
         "factor": (8.0, "an answer this many times shorter than the lower quartile is flagged"),

@@ -1,0 +1,53 @@
+"""The regression rule: the drift is learned from the items that improved; pure drift is called noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradian.attribute.regression import RegressionRule, call_regressions, regression_summary, regression_words
+
+
+def test_a_rise_beyond_the_drift_makes_every_risen_item_count():
+    base = np.ones(8)
+    ft = base + np.array([0.9, 0.06, 0.03, -0.05, -0.04, -0.06, 0.01, np.nan])
+    call = call_regressions(base, ft)
+    # drift = 1.4826 x median(0.04, 0.05, 0.06) = 0.074; 0.9 > 2 x drift gates the set; the 0.02 floor keeps 0.03
+    assert call.drift == pytest.approx(1.4826 * 0.05)
+    assert call.regressed.tolist() == [True, True, True, False, False, False, False, False]
+    assert not call.within_noise
+
+
+def test_rises_no_larger_than_the_drift_are_noise():
+    base = np.full(6, 2.0)
+    ft = base + np.array([0.08, 0.05, -0.07, -0.06, -0.09, 0.03])
+    call = call_regressions(base, ft)
+    assert not call.regressed.any() and call.within_noise and call.rose == 3
+    assert "none by more than the fine-tune's ordinary drift" in regression_summary(call)
+
+
+def test_item_gate_requires_each_item_to_clear_the_drift():
+    base = np.ones(6)
+    ft = base + np.array([0.9, 0.06, -0.05, -0.04, -0.06, 0.3])
+    call = call_regressions(base, ft, RegressionRule(gate="item"))
+    assert call.regressed.tolist() == [True, False, False, False, False, True]
+
+
+def test_without_improved_items_only_the_floor_applies():
+    base = np.ones(4)
+    call = call_regressions(base, base + np.array([0.01, 0.03, 0.5, 0.2]))
+    assert call.drift is None and call.regressed.tolist() == [False, True, True, True]
+    assert "drift is unknown" in regression_words({**RegressionRule().to_dict(), **call.to_dict()})
+
+
+def test_relative_scale_divides_by_the_base_loss():
+    base = np.array([0.1, 2.0, 1.0, 1.0])
+    ft = base + np.array([0.2, 0.2, -0.05, -0.05])
+    call = call_regressions(base, ft, RegressionRule(scale="relative", gate="item"))
+    assert call.regressed.tolist() == [True, False, False, False]  # +200% vs +10% with a 7% drift
+
+
+@pytest.mark.parametrize("bad", [{"noise_multiple": -1}, {"gate": "x"}, {"scale": "log"}, {"min_delta": float("nan")}])
+def test_rule_rejects_bad_values(bad):
+    with pytest.raises(ValueError):
+        RegressionRule(**bad)

@@ -1,0 +1,90 @@
+"""One run of every kind of the planted-fault suite (bench/scenarios), rebuilt and attributed end to end: the verdict
+must name the planted rows where the suite says it does, and never blame innocent rows.
+
+Each run is the suite's ``<kind>_s0_f10`` (controls ``<kind>_s0_f00``): the same seeded data and the same real
+`gradian train` fine-tune, from the suite's pool (shipped in tests/fixtures/scenario_pool so CI does not spend
+minutes sampling), then `gradian attribute`'s pipeline with its defaults. No counterfactual retrains here: the truth
+(retraining without the planted rows recovers the regression, without random rows it does not) is the benchmark's
+(docs/benchmarks.md §8). Where the suite table shows the verdict short of recall 0.8 on a kind, the test asserts what
+it does reach and the docs say why; on every kind a named culprit must be mostly planted rows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from scenarios import generate  # noqa: E402
+from scenarios import pool as P  # noqa: E402
+from scenarios.recipes import CONTROL_KINDS, FAULT_KINDS, by_name  # noqa: E402
+
+POOL = REPO / "tests" / "fixtures" / "scenario_pool"
+
+# kind -> (min precision, min recall, cause the verdict must give), from the suite's seed-0 runs (docs/benchmarks.md)
+EXPECT = {
+    "entity": (0.8, 0.8, "content"),
+    "pronoun": (0.8, 0.8, "content"),
+    "early_stop": (0.8, 0.5, None),
+    "mislabel": (0.6, 0.3, "content"),
+    "no_eos": (0.6, 0.5, None),
+    "repetition": (0.6, 0.0, None),
+    "two_groups": (0.8, 0.4, None),
+    "spread": (0.6, 0.3, None),
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def suite_root(tmp_path_factory):
+    if not P.SENT_DIR.is_dir():
+        pytest.skip("../shared/data (the sentiment sentences) is not beside the repository")
+    root = tmp_path_factory.mktemp("suite")
+    shutil.copytree(POOL, root / "_pool")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(P, "POOL_DIR", root / "_pool")
+    yield root
+    mp.undo()
+
+
+def _attribute(run: Path) -> dict:
+    from gradian.pipeline import attribute_and_report
+
+    planted = json.loads((run / "planted.json").read_text("utf-8"))
+    base = Path(planted["base"])
+    base = base if base.is_absolute() else REPO / base
+    res = attribute_and_report(
+        run / "run", out=run / "attr", base=str(base), train=run / "train.jsonl", eval=run / "eval.jsonl",
+        progress=False,
+    )  # fmt: skip
+    return {"planted": planted, "report": res.report}
+
+
+@pytest.mark.parametrize("kind", CONTROL_KINDS)
+def test_control_runs_name_no_culprit(kind, suite_root):
+    run = generate.build_run(by_name(f"{kind}_s0_f00"), suite_root, log=lambda s: None, with_truth=False)
+    v = _attribute(run)["report"]["verdict"]
+    assert v["kind"] != "concentrated" and v["drop_rows"] == [], v["text"]
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_fault_runs_verdict(kind, suite_root):
+    run = generate.build_run(by_name(f"{kind}_s0_f10"), suite_root, log=lambda s: None, with_truth=False)
+    out = _attribute(run)
+    planted, v = set(out["planted"]["rows"]), out["report"]["verdict"]
+    min_p, min_r, cause = EXPECT[kind]
+    drop = set(v["drop_rows"])
+    if min_r == 0.0 and not drop:
+        return  # the suite's verdict on this kind is "spread": naming nobody is right, blaming innocents is not
+    assert v["kind"] == "concentrated", v["text"]
+    hit = len(drop & planted)
+    assert hit >= min_p * len(drop), (sorted(drop - planted), v["text"])
+    assert hit >= min_r * len(planted), (sorted(planted - drop), v["text"])
+    if cause is not None:
+        assert v["cause"] == cause, v["text"]
