@@ -50,7 +50,7 @@ def fresh_findings(d: Path, planted: dict) -> list[dict]:
     """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
     run as findings.current.json and keyed by the rule set."""
     from gradian.diagnose.api import diagnose_full
-    from gradian.diagnose.registry import all_rules
+    from gradian.diagnose.catalog import all_rules
 
     key = sorted(f"{r.code}:{r.cause}" for r in all_rules())
     cache = d / "findings.current.json"
@@ -108,7 +108,29 @@ def auc(scores: np.ndarray, pos: np.ndarray) -> float:
     return float(mannwhitneyu(scores[pos], scores[~pos]).statistic / (pos.sum() * (~pos).sum()))
 
 
-def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy) -> dict:
+def verify_default(run_dir: Path, verdict: dict, reg_items: list[int]) -> dict:
+    """`gradian verify` on the default verdict: a copy of the run's report.json whose regressed items and drop_rows are
+    the ones the default `gradian attribute` gives (two real retrains). Cached in <run>/verify_default/."""
+    from gradian.verify import verify
+
+    out = run_dir / "verify_default"
+    key = {"drop_rows": verdict["drop_rows"], "regressed": reg_items}
+    done = out / "verify.json"
+    if done.is_file() and json.loads((out / "key.json").read_text()) == key:
+        summary = json.loads(done.read_text())["summary"]
+    else:
+        out.mkdir(exist_ok=True)
+        rep = json.loads((run_dir / "attr" / "report.json").read_text())
+        ev = {int(e["index"]): e for e in rep.get("eval") or []}
+        rep["regressed"] = [{**ev[i], "regressed": True} for i in reg_items]
+        rep["verdict"] = {**(rep.get("verdict") or {}), "drop_rows": verdict["drop_rows"], "kind": verdict["kind"]}
+        (out / "report.json").write_text(json.dumps(rep))
+        summary = verify(out, progress=False)["summary"]
+        (out / "key.json").write_text(json.dumps(key))
+    return {"verify_flagged": summary.get("recovered_flagged"), "verify_random": summary.get("recovered_random")}
+
+
+def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: bool = False) -> dict:
     call = call_regressions(run.base, run.ft, rule)
     ev_index = list(range(len(run.base)))
     reg_items = [i for i in ev_index if call.regressed[i]]
@@ -146,11 +168,16 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy) -> dict:
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
     out["cause_right"] = got == want
     out["pass"] = out["precision"] >= 0.8 and out["recall"] >= 0.8 and out["cause_right"]
+    if run_verify and v["drop_rows"]:
+        out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items))
     return out
 
 
-def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy) -> tuple[int, list[dict]]:
-    rows = [evaluate(r, rule, policy) for r in runs]
+RUNS_ROOT: list[Path] = []
+
+
+def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_verify: bool = False) -> tuple[int, list]:
+    rows = [evaluate(r, rule, policy, run_verify=run_verify) for r in runs]
     return sum(r["pass"] for r in rows), rows
 
 
@@ -205,8 +232,8 @@ def markdown_table(rows: list[dict]) -> str:
 
     out = [
         "| kind | runs | AUC | P@K | drop_rows precision | recall | cause right | pass | no culprit (controls) "
-        "| truth: planted-drop recovery | random-drop |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| truth: planted-drop recovery | random-drop | verify: verdict rows | random rows |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind]
@@ -219,7 +246,9 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {'–' if ctl else sum(bool(r.get('cause_right')) for r in rs)} | {sum(r['pass'] for r in rs)} "
             f"| {sum(r['pass'] for r in rs) if ctl else '–'} "
             f"| {f(_mean([r.get('truth_drop_planted') for r in rs]), True)} "
-            f"| {f(_mean([r.get('truth_drop_random') for r in rs]), True)} |"
+            f"| {f(_mean([r.get('truth_drop_random') for r in rs]), True)} "
+            f"| {f(_mean([r.get('verify_flagged') for r in rs]), True)} "
+            f"| {f(_mean([r.get('verify_random') for r in rs]), True)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -245,6 +274,7 @@ def main() -> None:
     ap.add_argument("--search", action="store_true", help="grid-search the thresholds (leave-one-kind-out reported)")
     ap.add_argument("--json", type=Path, help="write per-run rows here")
     ap.add_argument("--table", type=Path, help="write the per-kind markdown table here")
+    ap.add_argument("--verify", action="store_true", help="gradian verify each named culprit (two retrains per run)")
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     args = ap.parse_args()
@@ -274,7 +304,8 @@ def main() -> None:
             held += [best[4][i][1] for i, r in enumerate(runs) if r.kind == kind]
         print(f"leave-one-kind-out: {sum(held)} / {len(runs)} pass on the held-out kind")
         return
-    n, rows = score(runs, RegressionRule(), CulpritPolicy())
+    RUNS_ROOT.append(args.runs)
+    n, rows = score(runs, RegressionRule(), CulpritPolicy(), run_verify=args.verify)
     for r in rows:
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
     print(f"{n} / {len(runs)} pass")

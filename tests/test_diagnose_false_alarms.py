@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gradian.diagnose.api import diagnose_full
+from gradian.diagnose.catalog import find_rule
 from gradian.diagnose.context import DiagnoseContext, build_context
 from gradian.diagnose.engine import run_rule
-from gradian.diagnose.registry import find_rule
 from gradian.diagnose.settings import DiagnoseSettings
 from realsets import STORIES_DATA, stories, write_jsonl
 from test_diagnose_helpers import STORIES, clean_setup

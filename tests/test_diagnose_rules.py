@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from gradian.data.types import Example
+from gradian.diagnose.catalog import all_rules
 from gradian.diagnose.engine import missing_need, params_for, run_rule
-from gradian.diagnose.registry import CAUSES, all_rules
+from gradian.diagnose.registry import CAUSES
 from gradian.run.types import LogPoint
 from test_diagnose_helpers import EOS, clean_context, formatted_for, pc_example, refmt
 
@@ -671,7 +672,7 @@ def test_fires_on_planted(rule, tmp_path: Path):
 
 
 def test_thresholds_override_changes_result():
-    from gradian.diagnose.registry import find_rule
+    from gradian.diagnose.catalog import find_rule
 
     ctx = clean_context()
     P["D106"](ctx)
@@ -688,7 +689,7 @@ def test_formatted_helper_sane():
 
 def test_lr_too_high_exempts_tiny_bases_only():
     """3e-3 is an error on a real-size base, and expected on a 260K-parameter one (the bundled stories260K)."""
-    from gradian.diagnose.registry import find_rule
+    from gradian.diagnose.catalog import find_rule
 
     rule = find_rule("lr_too_high")
     ctx = clean_context()

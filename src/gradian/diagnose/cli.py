@@ -18,8 +18,8 @@ def _split(values: list[str] | None) -> list[str]:
 
 
 def _explain(code: str, fmt: str) -> None:
+    from gradian.diagnose.catalog import find_rule
     from gradian.diagnose.output import rule_doc_markdown, rule_doc_text
-    from gradian.diagnose.registry import find_rule
 
     r = find_rule(code)
     if r is None:

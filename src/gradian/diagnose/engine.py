@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gradian.diagnose.catalog import all_rules, find_rule
 from gradian.diagnose.context import DiagnoseContext
-from gradian.diagnose.registry import Hit, Params, Rule, all_rules, match_selector
+from gradian.diagnose.registry import Hit, Params, Rule, match_selector
 from gradian.diagnose.types import Finding, Fix, Note, Severity
 from gradian.errors import GradianError
 
@@ -13,7 +14,7 @@ from gradian.errors import GradianError
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[Rule]:
     select, ignore = list(select), list(ignore)
     rules = all_rules()
-    from gradian.diagnose.registry import GROUPS, find_rule
+    from gradian.diagnose.registry import GROUPS
 
     for s in [*select, *ignore]:
         low = s.strip().lower()

@@ -137,21 +137,6 @@ def rule(
     return deco
 
 
-def all_rules() -> list[Rule]:
-    """Every registered rule, sorted by code."""
-    import gradian.diagnose.rules  # noqa: F401  (registers the rules)
-
-    return [REGISTRY[c] for c in sorted(REGISTRY)]
-
-
-def find_rule(code_or_name: str) -> Rule | None:
-    key = code_or_name.strip()
-    for r in all_rules():
-        if r.code.lower() == key.lower() or r.name == key.lower().replace("-", "_"):
-            return r
-    return None
-
-
 def match_selector(r: Rule, selectors: Iterable[str]) -> bool:
     """A selector is a code (D106), a code prefix (D1, D, C2), a name (truncation) or a group (dataset, logs)."""
     for s in selectors:

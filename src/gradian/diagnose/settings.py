@@ -97,7 +97,7 @@ def _coerce(raw: Any, default: Any) -> Any:
 
 
 def _put(out: dict[str, dict[str, Any]], rule_key: str, threshold: str, value: Any, *, where: str | None) -> None:
-    from gradian.diagnose.registry import find_rule
+    from gradian.diagnose.catalog import find_rule
 
     r = find_rule(rule_key)
     if r is None:

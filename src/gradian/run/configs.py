@@ -6,7 +6,6 @@ top-level key so that an error can name it. Nothing here interprets values; :mod
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import yaml
 
 from gradian.errors import GradianError
+from gradian.run.textfiles import load_json_file, read_text
 
 # --- key tables --------------------------------------------------------------------------------------------------
 
@@ -277,28 +277,6 @@ def yaml_framework(data: dict[str, Any]) -> str | None:
 # --- readers -----------------------------------------------------------------------------------------------------
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise GradianError(f"not UTF-8 text (byte {exc.start})", where=str(path), fix="save the file as UTF-8") from exc
-    except OSError as exc:
-        raise GradianError(f"cannot read the file ({exc.strerror})", where=str(path), fix="check the path") from exc
-
-
-def load_json_file(path: Path) -> Any:
-    """JSON with Python's bare NaN / Infinity / -Infinity allowed; errors name the line and column."""
-    text = _read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GradianError(
-            f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-            where=str(path),
-            fix="repair the file, or copy it again from the training machine",
-        ) from exc
-
-
 def _mapping(data: Any, path: Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
@@ -332,7 +310,7 @@ def _yaml_key_lines(text: str) -> dict[str, int]:
 
 def read_yaml_config(path: Path, framework: str | None = None) -> ConfigFile:
     """An Axolotl or LLaMA-Factory YAML (or a TrainingArguments YAML)."""
-    text = _read_text(path)
+    text = read_text(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

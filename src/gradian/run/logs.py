@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import GradianError
-from gradian.run.configs import load_json_file
+from gradian.run.textfiles import load_json_file
 from gradian.run.types import LogPoint, RunArtifacts, TrainerLogs
 
 _SUMMARY_KEYS = {"train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos"}
