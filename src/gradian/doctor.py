@@ -106,23 +106,12 @@ def check_disk(out_dir: Path) -> Check:
     return Check("disk", "ok", f"{free_gb:.1f} GiB free at {probe} for the gradient store")
 
 
-def _adapter_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
-
-    with safe_open(str(weights), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
-
-def _module_name(key: str) -> tuple[str, str] | None:
-    """'base_model.model.model.layers.0.q_proj.lora_A.weight' -> ('model.layers.0.q_proj', 'lora_A')."""
-    m = re.match(r"^(?:base_model\.model\.)?(.*)\.(lora_A|lora_B)(?:\.[^.]+)?\.weight$", key)
-    return (m.group(1), m.group(2)) if m else None
-
-
 def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, trust_remote_code: bool) -> list[Check]:
     """Does every LoRA tensor name a Linear in the base, with matching shapes? Builds the base on the meta device."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gradian.attribute.loading import adapter_misfits, adapter_shapes
 
     try:
         config = AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code)
@@ -141,22 +130,7 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
             Check("adapter weights", "error", f"no adapter_model.safetensors in {adapter_dir}", "pass --adapter DIR")
         )
         return out
-    bad: list[str] = []
-    n = 0
-    for key, shape in _adapter_shapes(weights).items():
-        parsed = _module_name(key)
-        if parsed is None:
-            continue
-        name, part = parsed
-        mod = modules.get(name)
-        if mod is None or not hasattr(mod, "in_features"):
-            bad.append(f"{name} (not a Linear in the base)")
-            continue
-        n += 1
-        r = shape[0] if part == "lora_A" else shape[1]
-        want = (r, mod.in_features) if part == "lora_A" else (mod.out_features, r)
-        if tuple(shape) != want:
-            bad.append(f"{key} has shape {list(shape)}, the base needs {list(want)}")
+    n, bad = adapter_misfits(adapter_shapes(weights), modules)
     if bad:
         out.append(
             Check(

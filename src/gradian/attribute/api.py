@@ -504,7 +504,8 @@ def _training_gradients(
                 positions = [p for i in mine for p in range(*rows_of[i])]
                 bad = {p for p, _ in skipped}
                 keep = torch.tensor([j for j, p in enumerate(positions) if p not in bad], dtype=torch.long)
-                Gc = {k: torch.cat(v).index_select(0, keep) for k, v in G.items()}
+                empty = {b.name: torch.zeros(0, *b.shape) for b in blocks}  # a rank with no shards
+                Gc = {k: (torch.cat(v) if v else empty[k]).index_select(0, keep) for k, v in G.items()}
                 src = MemorySource(Gc, torch.tensor(positions, dtype=torch.long)[keep], dist)
                 settings["train_rows_computed"] = n
             else:
@@ -527,6 +528,7 @@ def _training_gradients(
                     "parts": parts,
                 }
                 store = GradientStore(Path(store_dir), store_key(parts), meta, shards=mine)
+                dist.barrier()  # every rank has opened (and cleared an outdated layout) before any writes
                 fresh, computed = _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist)
                 src = StoreSource(store, names, dist)
                 stats = src.stats(known=fresh, skip=computed)  # the shards just written are not read back for it
@@ -579,9 +581,16 @@ def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence
         return [fx[i] for i in keep], [ex[i].id for i in keep], len(fx) - len(keep)
     folder = Path(out) / ("tokens" if not dist.active else f"tokens-rank{dist.rank}")
     fp = source_fingerprint(path, tokenizer, fs)
-    rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
-        iter_examples(path), tokenizer, fs, folder, source=path
-    )
+    try:
+        rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
+            iter_examples(path), tokenizer, fs, folder, source=path
+        )
+    except OSError as e:
+        raise GradianError(
+            f"cannot write the tokenized training rows ({e.strerror or e})",
+            where=str(e.filename or folder),
+            fix=f"remove {folder} (it must be a folder gradian can write), or pass another --out",
+        ) from e
     return rows, rows.ids(), rows.n_dropped
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,67 @@ def check_adapter(adapter_dir: str | Path, cfg: dict[str, Any]) -> list[str]:
     return notes
 
 
+def adapter_shapes(weights: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes in ``adapter_model.safetensors`` (from its header and size, no tensor read); one line when it is
+    not a whole safetensors file (truncated, corrupt, or another format)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # SafetensorError (bad header, short file), OSError: the file cannot be used either way
+        why = (str(e).splitlines() or [type(e).__name__])[0][:160]
+        raise GradianError(
+            f"not a readable safetensors file ({why}); it is truncated, corrupt or in another format",
+            where=str(weights),
+            fix="copy or save the adapter again (save_pretrained writes adapter_model.safetensors)",
+        ) from e
+
+
+def _lora_module(key: str) -> tuple[str, str] | None:
+    """'base_model.model.model.layers.0.q_proj.lora_A.weight' -> ('model.layers.0.q_proj', 'lora_A')."""
+    m = re.match(r"^(?:base_model\.model\.)?(.*)\.(lora_A|lora_B)(?:\.[^.]+)?\.weight$", key)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def adapter_misfits(
+    shapes: dict[str, tuple[int, ...]], modules: dict[str, Any], *, linear_only: bool = True
+) -> tuple[int, list[str]]:
+    """How many LoRA tensors (``shapes``, from :func:`adapter_shapes`) fit the base's ``modules`` (``named_modules``)
+    and one description per tensor that does not: its module is not in the base (or, with ``linear_only``, not a
+    Linear), or its shape differs (an adapter trained on another base with the same module names). Without
+    ``linear_only`` a module without ``in_features`` (e.g. GPT-2's Conv1D) is left to PEFT."""
+    bad: list[str] = []
+    n = 0
+    for key, shape in shapes.items():
+        parsed = _lora_module(key)
+        if parsed is None:
+            continue
+        name, part = parsed
+        mod = modules.get(name)
+        if mod is None:
+            bad.append(f"{name} (not a module of the base)")
+            continue
+        if not hasattr(mod, "in_features"):
+            if linear_only:
+                bad.append(f"{name} (not a Linear in the base)")
+            continue
+        n += 1
+        r = shape[0] if part == "lora_A" else shape[1]
+        want = (r, mod.in_features) if part == "lora_A" else (mod.out_features, r)
+        if tuple(shape) != want:
+            bad.append(f"{key} has shape {list(shape)}, the base needs {list(want)}")
+    return n, bad
+
+
+def misfit_error(bad: list[str], base: str, weights: str | Path) -> GradianError:
+    return GradianError(
+        f"{len(bad)} LoRA tensors do not fit the base model {base}: {bad[0]}",
+        where=str(weights),
+        fix="pass the base model the adapter was trained on (adapter_config.json: base_model_name_or_path)",
+    )
+
+
 def load(
     base: str | None,
     adapter_dir: str | Path,
@@ -122,6 +184,8 @@ def load(
     adapter_dir = Path(adapter_dir)
     cfg = read_adapter_config(adapter_dir)
     notes = check_adapter(adapter_dir, cfg)
+    weights = adapter_dir / "adapter_model.safetensors"
+    shapes = adapter_shapes(weights)  # a truncated or foreign file: one line before the base loads
     base = base or cfg.get("base_model_name_or_path")
     if not base:
         raise GradianError("no base model given and adapter_config.json names none", fix="pass --base")
@@ -142,6 +206,9 @@ def load(
                 f"{base} needs remote code", fix="pass --trust-remote-code if you trust that repository"
             ) from e
         raise
+    _, bad = adapter_misfits(shapes, dict(model.named_modules()), linear_only=False)
+    if bad:
+        raise misfit_error(bad, str(base), weights)
     model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
     model.to(dev)
     model.eval()
