@@ -98,8 +98,12 @@ def check_device() -> list[Check]:
 
 def check_disk(out_dir: Path) -> Check:
     probe = out_dir
+    if probe.exists() and not probe.is_dir():
+        return Check("disk", "error", f"{probe} is a file; the gradient store needs a folder", "pass another --out")
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        return Check("disk", "error", f"{out_dir} is under the file {probe}", "pass another --out")
     free_gb = shutil.disk_usage(probe).free / 2**30
     if free_gb < MIN_FREE_DISK_GB:
         return Check("disk", "error", f"{free_gb:.1f} GiB free at {probe}", "free disk space or pass another --out")
@@ -120,6 +124,9 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     modules = dict(model.named_modules())
+    bad_weights = _unreadable_weights(base)
+    if bad_weights:
+        return [Check("base model", "error", bad_weights, "copy or download the base model again")]
     out = [
         Check(
             "base model", "ok", f"{base} ({config.model_type}, {sum(p.numel() for p in model.parameters()):,} params)"
@@ -143,6 +150,42 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
     else:
         out.append(Check("adapter ↔ base", "ok", f"{n} LoRA tensors match the base's Linear shapes"))
     return out
+
+
+def _unreadable_weights(base: str) -> str | None:
+    """A local base folder's safetensors weights whose header or size is broken (truncated copy), else None."""
+    from gradian.attribute.loading import adapter_shapes
+
+    p = Path(base)
+    for f in sorted(p.glob("*.safetensors")) if p.is_dir() else []:
+        try:
+            adapter_shapes(f)
+        except GradianError as err:
+            return err.one_line()
+    return None
+
+
+def check_vocab_fits(tokenizer_path: str, base: str, trust_remote_code: bool) -> list[Check]:
+    """A tokenizer with more tokens than the base embeds belongs to another model (its ids overflow the embedding)."""
+    from transformers import AutoConfig
+
+    from gradian.data import load_tokenizer
+
+    try:
+        n_emb = int(getattr(AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code), "vocab_size", 0))
+    except Exception:  # the base check reports an unloadable base
+        return []
+    n_tok = len(load_tokenizer(tokenizer_path))
+    if n_emb and n_tok > n_emb:
+        return [
+            Check(
+                "tokenizer ↔ base",
+                "error",
+                f"{tokenizer_path} has {n_tok:,} tokens, the base {base} embeds {n_emb:,}: another model's tokenizer",
+                "pass --tokenizer with the tokenizer the fine-tune used",
+            )
+        ]
+    return []
 
 
 def check_tokenizer(path: str) -> list[Check]:
@@ -226,6 +269,8 @@ def run_doctor(
     tok_path = str(art.tokenizer_dir) if art.tokenizer_dir else art.base
     if tok_path:
         checks += guarded("tokenizer", check_tokenizer, tok_path)
+        if art.base and tok_path != art.base:
+            checks += guarded("tokenizer ↔ base", check_vocab_fits, tok_path, art.base, trust_remote_code)
     for label, path in (("train", art.train_file), ("eval", art.eval_file)):
         if path is not None:
             checks += guarded(f"{label} data", check_data, label, path, tok_path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -568,6 +569,21 @@ def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, 
     return fresh, set(missing)
 
 
+def check_out_dir(out: str | Path) -> None:
+    """``--out`` must be a folder gradian can create and write (checked before anything loads)."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise GradianError("--out names a file, not a folder", where=str(p), fix="pass a folder path, or remove it")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GradianError(
+            f"cannot create the --out folder ({e.strerror or e})", where=str(e.filename or p), fix="pass another --out"
+        ) from e
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise GradianError("the --out folder is not writable", where=str(p), fix="pass a folder you can write to")
+
+
 def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence, list[str | None], int]:
     """The scored training rows (the trainer's drops left out), their ids, and how many were dropped. Streamed
     into ``<out>/tokens`` (reused while the file, tokenizer and settings are unchanged) when there is an ``out``."""
@@ -640,6 +656,8 @@ def attribute(
     from gradian.run import discover, format_settings, load_setup
 
     check_options(method, weighting, store_dtype)
+    if out is not None:
+        check_out_dir(out)
 
     art = discover(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config)
     if art.adapter_dir is None:

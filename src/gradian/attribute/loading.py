@@ -179,7 +179,6 @@ def load(
 ) -> LoadedModel:
     """Load ``base`` (a local dir or hub id; default: the adapter's base_model_name_or_path) with the adapter."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
     adapter_dir = Path(adapter_dir)
     cfg = read_adapter_config(adapter_dir)
@@ -194,8 +193,27 @@ def load(
     if dev.type == "cuda":  # reproducible scores: deterministic cuBLAS/kernels where they exist (docs/reliability.md)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
+    model = load_base_model(base, dt, trust_remote_code)
+    _, bad = adapter_misfits(shapes, dict(model.named_modules()), linear_only=False)
+    if bad:
+        raise misfit_error(bad, str(base), weights)
+    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    model.to(dev)
+    model.eval()
+    for n, p in model.named_parameters():
+        p.requires_grad_("lora_" in n)
+    tok = _load_tokenizer(tokenizer_dir or adapter_dir, base, trust_remote_code)
+    check_vocab(tok, model, tokenizer_dir or adapter_dir, base)
+    return LoadedModel(model, tok, cfg, dev, dt, str(base), adapter_dir, notes)
+
+
+def load_base_model(base: str, dtype: torch.dtype, trust_remote_code: bool = False) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` with one-line errors: a missing or unreadable model, weights that are
+    truncated or not safetensors/PyTorch files, a model that needs remote code."""
+    from transformers import AutoModelForCausalLM
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dt, trust_remote_code=trust_remote_code)
+        return AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=trust_remote_code)
     except OSError as e:
         raise GradianError(
             f"cannot load base model {base!r} ({str(e).splitlines()[0]})", fix="pass --base with a local model dir"
@@ -206,16 +224,28 @@ def load(
                 f"{base} needs remote code", fix="pass --trust-remote-code if you trust that repository"
             ) from e
         raise
-    _, bad = adapter_misfits(shapes, dict(model.named_modules()), linear_only=False)
-    if bad:
-        raise misfit_error(bad, str(base), weights)
-    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
-    model.to(dev)
-    model.eval()
-    for n, p in model.named_parameters():
-        p.requires_grad_("lora_" in n)
-    tok = _load_tokenizer(tokenizer_dir or adapter_dir, base, trust_remote_code)
-    return LoadedModel(model, tok, cfg, dev, dt, str(base), adapter_dir, notes)
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise GradianError(
+            f"its weights are not a readable safetensors file ({str(e).splitlines()[0][:160]}); truncated or corrupt",
+            where=str(base),
+            fix="copy or download the base model again",
+        ) from e
+
+
+def check_vocab(tokenizer: Any, model: Any, tokenizer_from: str | Path, base: str) -> None:
+    """Refuse a tokenizer whose ids run past the model's input embeddings (another model's tokenizer): those ids would
+    fail inside the embedding lookup."""
+    emb = model.get_input_embeddings()
+    n_emb = getattr(emb, "num_embeddings", None)
+    if n_emb is not None and len(tokenizer) > n_emb:
+        raise GradianError(
+            f"the tokenizer has {len(tokenizer):,} tokens but the base model {base} embeds {n_emb:,}: it belongs to "
+            "another model",
+            where=str(tokenizer_from),
+            fix="pass --tokenizer with the tokenizer the fine-tune used (the base model's, or the run's)",
+        )
 
 
 def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> Any:
