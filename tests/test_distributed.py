@@ -222,3 +222,15 @@ def test_a_failing_rank_ends_every_rank_with_one_line(single_runs, tmp_path):
     assert "shard_00001.safetensors" in line and "gradient store" in line
     assert len([x for x in text.splitlines() if x.startswith("error: rank 0: ")]) == 1
     assert line in text.split("Root Cause")[-1]  # torchrun's summary quotes it
+
+
+@pytest.mark.slow
+def test_true_fisher_under_three_ranks_equals_one_process(single_runs, tmp_path):
+    """`--fisher true` samples each row's labels from a seed and the row's position: any world size, same scores."""
+    args, _ = single_runs[61]
+    args = [*args, "--fisher", "true"]
+    _run_env([sys.executable, "-m", "gradian", *args, "--out", str(tmp_path / "one")], 16)
+    _torchrun(3, args, tmp_path / "three", 16)
+    a, b = _report(tmp_path / "one"), _report(tmp_path / "three")
+    assert a["settings"]["fisher"] == b["settings"]["fisher"] == "true"
+    _assert_same_scores(a, b)

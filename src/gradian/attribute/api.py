@@ -101,10 +101,19 @@ class AdapterState:
     store_parts: dict[str, Any]  # what identifies its gradients in the store (the adapter's fingerprint)
 
 
-def check_options(method: str, weighting: str, store_dtype: str) -> None:
+def check_options(method: str, weighting: str, store_dtype: str, fisher: str = "empirical") -> None:
     """One-line errors for option values, before anything is loaded."""
+    from gradian.attribute.fisher import FISHERS
     from gradian.attribute.scores import METHODS
 
+    if fisher not in FISHERS:
+        raise GradianError(f"unknown --fisher {fisher!r}", fix="use empirical or true")
+    if fisher == "true" and method in ("datainf", "exact"):
+        raise GradianError(
+            f"--fisher true is for the Kronecker-factored methods; --method {method} uses the training gradients "
+            "themselves as its curvature",
+            fix="use --method ekfac or kfac with --fisher true, or --fisher empirical",
+        )
     if method not in METHODS:
         raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
     if weighting not in ("uniform", "regression"):
@@ -155,6 +164,8 @@ def run_attribution(
     shard_rows: int | None = None,
     dist: Dist = SINGLE,
     states: list[AdapterState] | None = None,
+    fisher: str = "empirical",
+    fisher_seed: int = 0,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -170,7 +181,7 @@ def run_attribution(
     from gradian.attribute.collector import attach_projections, find_lora_blocks
     from gradian.attribute.scores import gradient_embedding, harm_scores, precondition
 
-    check_options(method, weighting, store_dtype)
+    check_options(method, weighting, store_dtype, fisher)
     notes = list(notes or [])
     timings: dict[str, float] = {}
     progress = progress and dist.is_main
@@ -196,7 +207,7 @@ def run_attribution(
         "weighting": weighting,
         "threshold": threshold,
         "batch_size": batch_size,
-        "fisher": "empirical",
+        "fisher": fisher,
         "loss": "sum over label tokens per training row; mean per completion token per eval item",
         "n_train": len(train_fx),
         "n_eval": len(eval_fx),
@@ -283,6 +294,11 @@ def run_attribution(
         timings["train_pass_s"] = timings.get("train_pass_s", 0.0) + time.perf_counter() - t
         for pos_, why in skipped_c:
             skipped.setdefault(pos_, why)
+        fsrc = None
+        if fisher == "true" and method in ("ekfac", "kfac"):
+            t = time.perf_counter()
+            fsrc, stats = _sampled_fisher(model, blocks, train_fx, src, pad_id, batch_size, fisher_seed, dist)
+            timings["fisher_s"] = timings.get("fisher_s", 0.0) + time.perf_counter() - t
         t = time.perf_counter()
         V = None
         if dist.is_main:
@@ -307,8 +323,9 @@ def run_attribution(
         for m in methods:
             keep = m == method and c is states[-1]  # its rotated rows serve its scores and the embedding
             pre = precondition(
-                m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev, keep_rows=keep
-            )
+                m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev, keep_rows=keep,
+                fisher=fsrc if m == "ekfac" else None,
+            )  # fmt: skip
             h = harm_scores(m, pre.X, src, device=sdev, rotated=pre.rotated).numpy()
             if len(states) == 1:
                 acc[m] = h
@@ -399,6 +416,30 @@ def run_attribution(
         embeddings=emb,
         embedding_index=[int(i) for i in file_index],
     )
+
+
+def _sampled_fisher(model, blocks, train_fx, src, pad_id, batch_size, seed, dist):
+    """``--fisher true``: this rank's rows at labels sampled from the model, and their covariance sums over all
+    ranks (:mod:`gradian.attribute.fisher`)."""
+    from gradian.attribute.fisher import SampledSource
+    from gradian.attribute.plan import cache_bytes
+
+    rows = _Rows(train_fx, src.positions.tolist())
+    fsrc = SampledSource(model, blocks, rows, src.positions, pad_id, batch_size, seed, dist, cache_bytes())
+    return fsrc, fsrc.stats().all_reduced(dist)
+
+
+class _Rows:
+    """The rows of ``fx`` at ``positions``, read as they are indexed (``fx`` may be rows on disk)."""
+
+    def __init__(self, fx: Sequence, positions: list[int]) -> None:
+        self.fx, self.positions = fx, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i: int):
+        return self.fx[self.positions[i]]
 
 
 def _rank_rows(blocks, n: int, batch_size: int, shard_rows: int | None, dist: Dist) -> int:
@@ -640,6 +681,8 @@ def attribute(
     store_dtype: str = "auto",
     dist: Dist | None = None,
     checkpoints: str = "last",
+    fisher: str = "empirical",
+    fisher_seed: int = 0,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
     (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
@@ -655,7 +698,7 @@ def attribute(
     from gradian.dist import device_for, from_env
     from gradian.run import discover, format_settings, load_setup
 
-    check_options(method, weighting, store_dtype)
+    check_options(method, weighting, store_dtype, fisher)
     if out is not None:
         check_out_dir(out)
 
@@ -742,6 +785,8 @@ def attribute(
         store_dtype=store_dtype,
         dist=dist,
         states=states,
+        fisher=fisher,
+        fisher_seed=fisher_seed,
     )
     res.settings |= {
         "base": lm.base,

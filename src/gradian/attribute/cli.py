@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
+
+
+class FisherKind(str, Enum):
+    empirical = "empirical"
+    true = "true"
 
 
 def attribute_command(
@@ -18,6 +24,13 @@ def attribute_command(
     ),
     method: str = typer.Option("ekfac", "--method", help="ekfac | kfac | datainf | exact | identity | cosine."),
     damping: float | None = typer.Option(None, "--damping", help="Absolute damping (default 0.1 x mean eigenvalue)."),
+    fisher: FisherKind = typer.Option(
+        FisherKind.empirical,
+        "--fisher",
+        help="Curvature of ekfac/kfac: empirical (the data's labels; free with the training pass) or true (labels "
+        "sampled from the fine-tuned model, seeded; one more forward+backward).",
+    ),
+    fisher_seed: int = typer.Option(0, "--fisher-seed", help="Seed of the labels --fisher true samples."),
     proj_dim: int | None = typer.Option(
         None, "--proj-dim", help="Random projection of each block's wide side (0 = exact; default: auto by size)."
     ),
@@ -70,6 +83,8 @@ def attribute_command(
         out=out,
         method=method,
         damping=damping,
+        fisher=fisher.value,
+        fisher_seed=fisher_seed,
         proj_dim=proj_dim,
         query=query,
         weighting=weighting,
