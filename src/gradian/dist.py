@@ -9,6 +9,10 @@ collectives are identities, so the attribution code has one path.
 What is exchanged: the curvature sums and EK-FAC eigenvalue sums (``all_reduce``), the eval NLLs and query gradients
 computed on rank 0 (``broadcast``), and each rank's scores and embeddings for its own rows (``gather`` to rank 0,
 which writes the report). Objects travel pickled between these processes only; no file is ever unpickled.
+
+Every rank runs the same collectives on the same sizes whatever rows it owns (:meth:`Dist.all_reduce_dict`), and a
+failing rank ends every rank with one line (:func:`rank_prefix`, :func:`record_failure`, :func:`peer_lost` and the
+SIGTERM handler, used by ``gradian.cli.main``).
 """
 
 from __future__ import annotations
