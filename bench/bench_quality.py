@@ -2,6 +2,7 @@
 
     python bench/bench_quality.py planted               # bundled stories260K example (Zorblax cluster)
     python bench/bench_quality.py mislabeled            # classification-style rows with flipped labels (trains)
+    python bench/bench_quality.py fisher --seeds 3      # --fisher empirical vs true, ekfac and kfac, on the above
     python bench/bench_quality.py lds --subsets 100     # retrains on random 50% subsets (gradian.train.train_lora);
                                                         # resumable: each subset is saved under bench/work/lds/
 
@@ -83,6 +84,45 @@ def planted() -> None:
 
 
 def mislabeled(seed: int = 0) -> None:
+    model, fx, efx, planted_mask = mislabeled_setup(seed)
+    rows_out = recovery(model, fx, efx, planted_mask, query="all")  # correct labels: flipped rows raise their loss
+    common.write_json(Path(__file__).resolve().parent / "results" / "quality_mislabeled.json", {"rows": rows_out})
+    print_table(f"Scenario 2: flipped sentiment labels ({int(planted_mask.sum())} of {len(fx)} rows)", rows_out)
+
+
+def fisher(seeds: int = 3) -> None:
+    """Empirical vs true Fisher (``--fisher``) for ekfac and kfac: the bundled example and ``seeds`` mislabeled runs
+    (each its own data draw and fine-tune); the true Fisher's labels are sampled with seeds 0, 1, 2."""
+    from gradian.attribute.api import run_attribution
+
+    cases = []
+    model, fx, efx = common.stories_setup(402)
+    mask = np.zeros(len(fx), bool)
+    mask[json.loads((EX / "data" / "planted.json").read_text())["harmful_cluster"]["indices"]] = True
+    cases.append(("bundled example (Zorblax)", model, fx, efx, mask, "regressed"))
+    for s in range(seeds):
+        m, f, e, pm = mislabeled_setup(s)
+        cases.append((f"mislabeled seed {s}", m, f, e, pm, "all"))
+    out = []
+    print("\n| run | method | Fisher | ROC-AUC | P@K (K) |\n|---|---|---|---:|---:|")
+    for name, model, fx, efx, mask, q in cases:
+        K = int(mask.sum())
+        for method in ("ekfac", "kfac"):
+            for kind, fseed in [("empirical", 0), ("true", 0), ("true", 1), ("true", 2)]:
+                res = run_attribution(model, fx, efx, pad_id=0, batch_size=8, query=q, method=method, fisher=kind,
+                                      fisher_seed=fseed)  # fmt: skip
+                sc = np.asarray(res.scores, dtype=float)
+                top = np.argsort(-sc, kind="stable")[:K]
+                row = {"run": name, "method": method, "fisher": kind, "fisher_seed": fseed,
+                       "auc": roc_auc(sc, mask), "p_at_k": float(mask[top].mean()), "k": K}  # fmt: skip
+                out.append(row)
+                label = kind if kind == "empirical" else f"true (seed {fseed})"
+                print(f"| {name} | {method} | {label} | {row['auc']:.3f} | {row['p_at_k']:.3f} ({K}) |", flush=True)
+    common.write_json(Path(__file__).resolve().parent / "results" / "quality_fisher.json", {"rows": out})
+
+
+def mislabeled_setup(seed: int = 0):
+    """The mislabeled scenario's fine-tuned model, formatted rows, eval items and flipped-row mask (trains once)."""
     from gradian.attribute.loading import load
     from gradian.train import train_lora
 
@@ -122,9 +162,7 @@ def mislabeled(seed: int = 0) -> None:
     model.eval()
     _, fx = helpers.formatted(d / "train.jsonl")
     _, efx = helpers.formatted(d / "eval.jsonl", add_eos=False)
-    rows_out = recovery(model, fx, efx, planted_mask, query="all")  # correct labels: flipped rows raise their loss
-    common.write_json(Path(__file__).resolve().parent / "results" / "quality_mislabeled.json", {"rows": rows_out})
-    print_table(f"Scenario 2: flipped sentiment labels ({int(planted_mask.sum())} of {len(fx)} rows)", rows_out)
+    return model, fx, efx, planted_mask
 
 
 LDS_DIR = Path(__file__).resolve().parent / "work" / "lds"
@@ -247,8 +285,9 @@ def lds(n_subsets: int, seed: int = 0) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["planted", "mislabeled", "lds", "all"])
+    ap.add_argument("what", choices=["planted", "mislabeled", "lds", "fisher", "all"])
     ap.add_argument("--subsets", type=int, default=100)
+    ap.add_argument("--seeds", type=int, default=3, help="fisher: mislabeled runs to compare on")
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     if args.threads:
@@ -259,6 +298,8 @@ def main() -> None:
         mislabeled()
     if args.what in ("lds", "all"):
         lds(args.subsets)
+    if args.what == "fisher":
+        fisher(args.seeds)
 
 
 if __name__ == "__main__":

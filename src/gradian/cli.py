@@ -52,8 +52,33 @@ def main(argv: list[str] | None = None) -> None:
     except GradianError as err:
         if debug:
             raise
-        typer.echo(f"error: {err.one_line()}", err=True)
+        from gradian.dist import rank_prefix, record_failure
+
+        line = f"error: {rank_prefix()}{err.one_line()}"
+        typer.echo(line, err=True)
+        record_failure(line)
         sys.exit(err.exit_code)
+    except OSError as err:  # a path no check caught (a folder where a file goes, unreadable): still one line
+        if debug or err.filename is None:
+            raise
+        where = err.filename2 or err.filename
+        typer.echo(
+            f"error: {where}: {err.strerror or type(err).__name__}. Fix: check that path (a file or a folder, as "
+            "`gradian COMMAND --help` says, that you can read or write).",
+            err=True,
+        )
+        sys.exit(2)
+    except RuntimeError as err:  # under torchrun: a collective broken by another rank's exit
+        from gradian.dist import peer_lost, rank_prefix
+
+        if debug or not peer_lost(err):
+            raise
+        typer.echo(
+            f"error: {rank_prefix()}stopped: another torchrun rank failed (its error line is above). "
+            "Fix: fix that error and rerun.",
+            err=True,
+        )
+        sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -9,17 +9,22 @@ collectives are identities, so the attribution code has one path.
 What is exchanged: the curvature sums and EK-FAC eigenvalue sums (``all_reduce``), the eval NLLs and query gradients
 computed on rank 0 (``broadcast``), and each rank's scores and embeddings for its own rows (``gather`` to rank 0,
 which writes the report). Objects travel pickled between these processes only; no file is ever unpickled.
+
+Every rank runs the same collectives on the same sizes whatever rows it owns (:meth:`Dist.all_reduce_dict`), and a
+failing rank ends every rank with one line (:func:`rank_prefix`, :func:`record_failure`, :func:`peer_lost` and the
+SIGTERM handler, used by ``gradian.cli.main``).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gradian.errors import GradianError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class Dist:
         return self.world > 1
 
     def _dev(self) -> torch.device:
+        import torch
+
         return torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
@@ -52,9 +59,39 @@ class Dist:
         td.all_reduce(x, op=td.ReduceOp.SUM)
         return x.to(t.device)
 
+    def all_reduce_dict(self, d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per-key sums over all ranks of dicts that may differ in keys: a rank with no rows (fewer shards than ranks)
+        holds none. The ranks first agree on every key's shape and dtype (one small object exchange), then each key
+        is summed in sorted order, zeros standing in for the keys a rank lacks, so every rank runs the same
+        collectives on the same sizes."""
+        if not self.active:
+            return d
+        import torch
+        import torch.distributed as td
+
+        meta = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in d.items()}
+        every: list[Any] = [None] * self.world
+        td.all_gather_object(every, meta)
+        want: dict[str, tuple[tuple[int, ...], str]] = {}
+        for m in every:
+            for k, (shape, dtype) in m.items():
+                if want.setdefault(k, (shape, dtype)) != (shape, dtype):
+                    raise GradianError(
+                        f"torchrun ranks disagree on {k!r}: {want[k]} against {(shape, dtype)}",
+                        fix="run every rank on the same base, adapter and options",
+                    )
+        out: dict[str, torch.Tensor] = {}
+        for k in sorted(want):
+            shape, dtype = want[k]
+            t = d[k] if k in d else torch.zeros(shape, dtype=getattr(torch, dtype))
+            out[k] = self.all_reduce(t)
+        return out
+
     def all_reduce_number(self, x: float | int) -> float | int:
         if not self.active:
             return x
+        import torch
+
         kind = int if isinstance(x, int) else float
         t = torch.tensor([x], dtype=torch.int64 if kind is int else torch.float64)
         return kind(self.all_reduce(t).item())
@@ -112,6 +149,7 @@ def from_env(device: str | None = None) -> Dist:
     world = env_world()
     if world <= 1:
         return SINGLE
+    import torch
     import torch.distributed as td
 
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -128,9 +166,29 @@ def from_env(device: str | None = None) -> Dist:
                 )
             torch.cuda.set_device(local)
         td.init_process_group(backend=backend)
+        _stop_quietly_on_sigterm()
     else:
         backend = td.get_backend()
     return Dist(rank=td.get_rank(), world=td.get_world_size(), local_rank=local, backend=backend)
+
+
+def _stop_quietly_on_sigterm() -> None:
+    """torchrun ends the other ranks with SIGTERM when one fails: each says so in one line (exit 2), no traceback."""
+    import signal
+    import sys
+
+    def stop(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+        sys.stderr.write(
+            f"error: {rank_prefix()}stopped by torchrun: another rank failed (its error line is above) or the job "
+            "was interrupted.\n"
+        )
+        sys.stderr.flush()
+        os._exit(2)
+
+    try:
+        signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (an embedding application): keep its handler
+        pass
 
 
 def device_for(dist: Dist, device: str | None) -> str | None:
@@ -138,3 +196,39 @@ def device_for(dist: Dist, device: str | None) -> str | None:
     if dist.backend == "nccl" and (device is None or device == "cuda"):
         return f"cuda:{dist.local_rank}"
     return device
+
+
+def rank_prefix() -> str:
+    """``"rank N: "`` under torchrun (several processes print to one terminal), else empty."""
+    return f"rank {os.environ.get('RANK', '0')}: " if env_world() > 1 else ""
+
+
+def record_failure(line: str) -> None:
+    """Under torchrun, put this rank's one-line error in the file torchrun's failure summary reads
+    (``TORCHELASTIC_ERROR_FILE``), so the summary names it instead of "To enable traceback see ..."."""
+    import json
+    import time
+
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if env_world() <= 1 or not path:
+        return
+    info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+    try:
+        with open(path, "w") as f:
+            json.dump({"message": {"message": line, "extraInfo": info}}, f)
+    except OSError:
+        pass
+
+
+def peer_lost(err: BaseException) -> bool:
+    """Whether ``err`` is a collective that broke because another torchrun rank stopped (its process exited, so the
+    connection closed): raised from inside torch.distributed while this process is in a process group."""
+    import sys
+    import traceback
+
+    td = sys.modules.get("torch.distributed")
+    if env_world() <= 1 or td is None or not td.is_available() or not td.is_initialized():
+        return False
+    if not isinstance(err, RuntimeError):
+        return False
+    return any("torch/distributed/" in f.filename.replace("\\", "/") for f in traceback.extract_tb(err.__traceback__))

@@ -100,31 +100,24 @@ def check_device() -> list[Check]:
 
 def check_disk(out_dir: Path) -> Check:
     probe = out_dir
+    if probe.exists() and not probe.is_dir():
+        return Check("disk", "error", f"{probe} is a file; the gradient store needs a folder", "pass another --out")
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        return Check("disk", "error", f"{out_dir} is under the file {probe}", "pass another --out")
     free_gb = shutil.disk_usage(probe).free / 2**30
     if free_gb < MIN_FREE_DISK_GB:
         return Check("disk", "error", f"{free_gb:.1f} GiB free at {probe}", "free disk space or pass another --out")
     return Check("disk", "ok", f"{free_gb:.1f} GiB free at {probe} for the gradient store")
 
 
-def _adapter_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
-
-    with safe_open(str(weights), framework="pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-
-
-def _module_name(key: str) -> tuple[str, str] | None:
-    """'base_model.model.model.layers.0.q_proj.lora_A.weight' -> ('model.layers.0.q_proj', 'lora_A')."""
-    m = re.match(r"^(?:base_model\.model\.)?(.*)\.(lora_A|lora_B)(?:\.[^.]+)?\.weight$", key)
-    return (m.group(1), m.group(2)) if m else None
-
-
 def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, trust_remote_code: bool) -> list[Check]:
     """Does every LoRA tensor name a Linear in the base, with matching shapes? Builds the base on the meta device."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gradian.attribute.loading import adapter_misfits, adapter_shapes
 
     try:
         config = AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code)
@@ -133,6 +126,9 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     modules = dict(model.named_modules())
+    bad_weights = _unreadable_weights(base)
+    if bad_weights:
+        return [Check("base model", "error", bad_weights, "copy or download the base model again")]
     out = [
         Check(
             "base model", "ok", f"{base} ({config.model_type}, {sum(p.numel() for p in model.parameters()):,} params)"
@@ -143,22 +139,7 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
             Check("adapter weights", "error", f"no adapter_model.safetensors in {adapter_dir}", "pass --adapter DIR")
         )
         return out
-    bad: list[str] = []
-    n = 0
-    for key, shape in _adapter_shapes(weights).items():
-        parsed = _module_name(key)
-        if parsed is None:
-            continue
-        name, part = parsed
-        mod = modules.get(name)
-        if mod is None or not hasattr(mod, "in_features"):
-            bad.append(f"{name} (not a Linear in the base)")
-            continue
-        n += 1
-        r = shape[0] if part == "lora_A" else shape[1]
-        want = (r, mod.in_features) if part == "lora_A" else (mod.out_features, r)
-        if tuple(shape) != want:
-            bad.append(f"{key} has shape {list(shape)}, the base needs {list(want)}")
+    n, bad = adapter_misfits(adapter_shapes(weights), modules)
     if bad:
         out.append(
             Check(
@@ -171,6 +152,42 @@ def check_adapter_vs_base(adapter_dir: Path, weights: Path | None, base: str, tr
     else:
         out.append(Check("adapter ↔ base", "ok", f"{n} LoRA tensors match the base's Linear shapes"))
     return out
+
+
+def _unreadable_weights(base: str) -> str | None:
+    """A local base folder's safetensors weights whose header or size is broken (truncated copy), else None."""
+    from gradian.attribute.loading import adapter_shapes
+
+    p = Path(base)
+    for f in sorted(p.glob("*.safetensors")) if p.is_dir() else []:
+        try:
+            adapter_shapes(f)
+        except GradianError as err:
+            return err.one_line()
+    return None
+
+
+def check_vocab_fits(tokenizer_path: str, base: str, trust_remote_code: bool) -> list[Check]:
+    """A tokenizer with more tokens than the base embeds belongs to another model (its ids overflow the embedding)."""
+    from transformers import AutoConfig
+
+    from gradian.data import load_tokenizer
+
+    try:
+        n_emb = int(getattr(AutoConfig.from_pretrained(base, trust_remote_code=trust_remote_code), "vocab_size", 0))
+    except Exception:  # the base check reports an unloadable base
+        return []
+    n_tok = len(load_tokenizer(tokenizer_path))
+    if n_emb and n_tok > n_emb:
+        return [
+            Check(
+                "tokenizer ↔ base",
+                "error",
+                f"{tokenizer_path} has {n_tok:,} tokens, the base {base} embeds {n_emb:,}: another model's tokenizer",
+                "pass --tokenizer with the tokenizer the fine-tune used",
+            )
+        ]
+    return []
 
 
 def _pad_is_eos_check(setup: Any) -> Check:
@@ -283,6 +300,8 @@ def run_doctor(
         except GradianError:
             setup = None
         checks += guarded("tokenizer", check_tokenizer, tok_path, setup)
+        if art.base and tok_path != art.base:
+            checks += guarded("tokenizer ↔ base", check_vocab_fits, tok_path, art.base, trust_remote_code)
     for label, path in (("train", art.train_file), ("eval", art.eval_file)):
         if path is not None:
             checks += guarded(f"{label} data", check_data, label, path, tok_path)

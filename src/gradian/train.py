@@ -404,7 +404,7 @@ def train_lora(
     import torch
     import transformers
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments
     from transformers.utils import logging as hf_logging
 
     from gradian.data import load_tokenizer
@@ -441,16 +441,9 @@ def train_lora(
         torch.set_num_threads(cfg.cpu_threads)
     transformers.set_seed(cfg.seed)
     hf_logging.set_verbosity_error()
-    try:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(base_s, dtype=torch.float32)
-        except TypeError:  # transformers < 4.56 spells it torch_dtype
-            model = AutoModelForCausalLM.from_pretrained(base_s, torch_dtype=torch.float32)
-    except OSError as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise GradianError(
-            f"cannot load the base model ({first[:200]})", where=base_s, fix="pass a local model folder"
-        ) from None
+    from gradian.attribute.loading import load_base_model
+
+    model = load_base_model(base_s, torch.float32)
     lora = LoraConfig(
         r=cfg.r,
         lora_alpha=cfg.alpha,

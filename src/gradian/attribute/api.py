@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -110,10 +111,19 @@ class AdapterState:
     store_parts: dict[str, Any]  # what identifies its gradients in the store (the adapter's fingerprint)
 
 
-def check_options(method: str, weighting: str, store_dtype: str) -> None:
+def check_options(method: str, weighting: str, store_dtype: str, fisher: str = "empirical") -> None:
     """One-line errors for option values, before anything is loaded."""
+    from gradian.attribute.fisher import FISHERS
     from gradian.attribute.scores import METHODS
 
+    if fisher not in FISHERS:
+        raise GradianError(f"unknown --fisher {fisher!r}", fix="use empirical or true")
+    if fisher == "true" and method in ("datainf", "exact"):
+        raise GradianError(
+            f"--fisher true is for the Kronecker-factored methods; --method {method} uses the training gradients "
+            "themselves as its curvature",
+            fix="use --method ekfac or kfac with --fisher true, or --fisher empirical",
+        )
     if method not in METHODS:
         raise GradianError(f"unknown --method {method!r}", fix="use one of " + ", ".join(METHODS))
     if weighting not in ("uniform", "regression"):
@@ -166,6 +176,8 @@ def run_attribution(
     states: list[AdapterState] | None = None,
     tokenizer: Any = None,
     token_harm: int = TOKEN_HARM_ROWS,
+    fisher: str = "empirical",
+    fisher_seed: int = 0,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -183,7 +195,7 @@ def run_attribution(
     from gradian.attribute.collector import attach_projections, find_lora_blocks
     from gradian.attribute.scores import gradient_embedding, harm_scores, precondition
 
-    check_options(method, weighting, store_dtype)
+    check_options(method, weighting, store_dtype, fisher)
     notes = list(notes or [])
     timings: dict[str, float] = {}
     progress = progress and dist.is_main
@@ -209,7 +221,7 @@ def run_attribution(
         "weighting": weighting,
         "threshold": threshold,
         "batch_size": batch_size,
-        "fisher": "empirical",
+        "fisher": fisher,
         "loss": "sum over label tokens per training row; mean per completion token per eval item",
         "n_train": len(train_fx),
         "n_eval": len(eval_fx),
@@ -301,6 +313,11 @@ def run_attribution(
         timings["train_pass_s"] = timings.get("train_pass_s", 0.0) + time.perf_counter() - t
         for pos_, why in skipped_c:
             skipped.setdefault(pos_, why)
+        fsrc = None
+        if fisher == "true" and method in ("ekfac", "kfac"):
+            t = time.perf_counter()
+            fsrc, stats = _sampled_fisher(model, blocks, train_fx, src, pad_id, batch_size, fisher_seed, dist)
+            timings["fisher_s"] = timings.get("fisher_s", 0.0) + time.perf_counter() - t
         t = time.perf_counter()
         V = None
         if dist.is_main:
@@ -325,8 +342,9 @@ def run_attribution(
         for m in methods:
             keep = m == method and c is states[-1]  # its rotated rows serve its scores and the embedding
             pre = precondition(
-                m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev, keep_rows=keep
-            )
+                m, Vall, src, stats, damping=damping, damping_factor=damping_factor, device=sdev, keep_rows=keep,
+                fisher=fsrc if m == "ekfac" else None,
+            )  # fmt: skip
             h = harm_scores(m, pre.X, src, device=sdev, rotated=pre.rotated).numpy()
             if len(states) == 1:
                 acc[m] = h
@@ -502,6 +520,30 @@ def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, cap, max
     res.timings["generations_s"] = time.perf_counter() - t
 
 
+def _sampled_fisher(model, blocks, train_fx, src, pad_id, batch_size, seed, dist):
+    """``--fisher true``: this rank's rows at labels sampled from the model, and their covariance sums over all
+    ranks (:mod:`gradian.attribute.fisher`)."""
+    from gradian.attribute.fisher import SampledSource
+    from gradian.attribute.plan import cache_bytes
+
+    rows = _Rows(train_fx, src.positions.tolist())
+    fsrc = SampledSource(model, blocks, rows, src.positions, pad_id, batch_size, seed, dist, cache_bytes())
+    return fsrc, fsrc.stats().all_reduced(dist)
+
+
+class _Rows:
+    """The rows of ``fx`` at ``positions``, read as they are indexed (``fx`` may be rows on disk)."""
+
+    def __init__(self, fx: Sequence, positions: list[int]) -> None:
+        self.fx, self.positions = fx, positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i: int):
+        return self.fx[self.positions[i]]
+
+
 def _rank_rows(blocks, n: int, batch_size: int, shard_rows: int | None, dist: Dist) -> int:
     """Training rows this rank computes and stores (its round-robin share of the shards)."""
     shard = shard_size(blocks, batch_size, shard_rows)
@@ -606,7 +648,8 @@ def _training_gradients(
                 positions = [p for i in mine for p in range(*rows_of[i])]
                 bad = {p for p, _ in skipped}
                 keep = torch.tensor([j for j, p in enumerate(positions) if p not in bad], dtype=torch.long)
-                Gc = {k: torch.cat(v).index_select(0, keep) for k, v in G.items()}
+                empty = {b.name: torch.zeros(0, *b.shape) for b in blocks}  # a rank with no shards
+                Gc = {k: (torch.cat(v) if v else empty[k]).index_select(0, keep) for k, v in G.items()}
                 src = MemorySource(Gc, torch.tensor(positions, dtype=torch.long)[keep], dist)
                 settings["train_rows_computed"] = n
             else:
@@ -629,6 +672,7 @@ def _training_gradients(
                     "parts": parts,
                 }
                 store = GradientStore(Path(store_dir), store_key(parts), meta, shards=mine)
+                dist.barrier()  # every rank has opened (and cleared an outdated layout) before any writes
                 fresh, computed = _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, dist)
                 src = StoreSource(store, names, dist)
                 stats = src.stats(known=fresh, skip=computed)  # the shards just written are not read back for it
@@ -668,6 +712,21 @@ def _fill_store(model, blocks, train_fx, pad_id, store, state, notes, settings, 
     return fresh, set(missing)
 
 
+def check_out_dir(out: str | Path) -> None:
+    """``--out`` must be a folder gradian can create and write (checked before anything loads)."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise GradianError("--out names a file, not a folder", where=str(p), fix="pass a folder path, or remove it")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GradianError(
+            f"cannot create the --out folder ({e.strerror or e})", where=str(e.filename or p), fix="pass another --out"
+        ) from e
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise GradianError("the --out folder is not writable", where=str(p), fix="pass a folder you can write to")
+
+
 def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence, list[str | None], int]:
     """The scored training rows (the trainer's drops left out), their ids, and how many were dropped. Streamed
     into ``<out>/tokens`` (reused while the file, tokenizer and settings are unchanged) when there is an ``out``."""
@@ -681,9 +740,16 @@ def _training_rows(path: Path, tokenizer, fs, out, dist: Dist) -> tuple[Sequence
         return [fx[i] for i in keep], [ex[i].id for i in keep], len(fx) - len(keep)
     folder = Path(out) / ("tokens" if not dist.active else f"tokens-rank{dist.rank}")
     fp = source_fingerprint(path, tokenizer, fs)
-    rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
-        iter_examples(path, text_field=fs.text_field), tokenizer, fs, folder, source=path
-    )
+    try:
+        rows = TokenizedRows.open_if_matches(folder, fp) or tokenize_to_disk(
+            iter_examples(path, text_field=fs.text_field), tokenizer, fs, folder, source=path
+        )
+    except OSError as e:
+        raise GradianError(
+            f"cannot write the tokenized training rows ({e.strerror or e})",
+            where=str(e.filename or folder),
+            fix=f"remove {folder} (it must be a folder gradian can write), or pass another --out",
+        ) from e
     return rows, rows.ids(), rows.n_dropped
 
 
@@ -724,6 +790,8 @@ def attribute(
     generations: int = SIDE_BY_SIDE,
     token_harm: int = TOKEN_HARM_ROWS,
     loaded: Any = None,
+    fisher: str = "empirical",
+    fisher_seed: int = 0,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
     (``run`` dir plus explicit paths); writes ``<out>/report.json`` and the gradient store when ``out`` is given.
@@ -745,8 +813,10 @@ def attribute(
     from gradian.dist import device_for, from_env
     from gradian.run.loaded import load_run, packing_refusal
 
-    check_options(method, weighting, store_dtype)
+    check_options(method, weighting, store_dtype, fisher)
     _check_generation_options(eval_samples, max_new_tokens, generations, token_harm)
+    if out is not None:
+        check_out_dir(out)
 
     if loaded is None:  # a gradian.run.loaded.LoadedRun the caller read already (the pipeline shares it)
         loaded = load_run(run, adapter=adapter, base=base, train=train, eval=eval, tokenizer=tokenizer, config=config,
@@ -848,6 +918,8 @@ def attribute(
         states=states,
         tokenizer=lm.tokenizer,
         token_harm=token_harm,
+        fisher=fisher,
+        fisher_seed=fisher_seed,
     )
     res.eval_examples = eval_ex
     for item, extra in zip(res.eval_items, eval_extra, strict=True):

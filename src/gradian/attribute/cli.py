@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -9,6 +10,11 @@ import typer
 from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
 from gradian.attribute.regression import DEFAULT_MIN_DELTA, regression_words
 from gradian.attribute.tokens import TOKEN_HARM_ROWS
+
+
+class FisherKind(str, Enum):
+    empirical = "empirical"
+    true = "true"
 
 
 def attribute_command(
@@ -22,6 +28,13 @@ def attribute_command(
     ),
     method: str = typer.Option("ekfac", "--method", help="ekfac | kfac | datainf | exact | identity | cosine."),
     damping: float | None = typer.Option(None, "--damping", help="Absolute damping (default 0.1 x mean eigenvalue)."),
+    fisher: FisherKind = typer.Option(
+        FisherKind.empirical,
+        "--fisher",
+        help="Curvature of ekfac/kfac: empirical (the data's labels; free with the training pass) or true (labels "
+        "sampled from the fine-tuned model, seeded; one more forward+backward).",
+    ),
+    fisher_seed: int = typer.Option(0, "--fisher-seed", help="Seed of the labels --fisher true samples."),
     proj_dim: int | None = typer.Option(
         None, "--proj-dim", help="Random projection of each block's wide side (0 = exact; default: auto by size)."
     ),
@@ -104,6 +117,8 @@ def attribute_command(
         out=out,
         method=method,
         damping=damping,
+        fisher=fisher.value,
+        fisher_seed=fisher_seed,
         proj_dim=proj_dim,
         query=query,
         weighting=weighting,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,67 @@ def check_adapter(adapter_dir: str | Path, cfg: dict[str, Any]) -> list[str]:
     return notes
 
 
+def adapter_shapes(weights: str | Path) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes in ``adapter_model.safetensors`` (from its header and size, no tensor read); one line when it is
+    not a whole safetensors file (truncated, corrupt, or another format)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # SafetensorError (bad header, short file), OSError: the file cannot be used either way
+        why = (str(e).splitlines() or [type(e).__name__])[0][:160]
+        raise GradianError(
+            f"not a readable safetensors file ({why}); it is truncated, corrupt or in another format",
+            where=str(weights),
+            fix="copy or save the adapter again (save_pretrained writes adapter_model.safetensors)",
+        ) from e
+
+
+def _lora_module(key: str) -> tuple[str, str] | None:
+    """'base_model.model.model.layers.0.q_proj.lora_A.weight' -> ('model.layers.0.q_proj', 'lora_A')."""
+    m = re.match(r"^(?:base_model\.model\.)?(.*)\.(lora_A|lora_B)(?:\.[^.]+)?\.weight$", key)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def adapter_misfits(
+    shapes: dict[str, tuple[int, ...]], modules: dict[str, Any], *, linear_only: bool = True
+) -> tuple[int, list[str]]:
+    """How many LoRA tensors (``shapes``, from :func:`adapter_shapes`) fit the base's ``modules`` (``named_modules``)
+    and one description per tensor that does not: its module is not in the base (or, with ``linear_only``, not a
+    Linear), or its shape differs (an adapter trained on another base with the same module names). Without
+    ``linear_only`` a module without ``in_features`` (e.g. GPT-2's Conv1D) is left to PEFT."""
+    bad: list[str] = []
+    n = 0
+    for key, shape in shapes.items():
+        parsed = _lora_module(key)
+        if parsed is None:
+            continue
+        name, part = parsed
+        mod = modules.get(name)
+        if mod is None:
+            bad.append(f"{name} (not a module of the base)")
+            continue
+        if not hasattr(mod, "in_features"):
+            if linear_only:
+                bad.append(f"{name} (not a Linear in the base)")
+            continue
+        n += 1
+        r = shape[0] if part == "lora_A" else shape[1]
+        want = (r, mod.in_features) if part == "lora_A" else (mod.out_features, r)
+        if tuple(shape) != want:
+            bad.append(f"{key} has shape {list(shape)}, the base needs {list(want)}")
+    return n, bad
+
+
+def misfit_error(bad: list[str], base: str, weights: str | Path) -> GradianError:
+    return GradianError(
+        f"{len(bad)} LoRA tensors do not fit the base model {base}: {bad[0]}",
+        where=str(weights),
+        fix="pass the base model the adapter was trained on (adapter_config.json: base_model_name_or_path)",
+    )
+
+
 def load(
     base: str | None,
     adapter_dir: str | Path,
@@ -117,11 +179,12 @@ def load(
 ) -> LoadedModel:
     """Load ``base`` (a local dir or hub id; default: the adapter's base_model_name_or_path) with the adapter."""
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
 
     adapter_dir = Path(adapter_dir)
     cfg = read_adapter_config(adapter_dir)
     notes = check_adapter(adapter_dir, cfg)
+    weights = adapter_dir / "adapter_model.safetensors"
+    shapes = adapter_shapes(weights)  # a truncated or foreign file: one line before the base loads
     base = base or cfg.get("base_model_name_or_path")
     if not base:
         raise GradianError("no base model given and adapter_config.json names none", fix="pass --base")
@@ -130,8 +193,27 @@ def load(
     if dev.type == "cuda":  # reproducible scores: deterministic cuBLAS/kernels where they exist (docs/reliability.md)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
+    model = load_base_model(base, dt, trust_remote_code)
+    _, bad = adapter_misfits(shapes, dict(model.named_modules()), linear_only=False)
+    if bad:
+        raise misfit_error(bad, str(base), weights)
+    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    model.to(dev)
+    model.eval()
+    for n, p in model.named_parameters():
+        p.requires_grad_("lora_" in n)
+    tok = _load_tokenizer(tokenizer_dir or adapter_dir, base, trust_remote_code)
+    check_vocab(tok, model, tokenizer_dir or adapter_dir, base)
+    return LoadedModel(model, tok, cfg, dev, dt, str(base), adapter_dir, notes)
+
+
+def load_base_model(base: str, dtype: torch.dtype, trust_remote_code: bool = False) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` with one-line errors: a missing or unreadable model, weights that are
+    truncated or not safetensors/PyTorch files, a model that needs remote code."""
+    from transformers import AutoModelForCausalLM
+
     try:
-        model = AutoModelForCausalLM.from_pretrained(base, dtype=dt, trust_remote_code=trust_remote_code)
+        return AutoModelForCausalLM.from_pretrained(base, dtype=dtype, trust_remote_code=trust_remote_code)
     except OSError as e:
         raise GradianError(
             f"cannot load base model {base!r} ({str(e).splitlines()[0]})", fix="pass --base with a local model dir"
@@ -142,13 +224,28 @@ def load(
                 f"{base} needs remote code", fix="pass --trust-remote-code if you trust that repository"
             ) from e
         raise
-    model = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
-    model.to(dev)
-    model.eval()
-    for n, p in model.named_parameters():
-        p.requires_grad_("lora_" in n)
-    tok = _load_tokenizer(tokenizer_dir or adapter_dir, base, trust_remote_code)
-    return LoadedModel(model, tok, cfg, dev, dt, str(base), adapter_dir, notes)
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise GradianError(
+            f"its weights are not a readable safetensors file ({str(e).splitlines()[0][:160]}); truncated or corrupt",
+            where=str(base),
+            fix="copy or download the base model again",
+        ) from e
+
+
+def check_vocab(tokenizer: Any, model: Any, tokenizer_from: str | Path, base: str) -> None:
+    """Refuse a tokenizer whose ids run past the model's input embeddings (another model's tokenizer): those ids would
+    fail inside the embedding lookup."""
+    emb = model.get_input_embeddings()
+    n_emb = getattr(emb, "num_embeddings", None)
+    if n_emb is not None and len(tokenizer) > n_emb:
+        raise GradianError(
+            f"the tokenizer has {len(tokenizer):,} tokens but the base model {base} embeds {n_emb:,}: it belongs to "
+            "another model",
+            where=str(tokenizer_from),
+            fix="pass --tokenizer with the tokenizer the fine-tune used (the base model's, or the run's)",
+        )
 
 
 def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> Any:

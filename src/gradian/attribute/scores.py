@@ -155,6 +155,7 @@ def precondition(
     device: torch.device | str = "cpu",
     keep_rows: bool = False,
     cache_bytes: int = EMBED_CACHE_BYTES,
+    fisher: GradSource | None = None,
 ) -> Preconditioned:
     """Apply the method's damped inverse curvature to the query rows ``V[block]`` (M, out, in).
 
@@ -162,7 +163,9 @@ def precondition(
     ``damping`` (absolute: one number for every block, or a dict per block) overrides ``damping_factor x mean
     eigenvalue`` per block. ``keep_rows`` (EK-FAC): keep the training rows its eigenvalue pass rotates, when they fit
     in ``cache_bytes`` (fp64), as ``rotated``, so that :func:`harm_scores` and :func:`gradient_embedding` need not
-    read and rotate them again."""
+    read and rotate them again. ``fisher`` (EK-FAC, ``--fisher true``): the rows the eigenvalues are fitted to,
+    gradients at labels sampled from the model (:class:`gradian.attribute.fisher.SampledSource`); ``stats`` then
+    holds its covariance sums, and the training rows are not kept (they are not the ones rotated)."""
     src = as_source(G)
     if isinstance(damping, dict):
         per_block = damping
@@ -212,10 +215,11 @@ def precondition(
         bases = {n: (fac[n][0], fac[n][1]) for n in names}
         at, F = _layout(names, {n: tuple(V[n].shape[1:]) for n in names})
         keep = None
-        if keep_rows and src.n_local * F * 8 <= cache_bytes:
+        lam_src = fisher if fisher is not None else src
+        if keep_rows and fisher is None and src.n_local * F * 8 <= cache_bytes:
             keep = torch.empty(src.n_local, F, dtype=cv.F64, device=device)
             rotated = EigenRows(keep, at, bases)
-        lams = _ekfac_lams(_square_sums(src, at, F, bases, device, keep), src, at, names)
+        lams = _ekfac_lams(_square_sums(lam_src, at, F, bases, device, keep), lam_src, at, names)
     for n in names:
         QS, QA = fac[n][0], fac[n][1]
         lam = lams[n]

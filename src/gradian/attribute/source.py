@@ -46,10 +46,10 @@ class Stats:
         self.n_examples += n_examples
 
     def all_reduced(self, dist: Dist) -> Stats:
-        """The sums over every rank."""
+        """The sums over every rank (a rank with no rows contributes zeros: :meth:`Dist.all_reduce_dict`)."""
         return Stats(
-            {k: dist.all_reduce(v) for k, v in self.A_sum.items()},
-            {k: dist.all_reduce(v) for k, v in self.S_sum.items()},
+            dist.all_reduce_dict(self.A_sum),
+            dist.all_reduce_dict(self.S_sum),
             int(dist.all_reduce_number(self.n_tokens)),
             int(dist.all_reduce_number(self.n_examples)),
         )

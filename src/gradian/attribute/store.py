@@ -153,13 +153,23 @@ class GradientStore:
             return None
 
     def _write_json(self, path: Path, data: Any) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one name per writer: ranks may write together
-        with open(tmp, "w") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w") as f:
+                f.write(json.dumps(data, indent=1, sort_keys=True))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as e:
+            raise self._write_error(e) from e
+
+    def _write_error(self, e: OSError) -> GradianError:
+        return GradianError(
+            f"cannot write the gradient store ({e.strerror or e})",
+            where=str(e.filename2 or e.filename or self.dir),
+            fix="free disk space, or pass an --out folder you can write to",
+        )
 
     @staticmethod
     def shard_name(i: int) -> str:
@@ -220,7 +230,6 @@ class GradientStore:
         """Write shard ``i`` (``skipped``: (training row position, reason) of rows stored as zeros)."""
         from safetensors.torch import save_file
 
-        self.dir.mkdir(parents=True, exist_ok=True)
         lo, hi = self.rows(i)
         gdt = STORE_DTYPES[self.meta["dtype"]]
         tensors = {f"g.{k}": v.to(gdt).contiguous() for k, v in G.items()}
@@ -233,11 +242,14 @@ class GradientStore:
         tmp = self.dir / f"{self.shard_name(i)}.{os.getpid()}.tmp"
         # one metadata entry: safetensors writes a metadata map in no fixed order; shard bytes should be reproducible
         info = json.dumps({"key": self.key, "shard": i, "skipped": skipped}, sort_keys=True)
-        save_file(tensors, str(tmp), metadata={"gradian": info})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        digest = sha256_file(tmp)
-        os.replace(tmp, self.dir / self.shard_name(i))
+        try:
+            save_file(tensors, str(tmp), metadata={"gradian": info})
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            digest = sha256_file(tmp)
+            os.replace(tmp, self.dir / self.shard_name(i))
+        except OSError as e:
+            raise self._write_error(e) from e
         rec = {"sha256": digest, "rows": [lo, hi], "skipped": skipped}
         self._write_json(self._sidecar(i), rec)
         self.records[i] = rec

@@ -37,6 +37,18 @@ def _explicit(flag: str, value: str | Path | None, *, want_dir: bool | None = No
     return path
 
 
+def _explicit_base(base: str) -> str:
+    """``--base``: a local folder, or a hub id (``org/name``); a local-looking path that is missing, or a file, is
+    an error here rather than a failed download later."""
+    path = Path(base).expanduser()
+    if path.is_file():
+        raise GradianError(f"{path} is a file, not a folder", where="--base", fix="pass the base model's folder")
+    local = base.startswith(("/", ".", "~")) or base.count("/") > 1 or "\\" in base
+    if local and not path.exists():
+        raise GradianError(f"{path} does not exist", where="--base", fix="check the path given to --base")
+    return base
+
+
 def checkpoint_step(path: Path) -> int | None:
     m = _CHECKPOINT.match(path.name)
     return int(m.group(1)) if m else None
@@ -292,7 +304,7 @@ def discover(
 
     # --- base model
     if base is not None:
-        art.base = str(base)
+        art.base = str(_explicit_base(base))
     elif isinstance(art.adapter_config.get("base_model_name_or_path"), str):
         art.base = art.adapter_config["base_model_name_or_path"]
     else:

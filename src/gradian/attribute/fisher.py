@@ -1,0 +1,134 @@
+"""The true Fisher (``--fisher true``): curvature from labels sampled from the model instead of the data's labels.
+
+The empirical Fisher (default, ``--fisher empirical``) is the covariance of the training gradients themselves, so it
+comes free with the training pass. The true Fisher ``E_x E_{y~p(y|x)} [g g^T]`` takes, at every label position of a
+training row, a token sampled from the fine-tuned model's own next-token distribution (as kronfluence does when
+``use_empirical_fisher=False``, and bergson's EK-FAC): :func:`sampled_stats` fits the K-FAC factors on those
+gradients (one extra forward+backward over this rank's rows) and :class:`SampledSource` yields the sampled per-row
+gradients for the EK-FAC eigenvalues (the rows of the first pass, kept when they fit the cache, else recomputed with
+the same samples). Scores still use the data-label gradients: only the curvature changes.
+
+Samples are reproducible: batch ``b`` draws from a generator seeded with ``(seed, first row of b)``, and shards are
+whole batches, so any number of torchrun ranks draws the same labels for a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from gradian.attribute.collector import Block, GradientCollector
+from gradian.attribute.engine import _model_device, collate
+from gradian.attribute.source import GradSource, Stats
+from gradian.dist import SINGLE, Dist
+
+FISHERS = ("empirical", "true")
+
+
+def sampled_losses(logits: torch.Tensor, loss_mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Per-row SUM of the cross-entropy at label positions against tokens sampled from ``softmax(logits)`` (B,)."""
+    dt = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    lg = logits[:, :-1].to(dt)
+    with torch.no_grad():
+        probs = torch.softmax(lg.detach().reshape(-1, lg.shape[-1]), dim=-1)
+        y = torch.multinomial(probs, 1, generator=generator).view(lg.shape[:2])
+    nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="none")
+    return (nll.view(y.shape) * loss_mask[:, 1:].to(dt)).sum(dim=1)
+
+
+def _generator(device: torch.device, seed: int, row: int) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed((int(seed) * 1_000_003 + int(row)) % (2**63 - 1))
+    return gen
+
+
+def _sampled_batches(
+    model, blocks: Sequence[Block], fxs: Sequence, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
+) -> Iterator[tuple[dict[str, torch.Tensor], GradientCollector]]:
+    """Per-example gradients (CPU) of each batch at sampled labels; ``offsets``: each row's training-row position."""
+    dev = _model_device(model)
+    with GradientCollector(blocks, covariance=covariance) as col:
+        for s in range(0, len(fxs), batch_size):
+            batch = [fxs[i] for i in range(s, min(s + batch_size, len(fxs)))]
+            ids, am, lm = collate(batch, pad_id, dev)
+            with torch.enable_grad():
+                logits = model(input_ids=ids, attention_mask=am).logits
+                losses = sampled_losses(logits, lm, _generator(dev, seed, offsets[s]))
+                grads = col.collect(losses.sum(), token_mask=am.bool())
+            del logits, losses
+            yield {k: v.cpu() for k, v in grads.items()}, col
+
+
+class SampledSource(GradSource):
+    """This rank's training rows' gradients at labels sampled from the model, computed as they are read (cached when
+    they fit ``cache_bytes``). ``positions``: the training-row positions of ``fxs``' rows."""
+
+    def __init__(
+        self,
+        model,
+        blocks: Sequence[Block],
+        fxs: Sequence,
+        positions: torch.Tensor,
+        pad_id: int,
+        batch_size: int,
+        seed: int,
+        dist: Dist = SINGLE,
+        cache_bytes: int = 0,
+    ) -> None:
+        self.model, self.blocks, self.fxs, self.pad_id = model, list(blocks), fxs, pad_id
+        self.batch_size, self.seed, self.dist = batch_size, seed, dist
+        self.names = [b.name for b in blocks]
+        self.positions = positions
+        self.cache_bytes = cache_bytes
+        self._cache: list[dict[str, torch.Tensor]] | None = None
+
+    def chunks(self) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        if self._cache is not None:
+            off = 0
+            for g in self._cache:
+                yield off, g
+                off += next(iter(g.values())).shape[0]
+            return
+        keep: list[dict[str, torch.Tensor]] = []
+        size = 0
+        off = 0
+        pos = self.positions.tolist()
+        for g, _ in _sampled_batches(
+            self.model, self.blocks, self.fxs, self.pad_id, self.batch_size, self.seed, pos, False
+        ):
+            n = next(iter(g.values())).shape[0]
+            size += sum(v.numel() * v.element_size() for v in g.values())
+            if keep is not None and size <= self.cache_bytes:
+                keep.append(g)
+            else:
+                keep = None  # type: ignore[assignment]
+            yield off, g
+            off += n
+        if keep is not None and off == self.n_local:
+            self._cache = keep
+
+    def stats(self) -> Stats:
+        """K-FAC covariance sums at sampled labels over this rank's rows (one forward+backward; rows kept for
+        :meth:`chunks` when they fit the cache)."""
+        st = Stats.empty()
+        keep: list[dict[str, torch.Tensor]] | None = []
+        size = 0
+        pos = self.positions.tolist()
+        for g, col in _sampled_batches(
+            self.model, self.blocks, self.fxs, self.pad_id, self.batch_size, self.seed, pos, True
+        ):
+            n = next(iter(g.values())).shape[0]
+            st.add(dict(col.A), dict(col.S), col.n_tokens, n)
+            col.A.clear()
+            col.S.clear()
+            col.n_tokens = 0
+            col.n_examples = 0
+            size += sum(v.numel() * v.element_size() for v in g.values())
+            if keep is not None and size <= self.cache_bytes:
+                keep.append(g)
+            else:
+                keep = None
+        if keep is not None:
+            self._cache = keep
+        return st
