@@ -1,5 +1,5 @@
 """The `gradian` command line. Each command's options and body live beside the code they drive
-(``gradian.diagnose.cli``, ``gradian.attribute.cli``, ...); this module only assembles them and turns
+(``gradian.diagnose.cli``, ``gradian.attribute_command``, ...); this module only assembles them and turns
 ``GradianError`` into one line on stderr with exit code 2."""
 
 from __future__ import annotations

@@ -2,12 +2,14 @@
 
 The example (examples/stories260k/) is a real LoRA fine-tune of a real tiny Llama with a planted harmful cluster and a
 planted mechanical fault (truncated completions); `examples/stories260k/build_example.py` rebuilds it. The demo runs
-exactly what a user runs: `gradian doctor`, then `gradian attribute` (which also runs diagnose and writes the report).
+what a user runs, through the same library calls: `gradian doctor`, then `gradian attribute` (which also runs
+diagnose and writes the report).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -28,13 +30,14 @@ def example_dir() -> Path:
     )
 
 
-def example_args(example: Path) -> list[str]:
-    return [
-        "--run", str(example / "run"),
-        "--base", str(example / "base"),
-        "--train", str(example / "data" / "train.jsonl"),
-        "--eval", str(example / "data" / "eval.jsonl"),
-    ]  # fmt: skip
+def example_paths(example: Path) -> dict[str, Any]:
+    """The example's inputs, as `gradian attribute` and `gradian doctor` take them."""
+    return {
+        "run": example / "run",
+        "base": str(example / "base"),
+        "train": example / "data" / "train.jsonl",
+        "eval": example / "data" / "eval.jsonl",
+    }
 
 
 def demo_command(
@@ -44,15 +47,15 @@ def demo_command(
     """Run doctor, then attribute + diagnose, on the bundled example and write the report."""
     from rich.console import Console
 
-    from gradian.cli import app
+    from gradian.attribute_command import print_attribution
+    from gradian.doctor import render, run_doctor
+    from gradian.pipeline import attribute_and_report
 
     ex = example or example_dir()
+    paths = example_paths(ex)
     con = Console()
     con.rule(f"gradian doctor ({ex})")
-    try:
-        app(args=["doctor", *example_args(ex), "--out", str(out)], standalone_mode=False)
-    except SystemExit:
-        pass
+    render(run_doctor(run=paths["run"], base=paths["base"], train=paths["train"], eval_path=paths["eval"], out=out))
     con.rule("gradian attribute (+ diagnose, report)")
-    app(args=["attribute", *example_args(ex), "--out", str(out)], standalone_mode=False)
+    print_attribution(attribute_and_report(**paths, out=out, progress=True))
     con.print(f"Open {out / 'report.html'} in a browser.", highlight=False)

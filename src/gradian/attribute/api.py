@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
+from gradian.attribute.plan import auto_proj_dim
 from gradian.attribute.regression import (
     DEFAULT_MIN_DELTA,
     RegressionCall,
@@ -41,9 +42,6 @@ from gradian.attribute.source import Stats
 from gradian.attribute.tokens import TOKEN_HARM_ROWS
 from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
-
-AUTO_PROJECT_ABOVE = 1 << 16  # LoRA parameters per example; above this, project by default
-AUTO_PROJ_DIM = 32
 
 
 @dataclass
@@ -206,7 +204,7 @@ def run_attribution(
         raise GradianError("the adapter has no Linear LoRA layers to attribute")
     n_params = sum(b.d_out * b.d_in for b in blocks)
     if proj_dim is None:
-        proj_dim = AUTO_PROJ_DIM if n_params > AUTO_PROJECT_ABOVE else 0
+        proj_dim = auto_proj_dim(blocks)
     attach_projections(blocks, proj_dim, proj_seed)
     dev = next(model.parameters()).device
     if store_dtype == "auto":  # the model's own precision: bf16 models (the GPU default) store bf16 gradients

@@ -379,11 +379,13 @@ def probe_device_free(device: Any) -> int | None:
 _UNSET: Any = object()
 
 
-def auto_proj_dim(blocks: Sequence[Any]) -> int:
-    """The ``--proj-dim`` a run picks when none is given (``api.AUTO_PROJ_DIM`` above ``api.AUTO_PROJECT_ABOVE``
-    LoRA parameters, else 0)."""
-    from gradian.attribute.api import AUTO_PROJ_DIM, AUTO_PROJECT_ABOVE
+AUTO_PROJECT_ABOVE = 1 << 16  # LoRA parameters per example; above this, project by default
+AUTO_PROJ_DIM = 32
 
+
+def auto_proj_dim(blocks: Sequence[Any]) -> int:
+    """The ``--proj-dim`` a run picks when none is given (``AUTO_PROJ_DIM`` above ``AUTO_PROJECT_ABOVE`` LoRA
+    parameters, else 0): the one home of that rule."""
     n_params = sum(s.d_in * s.d_out for s in block_shapes(blocks))
     return AUTO_PROJ_DIM if n_params > AUTO_PROJECT_ABOVE else 0
 

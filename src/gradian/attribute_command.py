@@ -1,4 +1,5 @@
-"""`gradian attribute`: options and the terminal output. No torch import at module import time."""
+"""`gradian attribute`: options and the terminal output (the command layer, above the pipeline). No torch import at
+module import time."""
 
 from __future__ import annotations
 
@@ -103,9 +104,6 @@ def attribute_command(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
 ) -> None:
     """Find the training rows that made the fine-tune worse on eval items the base model did well on."""
-    from rich.console import Console
-    from rich.table import Table
-
     from gradian.pipeline import attribute_and_report
 
     output = attribute_and_report(
@@ -144,9 +142,28 @@ def attribute_command(
         top=top,
         progress=not no_progress,
     )
-    res = output.attribution
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
         return
+    if not print_attribution(output, top):
+        raise typer.Exit(0)
+    if verify:
+        from gradian.verify import print_table
+        from gradian.verify import verify as run_verify
+
+        print_table(run_verify(out))
+
+
+def print_attribution(output, top: int = 20) -> bool:
+    """The terminal summary of a pipeline run (notes, the most harmful rows, the verdict, the files written); False
+    when there was nothing to attribute. Prints nothing on a torchrun rank other than 0."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from gradian.report.render import confidence_text
+
+    res = output.attribution
+    if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
+        return True
     con = Console()
     for note in res.notes:
         con.print(f"[dim]note:[/] {note}", highlight=False)
@@ -158,7 +175,7 @@ def attribute_command(
             f"Setup findings are in the report. Wrote {written}.",
             highlight=False,
         )
-        raise typer.Exit(0)
+        return False
     n_reg = len(res.regressed)
     reg = res.settings.get("regression") or {}
     cut = regression_words(reg) if reg else "see report"
@@ -181,8 +198,6 @@ def attribute_command(
             cells.append(_tokens_cell(ids[c["index"]].get("token_harm")))
         t.add_row(*cells)
     con.print(t)
-    from gradian.report.render import confidence_text
-
     verdict = output.report.get("verdict") or {}
     if verdict:
         con.rule("Verdict")
@@ -193,11 +208,7 @@ def attribute_command(
         for i, step in enumerate(verdict.get("next_steps") or [], start=1):
             con.print(f"  {i}. {step}", highlight=False)
     con.print(f"Wrote {written}.", highlight=False)
-    if verify:
-        from gradian.verify import print_table
-        from gradian.verify import verify as run_verify
-
-        print_table(run_verify(out))
+    return True
 
 
 def _tokens_cell(pieces) -> str:
