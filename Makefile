@@ -22,7 +22,8 @@ demo: $(BIN)/.installed
 	$(BIN)/gradian demo --out $(OUT)
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m slow
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench examples

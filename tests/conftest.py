@@ -96,3 +96,19 @@ def smollm2_tokenizer_dir() -> Path:
     if why:
         pytest.skip(f"SmolLM2 tokenizer unavailable: {why}")
     return cache
+
+
+# The end-to-end tier: whole processes, real fine-tunes, torchrun, the browser, the real TRL trainer. `make test` runs
+# the fast tier (units and a few seconds of model work) first, then these (`pytest -m slow`).
+SLOW_MODULES = frozenset(
+    """test_attribute_checkpoints test_attribute_planted test_attribute_prompts test_cli test_diagnose_false_alarms
+    test_distributed test_end_to_end test_example test_reliability_attribute test_reliability_paths
+    test_report_browser test_scenarios test_train test_trl_conformance test_trl_run test_verdict_suite
+    test_verify""".split()
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
