@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=16)
     ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
     ap.add_argument("--only", nargs="*", default=["gradian", "floor", "kronfluence"])
+    ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
     ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
     args = ap.parse_args()
     work = args.work / f"rows{args.rows}"
@@ -152,7 +153,7 @@ def main() -> None:
         if "gradian" in w and "kronfluence" in w:
             res[f"kronfluence_over_gradian_{unit[:-2]}"] = w["kronfluence"] / w["gradian"]
     print(json.dumps(res, indent=1))
-    out = HERE / "results" / f"process_rows{args.rows}.json"
+    out = HERE / "results" / (args.results or f"process_rows{args.rows}.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
 
