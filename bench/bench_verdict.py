@@ -172,6 +172,11 @@ def _mean(xs: list) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
+def _median(rs: list[dict], key: str) -> float | None:
+    xs = [r[key] for r in rs if r.get(key) is not None]
+    return float(np.median(xs)) if xs else None
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     kinds: dict[str, list[dict]] = {}
     for r in runs:
@@ -182,7 +187,8 @@ def summarize(runs: list[dict]) -> list[dict]:
         for key in ("auc", "p_at_k", "drop_precision", "drop_recall", "truth_recovered_planted",
                     "truth_recovered_random", "truth_target_change", "verify_recovered_flagged",
                     "verify_recovered_random"):  # fmt: skip
-            s[key] = _mean([r.get(key) for r in rs])
+            # recoveries are ratios over the regression: medians, since a run that barely regressed gives e.g. 600%
+            s[key] = _median(rs, key) if "recovered" in key else _mean([r.get(key) for r in rs])
         if "cause_right" in rs[0]:
             s["cause_right"] = sum(bool(r["cause_right"]) for r in rs) / len(rs)
         else:
@@ -199,10 +205,42 @@ def _f(x, pct: bool = False) -> str:
     return f"{100 * x:.0f}%" if pct else f"{x:.3f}"
 
 
+def explained(r: dict) -> bool | None:
+    """Whether the planted rows explain a real regression: the target NLL rose by > 0.05 nats/token on average, the
+    planted-drop retrain removes >= half of it and the random-drop retrain <= 20%. None for controls."""
+    if not r["n_planted"]:
+        return None
+    rp, rr = r["truth_recovered_planted"], r["truth_recovered_random"]
+    return bool(r["truth_target_change"] > 0.05 and rp is not None and rp >= 0.5 and (rr is None or rr <= 0.2))
+
+
+def truth_table(runs: list[dict]) -> str:
+    """Per kind and fraction: the counterfactual truth (medians over seeds)."""
+    groups: dict[tuple[str, float], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["kind"], r["fraction"]), []).append(r)
+    lines = [
+        "| kind | fraction | runs | target Δ NLL (mean) | control Δ NLL (mean) | planted-drop recovery (median) "
+        "| random-drop recovery (median) | planted rows explain it |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (kind, frac), rs in sorted(groups.items()):
+        ex = [explained(r) for r in rs]
+        lines.append(
+            f"| {kind} | {100 * frac:.0f}% | {len(rs)} | {_f(_mean([r['truth_target_change'] for r in rs]))} | "
+            f"{_f(_mean([r['truth_control_change'] for r in rs]))} | "
+            f"{_f(_median(rs, 'truth_recovered_planted'), True)} | "
+            f"{_f(_median(rs, 'truth_recovered_random'), True)} | "
+            + ("–" if ex[0] is None else f"{sum(ex)}/{len(ex)}")
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def markdown(runs: list[dict], kinds: list[dict]) -> str:
     lines = [
         "| kind | cause | runs | AUC | P@K | drop_rows precision | recall | cause right | culprit named (controls) "
-        "| truth: planted-drop recovery | random-drop recovery | verify: verdict rows | verify: random rows |",
+        "| truth: planted-drop recovery (median) | random-drop (median) | verify: verdict rows | verify: random rows |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in kinds:
@@ -226,7 +264,7 @@ def markdown(runs: list[dict], kinds: list[dict]) -> str:
             f"| {_f(r.get('p_at_k'))} | {r['verdict_kind']} | {r['verdict_cause']} | {r['n_drop']} | "
             f"{_f(r.get('drop_precision'))} | {_f(r.get('drop_recall'))} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + truth_table(runs)
 
 
 def score_all(root: Path = P.WORK, *, rerender: bool = False) -> tuple[list[dict], list[dict]]:

@@ -37,6 +37,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_planted_rows_are_what_the_recipe_says(tiny_run):
     recipe, run = tiny_run
     planted = json.loads((run / "planted.json").read_text())
@@ -59,6 +60,7 @@ def test_planted_rows_are_what_the_recipe_says(tiny_run):
     assert not any((e["prompt"], e["completion"]) in train_text for e in evals)
 
 
+@pytest.mark.slow
 def test_truth_has_the_counterfactual(tiny_run):
     _, run = tiny_run
     truth = json.loads((run / "truth.json").read_text())
