@@ -59,7 +59,7 @@ def fresh_findings(d: Path, planted: dict) -> list[dict]:
         if saved.get("rules") == key:
             return saved["findings"]
     base = Path(str(planted.get("base") or "examples/stories260k/base"))
-    for root in (REPO, d.parents[2] if len(d.parents) > 2 else REPO, d.parent.parent.parent):
+    for root in (REPO, *d.parents):
         if (root / base).is_dir():
             base = root / base
             break
@@ -156,6 +156,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
         out["pass"] = v["kind"] != "concentrated"
         out["n_drop"] = len(drop)
         return out
+    out["explained"] = explained(RUNS_ROOT[0] / run.name) if RUNS_ROOT else True
     pos = np.array([c in run.planted for c in run.cols])
     k = len(run.planted)
     order = np.argsort(-s, kind="stable")
@@ -168,6 +169,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
     out["cause_right"] = got == want
     out["pass"] = out["precision"] >= 0.8 and out["recall"] >= 0.8 and out["cause_right"]
+    if not out["explained"]:  # the planted rows explain no real regression: naming nobody is right too
+        out["pass"] = out["pass"] or not drop or out["precision"] >= 0.8
     if run_verify and v["drop_rows"]:
         out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items))
     return out
@@ -209,6 +212,19 @@ def regressed_scores(run: Run, rule: RegressionRule) -> np.ndarray | None:
     return run.S[pick] if pick else None
 
 
+def explained(d: Path) -> bool:
+    """Whether the planted rows explain a real regression (truth.json): the targets' NLL rose by more than 0.05, the
+    planted-drop retrain removes at least half of it and the random-drop retrain at most a fifth."""
+    if not (d / "truth.json").is_file():
+        return True
+    t = json.loads((d / "truth.json").read_text())
+    rec = t.get("recovery") or {}
+    rise = (t.get("by_role") or {}).get("target", {}).get("mean_change") or 0.0
+    planted = (rec.get("drop_planted") or {}).get("recovered_total")
+    random = (rec.get("drop_random") or {}).get("recovered_total")
+    return rise > 0.05 and planted is not None and planted >= 0.5 and (random is None or random <= 0.2)
+
+
 def truth_recovery(d: Path) -> dict:
     """The counterfactual: share of the target regression removed by retraining without the planted rows / without
     as many random rows (truth.json)."""
@@ -224,31 +240,32 @@ def _mean(xs: list) -> float | None:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Per kind: runs, ranking AUC and P@K, verdict precision / recall of drop_rows, cause right, runs that pass,
-    and the truth (planted-drop vs random-drop recovery)."""
+    """Per kind: runs and how many of them the planted rows really explain (truth.json); on the explained runs the
+    ranking's AUC and P@K, the verdict's drop_rows precision and recall, and whether the cause is right; runs that
+    pass; the truth's recoveries and, where run, `gradian verify`'s for the verdict's rows and random rows."""
 
     def f(x: float | None, pct: bool = False) -> str:
         return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
 
     out = [
-        "| kind | runs | AUC | P@K | drop_rows precision | recall | cause right | pass | no culprit (controls) "
-        "| truth: planted-drop recovery | random-drop | verify: verdict rows | random rows |",
+        "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass "
+        "| truth: planted-drop | random-drop | verify: verdict rows | random rows |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind]
         ctl = rs[0]["expected"] == "none"
+        ex = [r for r in rs if r.get("explained")]
+
+        def m(key: str, pct: bool = False, group: list[dict] = ex, ctl: bool = ctl) -> str:
+            return "–" if ctl else f(_mean([r.get(key) for r in group]), pct)
+
         out.append(
-            f"| {kind} | {len(rs)} | {f(_mean([r.get('auc') for r in rs]))} "
-            f"| {f(_mean([r.get('p_at_k') for r in rs]))} "
-            f"| {'–' if ctl else f(_mean([r.get('precision') for r in rs]))} "
-            f"| {'–' if ctl else f(_mean([r.get('recall') for r in rs]))} "
-            f"| {'–' if ctl else sum(bool(r.get('cause_right')) for r in rs)} | {sum(r['pass'] for r in rs)} "
-            f"| {sum(r['pass'] for r in rs) if ctl else '–'} "
-            f"| {f(_mean([r.get('truth_drop_planted') for r in rs]), True)} "
-            f"| {f(_mean([r.get('truth_drop_random') for r in rs]), True)} "
-            f"| {f(_mean([r.get('verify_flagged') for r in rs]), True)} "
-            f"| {f(_mean([r.get('verify_random') for r in rs]), True)} |"
+            f"| {kind} | {len(rs)} | {'–' if ctl else len(ex)} | {m('auc')} | {m('p_at_k')} | {m('precision')} "
+            f"| {m('recall')} | {'–' if ctl else sum(bool(r.get('cause_right')) for r in ex)} "
+            f"| {sum(r['pass'] for r in rs)} of {len(rs)} "
+            f"| {m('truth_drop_planted', True, rs)} | {f(_mean([r.get('truth_drop_random') for r in rs]), True)} "
+            f"| {m('verify_flagged', True, rs)} | {m('verify_random', True, rs)} |"
         )
     return "\n".join(out) + "\n"
 
