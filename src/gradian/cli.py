@@ -69,14 +69,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(2)
     except RuntimeError as err:  # under torchrun: a collective broken by another rank's exit
-        from gradian.dist import peer_lost, rank_prefix
+        from gradian.dist import peer_lost, rank_prefix, say_stopped
 
         if debug or not peer_lost(err):
             raise
-        typer.echo(
+        say_stopped(
             f"error: {rank_prefix()}stopped: another torchrun rank failed (its error line is above). "
-            "Fix: fix that error and rerun.",
-            err=True,
+            "Fix: fix that error and rerun."
         )
         sys.exit(2)
     except KeyboardInterrupt:

@@ -172,17 +172,28 @@ def from_env(device: str | None = None) -> Dist:
     return Dist(rank=td.get_rank(), world=td.get_world_size(), local_rank=local, backend=backend)
 
 
+_STOP_SAID: list[bool] = []  # set once this rank has printed its one stop line
+
+
+def say_stopped(line: str) -> None:
+    """Print this rank's one stop line (a broken collective and torchrun's SIGTERM can both arrive: one line only)."""
+    import sys
+
+    if not _STOP_SAID:
+        _STOP_SAID.append(True)
+        sys.stderr.write(line.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
 def _stop_quietly_on_sigterm() -> None:
     """torchrun ends the other ranks with SIGTERM when one fails: each says so in one line (exit 2), no traceback."""
     import signal
-    import sys
 
     def stop(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
-        sys.stderr.write(
+        say_stopped(
             f"error: {rank_prefix()}stopped by torchrun: another rank failed (its error line is above) or the job "
-            "was interrupted.\n"
+            "was interrupted."
         )
-        sys.stderr.flush()
         os._exit(2)
 
     try:
