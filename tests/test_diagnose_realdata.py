@@ -19,7 +19,6 @@ Sentiment labelled sentences (3,000 rows, "Review: ...\\nSentiment:" -> " positi
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
@@ -80,14 +79,9 @@ def test_gsm8k_token_level_clean(tmp_path, gsm_rows):
 def test_sentiment_clean(tmp_path):
     if not SENT.is_dir():
         pytest.skip("../shared/data/sentiment_labelled_sentences absent")
-    rows = []
-    for name in ("amazon_cells_labelled.txt", "imdb_labelled.txt", "yelp_labelled.txt"):
-        for line in (SENT / name).read_text(encoding="utf-8", errors="replace").splitlines():
-            if "\t" in line:
-                s, lab = line.rsplit("\t", 1)
-                rows.append({"prompt": f"Review: {s.strip()}\nSentiment:",
-                             "completion": " positive" if lab.strip() == "1" else " negative"})  # fmt: skip
-    random.Random(0).shuffle(rows)
+    from realsets import sentiment
+
+    rows = sentiment(seed=0)
     fs = run(write_run(tmp_path / "s", rows[:2700], rows[2700:], str(STORIES)))
     assert [f for f in fs if f.severity.value == "error"] == []
     assert {f.code for f in fs} <= {"D105", "D104"}, [(f.code, f.message) for f in fs]
