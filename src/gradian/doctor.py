@@ -29,7 +29,7 @@ WINDOW: dict[str, tuple[str, str]] = {
     "safetensors": ("0.4", "0.8.0"),
     "numpy": ("1.24", "2.4.6"),
     "tokenizers": ("0.19", "0.23.3"),
-    "py3langid": ("0.3", "0.3.0"),  # diagnose D134 language_mix (offline language ID)
+    "py3langid": ("0.4", "0.4.0"),  # diagnose D134 language_mix (offline language ID; an .npz model, no pickle)
 }
 MIN_FREE_DISK_GB = 1.0
 

@@ -298,7 +298,7 @@ def _lang_scores(text: str) -> dict[str, float]:
     if not _LANGID:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
 
-        _LANGID.append(LanguageIdentifier.from_pickled_model(MODEL_FILE))
+        _LANGID.append(LanguageIdentifier.from_model_file(MODEL_FILE))  # an .npz model: nothing unpickled
     words = " ".join(_W.findall(text))
     return {lang: float(s) / max(1, len(words)) for lang, s in _LANGID[0].rank(words)}
 
