@@ -44,6 +44,7 @@ class Run:
     findings: list[dict]
     texts: dict[int, str]
     roles: list[str]
+    emb: np.ndarray | None = None  # (rows, k) gradient embeddings, ``cols`` order
 
 
 def fresh_findings(d: Path, planted: dict) -> list[dict]:
@@ -97,6 +98,7 @@ def load_run(d: Path) -> Run | None:
         findings,
         texts,
         list(planted.get("eval_roles") or []),
+        np.load(attr / "embeddings.npy").astype(np.float64) if (attr / "embeddings.npy").is_file() else None,
     )
 
 
@@ -141,7 +143,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     regressed = [{"index": i} for i in reg_items]
     v = make_verdict(
         [], run.findings, examples, regressed, n_rows=len(run.cols), item_scores=S if pick else None,
-        item_rows=run.cols, texts=run.texts, regression=call.to_dict(), policy=policy,
+        item_rows=run.cols, texts=run.texts, regression=call.to_dict(), policy=policy, embeddings=run.emb,
+        embedding_rows=run.cols,
     )  # fmt: skip
     drop = set(v["drop_rows"])
     out = {"name": run.name, "kind": run.kind, "expected": run.cause, "verdict": v["kind"], "cause": v["cause"]}
@@ -192,7 +195,7 @@ def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tup
     if S is None:
         ok = run.cause == "none" or not run.planted
         return float(ok), ok
-    found = find_culprits(S, S.sum(0), run.cols, findings=run.findings, policy=policy)
+    found = find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb, policy=policy)
     if run.cause == "none" or not run.planted:
         return float(not found.concentrated), not found.concentrated
     if not found.concentrated:
@@ -271,11 +274,10 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 GRID = {
-    "head_z": [1.0, 1.5, 2.0, 2.5],
-    "min_head_share": [0.1, 0.2, 0.3],
-    "min_stability": [0.5, 0.6, 0.7],
-    "keep_frequency": [0.5, 0.7],
-    "extend_mechanical": [True, False],
+    "head_fdr": [0.0, 0.1, 0.2, 0.3],
+    "extend_z": [0.0, 2.5, 3.0, 3.5, 4.0],
+    "min_head_share": [0.1, 0.2],
+    "min_stability": [0.3, 0.4, 0.5],
 }
 RULE_GRID = {
     "noise_multiple": [0.0, 1.0, 2.0, 3.0],
@@ -294,10 +296,14 @@ def main() -> None:
     ap.add_argument("--verify", action="store_true", help="gradian verify each named culprit (two retrains per run)")
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
+    ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
     args = ap.parse_args()
     if args.narrow:
         for k in GRID:
             GRID[k] = [getattr(CulpritPolicy(), k)]
+    if args.policy_only:
+        for k in RULE_GRID:
+            RULE_GRID[k] = [getattr(RegressionRule(), k)]
     runs = [r for d in sorted(args.runs.iterdir()) if d.is_dir() and (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
     if args.search:

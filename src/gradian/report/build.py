@@ -274,6 +274,8 @@ def build_report(
         texts=texts or None,
         regression=settings.get("regression") if isinstance(settings, Mapping) else None,
         policy=policy,
+        embeddings=embeddings,
+        embedding_rows=embedding_index,
     )
     log_dict = logs_to_dict(logs) if logs is not None else (attribution.get("logs") or None)
     if log_dict:

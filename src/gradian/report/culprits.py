@@ -3,11 +3,13 @@
 Three steps, pure numpy over the per-item harm matrix ``S`` (regressed items x training rows; a row's harm is its
 column sum):
 
-1. **Head.** The rows whose harm stands out from the bulk of the file's rows: harm above
-   ``median + head_z x robust spread`` (the spread is 1.4826 x the median absolute deviation, so ``head_z`` is a
-   z-score of the ordinary rows), at most ``max_head_fraction`` of the rows. Only the positive side is read:
-   in a contradiction (a renamed entity) the rows that still teach the old fact are strongly *helpful*, so the
-   negative tail is signal too and is no null for the positive one.
+1. **Head.** The rows whose harm stands out from the bulk of the file's rows. By default (``head_fdr``) a row is in
+   the head when its local false discovery rate is below ``head_fdr`` (Efron's empirical null: a normal at the
+   bulk's median and robust spread, against a kernel density of all rows; 0.2 is Efron's conventional cut), so the
+   cut adapts to how many rows stand out: a fixed z cut keeps a few percent of innocent rows whatever the file; with
+   ``head_fdr = 0`` the cut is ``median + head_z x robust spread``. At most ``max_head_fraction`` of the rows. Only
+   the positive side is read: in a contradiction (a renamed entity) the rows that still teach the old fact are
+   strongly *helpful*, so the negative tail is signal too and is no null for the positive one.
 2. **Concentrated or spread.** The head is a culprit only when it carries at least ``min_head_share`` of the total
    positive harm and it is *stable*: over ``bootstrap`` resamples of the regressed items (with replacement), the
    head found in each resample agrees with the full head (mean Jaccard ``>= min_stability``). Rows that make the head
@@ -18,6 +20,10 @@ column sum):
    there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
    remaining head rows form a content group, described by their distinctive terms and by the content findings that
    flag at least ``flag_share`` of them.
+4. **Extension.** A group's weaker rows point the way its strongest do: each group takes the rows with harm above the
+   median whose gradient direction (the attribution's row embeddings) is ``extend_z`` robust spreads closer to the
+   group's mean direction than the low-harm rows are; a mechanical group also takes its finding's other rows with
+   harm above the median. The culprit share test (step 2) reads the extended groups.
 
 Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
 calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
@@ -80,6 +86,20 @@ class CulpritPolicy:
         default=True,
         metadata={"help": "A mechanical group also takes the finding's other rows whose harm is above the median."},
     )
+    extend_z: float = field(
+        default=3.0,
+        metadata={
+            "help": "A group also takes rows with harm above the median whose gradient direction is this many robust "
+            "spreads closer to the group's mean direction than the low-harm rows are (0: off)."
+        },
+    )
+    head_fdr: float = field(
+        default=0.2,
+        metadata={
+            "help": "When > 0, the head is the rows whose local false discovery rate against the bulk's empirical "
+            "null is below this, instead of the head_z cut."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
 
     def __post_init__(self) -> None:
@@ -137,24 +157,56 @@ class Culprits:
         }
 
 
+def _robust(x: np.ndarray) -> tuple[float, float]:
+    """Median and robust spread (1.4826 x MAD; the standard deviation, or 1, when the MAD is 0)."""
+    med = float(np.median(x))
+    spread = 1.4826 * float(np.median(np.abs(x - med)))
+    return med, spread if spread > 0 else (float(np.std(x)) or 1.0)
+
+
 def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
-    """Rows whose harm stands out from the bulk: ``s > median + head_z x 1.4826 MAD``, positive, at most
-    ``max_head_fraction`` of the rows (the most harmful ones)."""
+    """Rows whose harm stands out from the bulk, positive, at most ``max_head_fraction`` of the rows (the most
+    harmful ones): ``s > median + head_z x robust spread``, or with ``head_fdr`` the rows whose local false discovery
+    rate is below it."""
     s = np.asarray(s, dtype=np.float64)
     n = len(s)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    med = float(np.median(s))
-    spread = 1.4826 * float(np.median(np.abs(s - med)))
-    if spread <= 0:
-        spread = float(np.std(s)) or 1.0
-    mask = (s > med + policy.head_z * spread) & (s > 0)
+    med, spread = _robust(s)
+    if policy.head_fdr > 0:
+        mask = (local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)
+    else:
+        mask = (s > med + policy.head_z * spread) & (s > 0)
     cap = max(1, int(policy.max_head_fraction * n))
     if mask.sum() > cap:
         keep = np.argsort(-s, kind="stable")[:cap]
         mask = np.zeros(n, dtype=bool)
         mask[keep] = True
     return mask
+
+
+def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.ndarray:
+    """Efron's local false discovery rate of each value: ``pi0 x f0(s) / f(s)`` with the empirical null ``f0`` a
+    normal at the bulk's median and robust spread, ``f`` a Gaussian kernel density of all values (Scott's bandwidth,
+    binned on ``grid`` points so it costs O(n)) and ``pi0`` the share of values within one spread over a normal's
+    68.3%, capped at 1."""
+    s = np.asarray(s, dtype=np.float64)
+    sd = float(np.std(s))
+    if len(s) < 3 or sd <= 0:
+        return np.ones(len(s))
+    h = 1.06 * sd * len(s) ** -0.2  # Scott's rule
+    lo, hi = float(s.min()) - 4 * h, float(s.max()) + 4 * h
+    counts, edges = np.histogram(s, bins=grid, range=(lo, hi))
+    step = edges[1] - edges[0]
+    half = int(np.ceil(4 * h / step))
+    x = np.arange(-half, half + 1) * step
+    kernel = np.exp(-0.5 * (x / h) ** 2) / (h * np.sqrt(2 * np.pi))
+    density = np.convolve(counts / len(s), kernel, mode="same")
+    centers = (edges[:-1] + edges[1:]) / 2
+    f = np.interp(s, centers, density)
+    f0 = np.exp(-0.5 * ((s - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
+    pi0 = min(1.0, float(np.mean(np.abs(s - med) < spread)) / 0.6827)
+    return np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
 
 
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -169,10 +221,13 @@ def find_culprits(
     *,
     findings: Sequence[Mapping[str, Any]] = (),
     texts: Mapping[int, str] | None = None,
+    embeddings: np.ndarray | None = None,
     policy: CulpritPolicy | None = None,
 ) -> Culprits:
     """Decide whether the harm is concentrated and in which rows. ``scores[j]`` is the harm of training row
-    ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check."""
+    ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check;
+    ``embeddings`` (rows x k, same order: each row's gradient direction) let each group take the rows that point its
+    way."""
     policy = policy or CulpritPolicy()
     s = np.asarray(scores, dtype=np.float64)
     rows = [int(r) for r in rows]
@@ -198,30 +253,34 @@ def find_culprits(
     head = [rows[j] for j in order]
     head_share = float(s[mask].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
 
+    score_of = {rows[j]: float(s[j]) for j in range(len(s))}
     unstable = stability is not None and (stability < policy.min_stability or (raw_head and not head))
+    groups: list[Group] = []
+    if head and not unstable:
+        groups = group_rows(head, score_of, pos_total, findings, texts, len(rows), policy)
+        if embeddings is not None and policy.extend_z > 0:
+            extend_by_direction(groups, np.asarray(embeddings, dtype=np.float64), s, rows, pos_total, policy)
+        # a group takes more rows (its finding's, its direction's): the culprit rows are the groups' rows
+        head = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
+        head_share = sum(g.harm_share for g in groups)
+    concentrated = False
     if unstable:
         reason = (
             f"the {raw_head} rows that stand out change when the regressed items are resampled (agreement "
             f"{stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
         )
-        concentrated = False
     elif not head:
         reason = "no row's harm stands out from the rest of the rows"
-        concentrated = False
     elif head_share < policy.min_head_share:
         reason = (
             f"the {len(head)} rows that stand out carry {head_share:.0%} of the harm, under the "
             f"{policy.min_head_share:.0%} a culprit group needs"
         )
-        concentrated = False
     else:
         reason = f"{len(head)} rows stand out from the rest and carry {head_share:.0%} of the harm"
         concentrated = True
-    score_of = {rows[j]: float(s[j]) for j in range(len(s))}
-    groups = group_rows(head, score_of, pos_total, findings, texts, len(rows), policy) if concentrated else []
-    if groups:  # a mechanical group may take more of its finding's rows: the culprit rows are the groups' rows
-        head = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
-        head_share = sum(g.harm_share for g in groups)
+    if not concentrated:
+        groups = []
     return Culprits(concentrated, head, head_share, stability, groups, reason)
 
 
@@ -272,7 +331,7 @@ def group_rows(
         left -= hit
         taken |= hit
         flagged = [(g, r) for g, r in flagged if g is not f]
-    if groups and len(left) < max(2, policy.min_group_share * len(head)):
+    if groups and len(left) < max(2, policy.min_group_share * len(taken | left)):
         big = max(groups, key=lambda g: len(g.rows))  # too few for a group of their own: they ride along
         big.rows = ordered(set(big.rows) | left)
         big.harm_share = share(big.rows)
@@ -293,6 +352,41 @@ def group_rows(
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups
+
+
+def extend_by_direction(
+    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: CulpritPolicy
+) -> None:
+    """Each group takes the rows (harm above the median, in no group yet) whose gradient direction is closer to the
+    group's mean direction than ``extend_z`` robust spreads beyond how close the low-harm rows (harm at or below the
+    median) are; a row close to two groups goes to the closer. A culprit group's weaker rows point the same way as its
+    strongest ones, so they are found even when their harm alone does not stand out."""
+    if emb.ndim != 2 or emb.shape[0] != len(s):
+        return
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-30)
+    col = {int(r): j for j, r in enumerate(rows)}
+    med = float(np.median(s))
+    bulk = s <= med
+    best_z = np.full(len(s), -np.inf)
+    best_g = np.full(len(s), -1)
+    for gi, g in enumerate(groups):
+        js = [col[r] for r in g.rows if r in col]
+        if len(js) < 2:
+            continue
+        mean = unit[js].mean(0)
+        sim = unit @ (mean / max(float(np.linalg.norm(mean)), 1e-30))
+        center, spread = _robust(sim[bulk])
+        z = (sim - center) / spread
+        closer = z > best_z
+        best_z[closer], best_g[closer] = z[closer], gi
+    taken = {r for g in groups for r in g.rows}
+    for j in np.flatnonzero((best_z > policy.extend_z) & (s > med)):
+        if int(rows[j]) not in taken:
+            groups[best_g[j]].rows.append(int(rows[j]))
+    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
+    for g in groups:
+        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
+        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
 
 
 def _shared(f: Mapping[str, Any], hit: int, size: int) -> dict[str, Any]:

@@ -157,11 +157,14 @@ def make_verdict(
     texts: Mapping[int, str] | None = None,
     regression: Mapping[str, Any] | None = None,
     policy: CulpritPolicy | None = None,
+    embeddings: np.ndarray | None = None,
+    embedding_rows: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Decide what the report says. ``examples`` are report.json's ``{"index", "id", "score"}`` rows; ``clusters``
     are ``build_report``'s cluster dicts (only named, for the cluster table); ``item_scores`` is the per-item harm of
     the regressed items (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is
-    attribute's ``settings.regression`` (the drift and cut-off the regressed items passed).
+    attribute's ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows'
+    gradient directions (row j is training row ``embedding_rows[j]``, default j), which culprit groups extend along.
 
     Returns ``{"kind", "cause", "reliable", "confidence", "headline", "sentences", "text", "next_steps", "groups",
     "culprit_clusters", "drop_rows", "drop_ids", "config_changes", "criterion", "policy", "how"}``; ``kind`` is one
@@ -174,12 +177,23 @@ def make_verdict(
     scores = {int(e["index"]): float(e.get("score") or 0.0) for e in examples}
     ids = {int(e["index"]): e.get("id") for e in examples}
     errors = setup_errors(findings, n_rows)
+    head_rule = (
+        f"whose local false discovery rate against the bulk's empirical null is under {policy.head_fdr:g}"
+        if policy.head_fdr > 0
+        else f"whose harm exceeds the median by {policy.head_z:g} robust spreads"
+    )
+    extension = (
+        f"; each group also takes the rows with harm above the median whose gradient direction is {policy.extend_z:g} "
+        "robust spreads closer to the group's than the low-harm rows are"
+        if policy.extend_z > 0
+        else ""
+    )
     criterion = (
-        f"culprit rows are the rows whose harm exceeds the median by {policy.head_z:g} robust spreads (at most "
-        f"{_pct(policy.max_head_fraction)} of the rows), when they carry >= {_pct(policy.min_head_share)} of the "
-        f"positive harm and agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over "
-        f"{policy.bootstrap} resamples of the regressed items; a group is mechanical when a mechanical finding flags "
-        f">= {_pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file"
+        f"culprit rows are the rows {head_rule} (at most {_pct(policy.max_head_fraction)} of the rows) and stable: "
+        f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over {policy.bootstrap} resamples "
+        f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
+        f"{_pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
+        f"the groups must carry >= {_pct(policy.min_head_share)} of the positive harm"
     )
     draft = _Draft(
         errors,
@@ -243,12 +257,33 @@ def make_verdict(
         S = np.where(np.array(keep) >= 0, S[:, np.maximum(keep, 0)], 0.0) if S.ndim == 2 else None
     else:
         S = None
-    found = find_culprits(S, np.array([scores[r] for r in rows]), rows, findings=findings, texts=texts, policy=policy)
+    emb = _aligned_embeddings(embeddings, embedding_rows, rows)
+    found = find_culprits(
+        S, np.array([scores[r] for r in rows]), rows, findings=findings, texts=texts, embeddings=emb, policy=policy
+    )
     draft.base["confidence"] = _confidence(found.stability)
     draft.base["how"] = found.to_dict() | {"head": found.head[:200]}
     if found.concentrated:
         return _concentrated(draft, found, clusters, scores, ids, n_rows, n_reg)
     return _spread(draft, found, n_reg, setup_cause)
+
+
+def _aligned_embeddings(
+    embeddings: np.ndarray | None, embedding_rows: Sequence[int] | None, rows: Sequence[int]
+) -> np.ndarray | None:
+    """The embeddings in ``rows`` order (zeros for a row without one), or None when there are none."""
+    if embeddings is None:
+        return None
+    emb = np.asarray(embeddings, dtype=np.float64)
+    if emb.ndim != 2 or not len(emb):
+        return None
+    index = list(range(len(emb))) if embedding_rows is None else [int(r) for r in embedding_rows]
+    at = {r: j for j, r in enumerate(index)}
+    out = np.zeros((len(rows), emb.shape[1]))
+    for i, r in enumerate(rows):
+        if r in at:
+            out[i] = emb[at[r]]
+    return out
 
 
 def _concentrated(draft, found, clusters, scores, ids, n_rows: int, n_reg: str) -> dict[str, Any]:
