@@ -46,8 +46,7 @@ class AttributeOptions(Options):
     batch_size: int = option(8, "Rows per forward/backward pass.", min=1)
     checkpoints: str = option(
         "last",
-        "last (the adapter), all (every checkpoint-* of the run) or e.g. 200,400: combined with learning-rate "
-        "weights.",
+        "last (the adapter), all (every checkpoint-* of the run) or e.g. 200,400: combined with learning-rate weights.",
     )
     store_dtype: str = option(
         "auto",

@@ -107,7 +107,9 @@ def options_command(**groups: type[Options] | given) -> Callable[[Callable[..., 
         names = [p.name for p in params]
         clash = sorted({n for n in names if names.count(n) > 1})
         if clash or set(spec) - set(own.parameters):
-            raise TypeError(f"{fn.__name__}: options clash or missing: {clash or sorted(set(spec) - set(own.parameters))}")
+            raise TypeError(
+                f"{fn.__name__}: options clash or missing: {clash or sorted(set(spec) - set(own.parameters))}"
+            )
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:

@@ -18,9 +18,7 @@ class DiagnoseOptions(Options):
     name: ClassVar[str] = "diagnose"
 
     format: str = option("text", "Output: text, json or markdown.", choices=FORMATS, decls=("--format", "-f"))
-    fail_on: str | None = option(
-        None, "Exit 1 at or above: error (default), warning, info, never.", choices=FAIL_ON
-    )
+    fail_on: str | None = option(None, "Exit 1 at or above: error (default), warning, info, never.", choices=FAIL_ON)
     select: tuple[str, ...] | None = option(
         None, "Only these rules (codes, names, prefixes like D1, groups; comma-separated or repeated)."
     )

@@ -58,7 +58,12 @@ class TrainOptions(Options):
     def _check(self) -> None:
         if self.batch_size < 1 or self.grad_accum < 1 or self.eval_batch_size < 1:
             raise OptionError("batch sizes and grad_accum must be >= 1", fix="set them to 1 or more")
-        for key, least, eg in (("cpu_threads", 1, "1"), ("save_steps", 1, "50"), ("r", 1, "8"), ("max_length", 2, "1024")):
+        for key, least, eg in (
+            ("cpu_threads", 1, "1"),
+            ("save_steps", 1, "50"),
+            ("r", 1, "8"),
+            ("max_length", 2, "1024"),
+        ):
             v = getattr(self, key)
             if v is not None and v < least:
                 raise OptionError(f"{key} must be >= {least}", where=key, fix=f"omit it or set e.g. {eg}")
