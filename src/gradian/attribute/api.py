@@ -26,7 +26,8 @@ from gradian.attribute.gradients import shard_size
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.attribute.stages import select_queries
 from gradian.dist import Dist
-from gradian.options import AttributeOptions, OptionError, RunInputs
+from gradian.options import AttributeOptions, RunInputs
+from gradian.options.base import split_kwargs as split_options
 
 __all__ = [
     "AdapterState",
@@ -42,14 +43,12 @@ __all__ = [
 ]
 
 
-def split_kwargs(kwargs: dict[str, Any], inputs: RunInputs | None, options: AttributeOptions | None):
+def split_kwargs(
+    kwargs: dict[str, Any], inputs: RunInputs | None, options: AttributeOptions | None
+) -> tuple[RunInputs, AttributeOptions]:
     """``attribute(..., train=..., method=...)``: keyword arguments into the run's inputs and the options."""
-    in_names, opt_names = RunInputs.field_names(), AttributeOptions.field_names()
-    unknown = sorted(set(kwargs) - in_names - opt_names)
-    if unknown:
-        raise OptionError(f"unknown attribute option {unknown[0]!r}", fix="use one of " + ", ".join(sorted(opt_names)))
-    ins = RunInputs.merged(inputs, **{k: v for k, v in kwargs.items() if k in in_names})
-    return ins, AttributeOptions.merged(options, **{k: v for k, v in kwargs.items() if k in opt_names})
+    ins, opts = split_options("attribute", kwargs, (RunInputs, inputs), (AttributeOptions, options))
+    return ins, opts
 
 
 def attribute(

@@ -3,7 +3,7 @@ the default, the help text and the checks (``__post_init__``). The command line 
 (:mod:`gradian.options.cli`), report.json saves them (``options``) and `gradian verify` / `gradian report` read them
 back (:meth:`Options.from_dict`). No torch, no other gradian layer: everything may import this."""
 
-from gradian.options.attribute import DEFAULTS, METHODS, AttributeOptions
+from gradian.options.attribute import DEFAULTS, METHODS, AttributeOptions, report_options
 from gradian.options.base import OptionError, Options, option
 from gradian.options.diagnose import DiagnoseOptions
 from gradian.options.inputs import RunInputs
@@ -22,4 +22,5 @@ __all__ = [
     "TrainOptions",
     "VerifyOptions",
     "option",
+    "report_options",
 ]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gradian.options.base import OptionError, Options, option
 
@@ -101,3 +102,13 @@ class AttributeOptions(Options):
 
 
 DEFAULTS = AttributeOptions()
+
+
+def report_options(report: Mapping[str, Any]) -> AttributeOptions:
+    """The options a report.json was made with: its ``options``, or for an older report.json without that key, the
+    option values its ``settings`` recorded (the rest at their defaults)."""
+    saved = report.get("options")
+    if isinstance(saved, Mapping):
+        return AttributeOptions.from_dict(saved)
+    settings = report.get("settings")
+    return AttributeOptions.from_dict(settings if isinstance(settings, Mapping) else None)

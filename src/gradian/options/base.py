@@ -101,3 +101,15 @@ class Options:
     def merged(cls, base: Self | None = None, /, **changes: Any) -> Self:
         """``base`` (default: every default) with ``changes``: the keyword form the Python API accepts."""
         return (base if base is not None else cls()).replace(**changes)
+
+
+def split_kwargs(what: str, kwargs: Mapping[str, Any], *groups: tuple[type[Options], Options | None]) -> list[Any]:
+    """The Python API's keyword form (``attribute(train=..., method="kfac")``): each group's fields of ``kwargs``
+    applied over that group's given instance (or its defaults); one line for a name no group has."""
+    names = [cls.field_names() for cls, _ in groups]
+    unknown = sorted(set(kwargs) - set().union(*names))
+    if unknown:
+        fix = "use one of " + ", ".join(sorted(set().union(*names)))
+        raise OptionError(f"unknown {what} option {unknown[0]!r}", fix=fix)
+    pairs = zip(groups, names, strict=True)
+    return [cls.merged(base, **{k: v for k, v in kwargs.items() if k in n}) for (cls, base), n in pairs]

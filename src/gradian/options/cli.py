@@ -71,7 +71,7 @@ def _parameters(cls: type[Options], partial: bool) -> list[inspect.Parameter]:
         text = str(f.metadata["help"])
         if partial:
             tp = tp if _is_union(tp) else tp | None
-            default, text = None, f"{text} [default: {_default_text(f.default)}]"
+            default, text = None, f"{text} (default: {_default_text(f.default)})"
         else:
             default = None if isinstance(f.default, tuple) else f.default
         info = typer.Option(default, *decls_of(f), help=text, show_default=not partial)

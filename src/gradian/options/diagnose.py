@@ -26,7 +26,7 @@ class DiagnoseOptions(Options):
     overrides: tuple[str, ...] = option((), "Override a threshold: rule.threshold=value (repeatable).", flag="--set")
 
     def __post_init__(self) -> None:
-        split = {n: _split(getattr(self, n)) for n in ("select", "ignore")}
+        split = {n: split_names(getattr(self, n)) for n in ("select", "ignore")}
         object.__setattr__(self, "select", split["select"] or None)
         object.__setattr__(self, "ignore", split["ignore"] or ())
         object.__setattr__(self, "overrides", tuple(self.overrides or ()))
@@ -35,6 +35,6 @@ class DiagnoseOptions(Options):
         super().__post_init__()
 
 
-def _split(values: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+def split_names(values: tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
     """``--select D1,D2 --select D3`` → ``("D1", "D2", "D3")``."""
     return tuple(s.strip() for v in values or () for s in str(v).split(",") if s.strip())
