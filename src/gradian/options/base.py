@@ -13,8 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 from gradian.errors import GradianError
 
-
-O = TypeVar("O", bound="Options")
+OptionsT = TypeVar("OptionsT", bound="Options")
 
 
 class OptionError(GradianError, ValueError):
@@ -84,14 +83,14 @@ class Options:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_dict(cls: type[O], data: Mapping[str, Any] | None) -> O:
+    def from_dict(cls: type[OptionsT], data: Mapping[str, Any] | None) -> OptionsT:
         """Read back what :meth:`to_dict` saved (keys this version does not know are ignored; missing keys get their
         default, so an older file without some options still loads)."""
         known = cls.field_names()
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in (data or {}).items() if k in known}
         return cls(**values)
 
-    def replace(self: O, **changes: Any) -> O:
+    def replace(self: OptionsT, **changes: Any) -> OptionsT:
         """A copy with ``changes`` (one line for a name that is not an option)."""
         unknown = sorted(set(changes) - self.field_names())
         if unknown:
@@ -101,7 +100,7 @@ class Options:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def merged(cls: type[O], base: O | None = None, /, **changes: Any) -> O:
+    def merged(cls: type[OptionsT], base: OptionsT | None = None, /, **changes: Any) -> OptionsT:
         """``base`` (default: every default) with ``changes``: the keyword form the Python API accepts."""
         return (base if base is not None else cls()).replace(**changes)
 
