@@ -158,8 +158,15 @@ def test_report_options_read_back_old_and_new_reports():
     saved = AttributeOptions(method="kfac", proj_dim=16, extra_methods=("cosine",))
     assert report_options({"options": saved.to_dict(), "settings": {"method": "ekfac"}}) == saved
     # a report.json from before the options were saved: the values its settings recorded, the rest defaults
-    old = report_options({"settings": {"method": "datainf", "threshold": 0.05, "batch_size": 4, "n_train": 9}})
+    settings = {"method": "datainf", "threshold": 0.05, "batch_size": 4, "n_train": 9, "device": "cpu",
+                "generations": {"items": 13, "max_new_tokens": 32}, "checkpoints": [{"label": "step 2"}]}  # fmt: skip
+    old = report_options({"settings": settings})
     assert (old.method, old.threshold, old.batch_size, old.top) == ("datainf", 0.05, 4, DEFAULTS.top)
+    assert (old.generations, old.checkpoints, old.device) == (
+        DEFAULTS.generations,
+        "last",
+        None,
+    )  # results, not options
     assert report_options({}) == AttributeOptions()
 
 
@@ -172,3 +179,14 @@ def test_the_python_api_takes_option_keywords_and_refuses_unknown_ones(tmp_path)
         attribute(tmp_path, methd="kfac")
     with pytest.raises(OptionError, match="unknown --weighting 'loss'"):
         attribute(tmp_path, weighting="loss")
+
+
+def test_the_attribute_command_passes_its_options_through(tmp_path):
+    """`gradian attribute` builds the options from its flags and hands them on: a bad value stops it in one line,
+    a good one reaches the file checks (here: no adapter in an empty run folder)."""
+    runner = CliRunner()
+    app = _app()
+    res = runner.invoke(app, ["attribute", "--run", str(tmp_path), "--out", str(tmp_path / "o"), "--top", "3"])
+    assert isinstance(res.exception, GradianError) and "no PEFT adapter found" in str(res.exception), res.output
+    res = runner.invoke(app, ["attribute", "--run", str(tmp_path), "--query", "some"])
+    assert isinstance(res.exception, OptionError) and "unknown --query 'some'" in str(res.exception)

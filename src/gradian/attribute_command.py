@@ -31,7 +31,9 @@ def attribute_command(
     """Find the training rows that made the fine-tune worse on eval items the base model did well on."""
     from gradian.pipeline import attribute_and_report
 
-    output = attribute_and_report(inputs, opts, out=out, diagnose_rows=diagnose_rows, progress=not no_progress)
+    output = attribute_and_report(
+        inputs=inputs, options=opts, out=out, diagnose_rows=diagnose_rows, progress=not no_progress
+    )
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
         return
     if not print_attribution(output, opts.top):

@@ -14,6 +14,9 @@ FISHERS = ("empirical", "true")
 QUERIES = ("regressed", "all")
 WEIGHTINGS = ("uniform", "regression")
 STORE_DTYPES = ("auto", "fp32", "bf16")
+# The option values report.json's settings record (the other settings keys are results, some with an option's name)
+SETTINGS_KEYS = ("method", "damping", "damping_factor", "proj_dim", "proj_seed", "query", "weighting", "threshold",
+                 "batch_size", "fisher", "store_dtype", "eval_eos")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -111,4 +114,5 @@ def report_options(report: Mapping[str, Any]) -> AttributeOptions:
     if isinstance(saved, Mapping):
         return AttributeOptions.from_dict(saved)
     settings = report.get("settings")
-    return AttributeOptions.from_dict(settings if isinstance(settings, Mapping) else None)
+    settings = settings if isinstance(settings, Mapping) else {}
+    return AttributeOptions.from_dict({k: settings[k] for k in SETTINGS_KEYS if k in settings})
