@@ -119,6 +119,7 @@ def test_no_command_types_an_option_default():
         (lambda: TrainOptions(save_steps=0), "save_steps: save_steps must be >= 1. Fix: omit it or set e.g. 50."),
         (lambda: TrainOptions(epochs=0), "nothing to train: epochs <= 0 and no max_steps. Fix: set epochs > 0."),
         (lambda: VerifyOptions(k=0), "--k 0 is below 1. Fix: pass --k 1 or more."),
+        (lambda: AttributeOptions(top="ten"), "--top 'ten' is not a number. Fix: pass --top 0 or more."),
         (lambda: AttributeOptions().replace(methd="kfac"), "unknown attribute option 'methd'. Fix: use one of"),
     ],
 )

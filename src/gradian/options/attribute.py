@@ -79,7 +79,7 @@ class AttributeOptions(Options):
     )
     token_harm: int = option(50, "The N top rows get their harm split over their tokens.", min=0)
     trust_remote_code: bool = option(False, "Allow the base model's own code.")
-    top: int = option(20, "Rows shown and explained per item.")
+    top: int = option(20, "Rows shown and explained per item.", min=0)
     extra_methods: tuple[str, ...] = option((), "Other methods scored from the same stored gradients.", cli=False)
     shard_rows: int | None = option(None, "Rows per gradient-store shard (default: about 256 MiB).", cli=False, min=1)
 

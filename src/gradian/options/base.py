@@ -54,6 +54,12 @@ class Options:
             if choices is not None and value is not None and value not in choices:
                 raise OptionError(f"unknown {flag_of(f)} {value!r}", fix=f"use {words(tuple(choices))}")
             least = f.metadata.get("min")
+            if (
+                least is not None
+                and value is not None
+                and (isinstance(value, bool) or not isinstance(value, int | float))
+            ):
+                raise OptionError(f"{flag_of(f)} {value!r} is not a number", fix=f"pass {flag_of(f)} {least} or more")
             if least is not None and value is not None and value < least:
                 raise OptionError(f"{flag_of(f)} {value} is below {least}", fix=f"pass {flag_of(f)} {least} or more")
         self._check()
