@@ -191,3 +191,22 @@ def test_the_attribute_command_passes_its_options_through(tmp_path):
     assert isinstance(res.exception, GradianError) and "no PEFT adapter found" in str(res.exception), res.output
     res = runner.invoke(app, ["attribute", "--run", str(tmp_path), "--query", "some"])
     assert isinstance(res.exception, OptionError) and "unknown --query 'some'" in str(res.exception)
+
+
+def test_gradian_report_reads_the_saved_options_back(tmp_path):
+    """`gradian report` re-renders a report.json with its options checked through the dataclass (and one without)."""
+    from gradian.report.cli import rerender
+
+    examples = [{"index": i, "id": f"r{i}", "score": float(5 - i), "rank": i + 1} for i in range(5)]
+    base = {"schema": "gradian.report/1", "method": "kfac", "settings": {"method": "kfac"}, "examples": examples,
+            "regressed": [], "eval": [], "contributions": [], "notes": []}  # fmt: skip
+    saved = AttributeOptions(method="kfac", top=3).to_dict()
+    (tmp_path / "report.json").write_text(json.dumps(base | {"options": saved}))
+    rerender(tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["options"] == saved
+    (tmp_path / "report.json").write_text(json.dumps(base | {"options": saved | {"method": "tracin"}}))
+    with pytest.raises(OptionError, match="unknown --method 'tracin'"):
+        rerender(tmp_path)
+    (tmp_path / "report.json").write_text(json.dumps(base))  # older: no options, re-rendered as it was
+    rerender(tmp_path)
+    assert "options" not in json.loads((tmp_path / "report.json").read_text())
