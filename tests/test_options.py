@@ -95,7 +95,8 @@ def test_no_command_types_an_option_default():
 
     for fn, cls in ((attribute_command.attribute_command, AttributeOptions), (verify.verify_command, VerifyOptions),
                     (train.train_command, TrainOptions), (diagnose_cli.diagnose_command, DiagnoseOptions)):  # fmt: skip
-        src = inspect.getsource(fn.__wrapped__ if hasattr(fn, "__wrapped__") else fn)
+        src = inspect.getsource(fn.undecorated)
+        assert "def " + fn.__name__ in src
         for f in cli_fields(cls):
             assert f'"{decls_of(f)[0].split("/")[0]}"' not in src, (fn.__name__, f.name)
 

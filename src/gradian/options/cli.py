@@ -120,6 +120,7 @@ def options_command(**groups: type[Options] | given) -> Callable[[Callable[..., 
         command.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {}
         command.options_groups = spec  # type: ignore[attr-defined]
+        command.undecorated = fn  # type: ignore[attr-defined]
         return command
 
     return wrap
