@@ -28,6 +28,7 @@ from gradian.attribute.api import run_attribution  # noqa: E402
 from gradian.attribute.collector import find_lora_blocks, token_losses  # noqa: E402
 from gradian.attribute.engine import collate, gradient_pass  # noqa: E402
 from gradian.attribute.loading import load  # noqa: E402
+from gradian.options import AttributeOptions  # noqa: E402
 
 
 def best(fn, repeats):
@@ -72,10 +73,10 @@ def main() -> None:
 
     def with_store():
         d = Path(tempfile.mkdtemp())
-        run_attribution(model, fx, efx, pad_id=0, batch_size=bs, store_dir=d, query="all")
+        run_attribution(model, fx, efx, AttributeOptions(batch_size=bs, query="all"), pad_id=0, store_dir=d)
 
     def total():
-        run_attribution(model, fx, efx, pad_id=0, batch_size=bs, query="all")
+        run_attribution(model, fx, efx, AttributeOptions(batch_size=bs, query="all"), pad_id=0)
 
     baseline()  # warm-up
     b = best(baseline, args.repeats)

@@ -94,6 +94,7 @@ def fisher(seeds: int = 3) -> None:
     """Empirical vs true Fisher (``--fisher``) for ekfac and kfac: the bundled example and ``seeds`` mislabeled runs
     (each its own data draw and fine-tune); the true Fisher's labels are sampled with seeds 0, 1, 2."""
     from gradian.attribute.api import run_attribution
+    from gradian.options import AttributeOptions
 
     cases = []
     model, fx, efx = common.stories_setup(402)
@@ -109,8 +110,8 @@ def fisher(seeds: int = 3) -> None:
         K = int(mask.sum())
         for method in ("ekfac", "kfac"):
             for kind, fseed in [("empirical", 0), ("true", 0), ("true", 1), ("true", 2)]:
-                res = run_attribution(model, fx, efx, pad_id=0, batch_size=8, query=q, method=method, fisher=kind,
-                                      fisher_seed=fseed)  # fmt: skip
+                opts = AttributeOptions(batch_size=8, query=q, method=method, fisher=kind, fisher_seed=fseed)
+                res = run_attribution(model, fx, efx, opts, pad_id=0)
                 sc = np.asarray(res.scores, dtype=float)
                 top = np.argsort(-sc, kind="stable")[:K]
                 row = {"run": name, "method": method, "fisher": kind, "fisher_seed": fseed,

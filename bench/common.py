@@ -98,12 +98,12 @@ def gradian_run(
     model, fx, qfx, bs: int = 8, method: str = "ekfac", proj_dim=None, store: bool = False, query_override=None, **kw
 ):
     from gradian.attribute.api import run_attribution
+    from gradian.options import AttributeOptions
 
     d = Path(tempfile.mkdtemp()) if store else None
     q = query_override or "all"
-    return run_attribution(
-        model, fx, qfx, pad_id=0, batch_size=bs, query=q, method=method, proj_dim=proj_dim, store_dir=d, **kw
-    )
+    opts = AttributeOptions(batch_size=bs, query=q, method=method, proj_dim=proj_dim, **kw)
+    return run_attribution(model, fx, qfx, opts, pad_id=0, store_dir=d)
 
 
 def _sync() -> None:

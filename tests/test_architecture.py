@@ -1,5 +1,6 @@
 """The package's shape: no import cycle between modules (imports inside functions included), and the layers of the
-method (pyproject's import-linter contract: commands > pipeline > report > attribute / diagnose > run > data)."""
+method (pyproject's import-linter contract: commands > pipeline > report > attribute / diagnose > run > data >
+options)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ import helpers  # noqa: E402
 from gradian.attribute.api import check_options, run_attribution  # noqa: E402
 from gradian.attribute.fisher import sampled_losses  # noqa: E402
 from gradian.errors import GradianError  # noqa: E402
+from gradian.options import AttributeOptions  # noqa: E402
 
 
 def test_sampled_labels_give_the_true_fisher_at_the_logits():
@@ -47,9 +48,10 @@ def setup():
     return model, fx[:24], efx[:4]
 
 
-def _run(setup, **kw):
+def _run(setup, store_dir=None, **kw):
     model, fx, efx = setup
-    return run_attribution(model, fx, efx, pad_id=0, batch_size=8, query="all", **kw)
+    opts = AttributeOptions(batch_size=8, query="all", **kw)
+    return run_attribution(model, fx, efx, opts, pad_id=0, store_dir=store_dir)
 
 
 def test_true_fisher_is_seeded_and_only_changes_the_curvature(setup, tmp_path):

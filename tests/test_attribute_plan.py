@@ -39,7 +39,8 @@ def blocks(loaded):
 
 def _plan(blocks, n_rows, proj_dim, **kw):
     kw = {"disk_free": BIG, "ram_available": BIG, "device_free": BIG, "out_dir": "out/grads"} | kw
-    return mp.make_plan(blocks, n_rows, proj_dim=proj_dim, **kw)
+    budgets = mp.Budgets(*(kw.pop(k) for k in ("disk_free", "ram_available", "device_free")))
+    return mp.make_plan(blocks, n_rows, proj_dim=proj_dim, budgets=budgets, **kw)
 
 
 @pytest.mark.parametrize("proj", [0, 8])
@@ -65,15 +66,16 @@ def test_store_bytes_match_a_real_store(loaded, blocks, tmp_path, proj, shard, d
     from gradian.attribute.api import run_attribution
     from gradian.attribute.collector import attach_projections
     from gradian.attribute.engine import pad_id_of
+    from gradian.options import AttributeOptions
 
     attach_projections(blocks, proj)
     _, train = helpers.formatted(helpers.TRAIN)
     _, evals = helpers.formatted(helpers.EVAL, add_eos=False)
     train, batch = train[:12], 4
-    res = run_attribution(
-        loaded.model, train, evals[:2], pad_id=pad_id_of(loaded.tokenizer), method="identity", proj_dim=proj,
-        query="all", batch_size=batch, store_dir=tmp_path / "grads", store_dtype=dtype, shard_rows=shard,
-    )  # fmt: skip
+    opts = AttributeOptions(method="identity", proj_dim=proj, query="all", batch_size=batch, store_dtype=dtype,
+                            shard_rows=shard)  # fmt: skip
+    res = run_attribution(loaded.model, train, evals[:2], opts, pad_id=pad_id_of(loaded.tokenizer),
+                          store_dir=tmp_path / "grads")  # fmt: skip
     store = Path(res.settings["store"])
     meta = json.loads((store / "meta.json").read_text())
     shards = sorted(store.glob("shard_*.safetensors"))

@@ -20,6 +20,7 @@ import helpers  # noqa: E402
 
 from gradian.attribute.api import attribute, run_attribution  # noqa: E402
 from gradian.errors import GradianError  # noqa: E402
+from gradian.options import AttributeOptions  # noqa: E402
 
 METHODS = ("kfac", "datainf", "exact", "identity", "cosine")
 
@@ -73,13 +74,13 @@ def test_report_json_schema(planted, default_run):
     )
 
 
-def _core(planted, **kw):
+def _core(planted, store_dir=None, **kw):
     from gradian.attribute.loading import load
 
     lm = load(str(helpers.BASE), planted["adapter"])
     _, fx = helpers.formatted(helpers.TRAIN)
     _, efx = helpers.formatted(helpers.EVAL, add_eos=False)
-    return run_attribution(lm.model, fx, efx, pad_id=0, **kw)
+    return run_attribution(lm.model, fx, efx, AttributeOptions(**kw), pad_id=0, store_dir=store_dir)
 
 
 def test_projected_agrees_with_exact(planted, default_run):

@@ -67,6 +67,7 @@ def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
     """fp64: each row's label-token harms (one forward-mode pass) sum to the row's score (its stored gradient)."""
     from gradian.attribute.api import run_attribution
     from gradian.attribute.engine import pad_id_of
+    from gradian.options import AttributeOptions
 
     tok = fp64_model.tokenizer
     train = load_examples(EX / "data" / "train.jsonl")
@@ -74,9 +75,8 @@ def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
     fs = FormatSettings(max_length=128)
     train_fx = format_examples([train[i] for i in keep], tok, fs)
     eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
-    res = run_attribution(
-        fp64_model.model, train_fx, eval_fx, pad_id=pad_id_of(tok), proj_dim=proj_dim, tokenizer=tok, token_harm=20
-    )
+    opts = AttributeOptions(proj_dim=proj_dim, token_harm=20)
+    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokenizer=tok)
     assert not res.no_regression
     split = [e for e in res.examples if "token_harm" in e]
     assert len(split) == 20 and [e["rank"] for e in split] == list(range(1, 21))

@@ -1,97 +1,24 @@
-"""`gradian attribute`: options and the terminal output (the command layer, above the pipeline). No torch import at
-module import time."""
+"""`gradian attribute`: the command (its options come from :class:`gradian.options.AttributeOptions` and
+:class:`gradian.options.RunInputs`) and the terminal output. No torch import at module import time."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import typer
 
-from gradian.attribute.generate import EVAL_CUT, EVAL_SAMPLES, EVAL_SEED, MAX_NEW_TOKENS, SIDE_BY_SIDE
-from gradian.attribute.regression import DEFAULT_MIN_DELTA, regression_words
-from gradian.attribute.tokens import TOKEN_HARM_ROWS
+from gradian.attribute.regression import regression_words
+from gradian.options import AttributeOptions, RunInputs
+from gradian.options.cli import options_command
 
 
-class FisherKind(str, Enum):
-    empirical = "empirical"
-    true = "true"
-
-
+@options_command(inputs=RunInputs, opts=AttributeOptions)
 def attribute_command(
-    run: Path | None = typer.Option(None, "--run", help="Training output dir (adapter, configs, trainer_state)."),
-    base: str | None = typer.Option(None, "--base", help="Base model dir or hub id (default: from adapter_config)."),
-    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT adapter dir (adapter_model.safetensors)."),
-    train: Path | None = typer.Option(None, "--train", help="Training data file."),
-    eval: Path | None = typer.Option(None, "--eval", help="Eval items (prompt/completion) to check for regressions."),  # noqa: A002
+    inputs: RunInputs,
     out: Path = typer.Option(
         Path("gradian-attribute"), "--out", help="Output dir: report.json and the gradient store."
     ),
-    method: str = typer.Option("ekfac", "--method", help="ekfac | kfac | datainf | exact | identity | cosine."),
-    damping: float | None = typer.Option(None, "--damping", help="Absolute damping (default 0.1 x mean eigenvalue)."),
-    fisher: FisherKind = typer.Option(
-        FisherKind.empirical,
-        "--fisher",
-        help="Curvature of ekfac/kfac: empirical (the data's labels; free with the training pass) or true (labels "
-        "sampled from the fine-tuned model, seeded; one more forward+backward).",
-    ),
-    fisher_seed: int = typer.Option(0, "--fisher-seed", help="Seed of the labels --fisher true samples."),
-    proj_dim: int | None = typer.Option(
-        None, "--proj-dim", help="Random projection of each block's wide side (0 = exact; default: auto by size)."
-    ),
-    query: str = typer.Option("regressed", "--query", help="regressed (default) or all eval items."),
-    weighting: str = typer.Option("uniform", "--weighting", help="uniform or regression (weight items by NLL rise)."),
-    threshold: float = typer.Option(
-        DEFAULT_MIN_DELTA,
-        "--threshold",
-        help="Floor of the regression rule: an item's NLL must rise by more (nats/token) and beyond the drift.",
-    ),
-    device: str | None = typer.Option(None, "--device", help="cpu, cuda, cuda:N (default: auto)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="auto | fp32 | bf16 | fp64 (default: bf16 on GPU)."),
-    batch_size: int = typer.Option(8, "--batch-size", min=1),
-    checkpoints: str = typer.Option(
-        "last",
-        "--checkpoints",
-        help="last (the adapter), all (every checkpoint-* of the run) or e.g. 200,400: combined with learning-rate "
-        "weights.",
-    ),
-    store_dtype: str = typer.Option(
-        "auto",
-        "--store-dtype",
-        help="Stored per-row gradients: auto (bf16 for a bf16 model, else fp32), fp32 or bf16 (half the disk; "
-        "factors stay fp64).",
-    ),
-    max_length: int | None = typer.Option(None, "--max-length", help="Override the trainer's max length."),
-    eval_eos: bool = typer.Option(False, "--eval-eos", help="Append EOS to eval completions before scoring."),
-    eval_samples: int = typer.Option(
-        EVAL_SAMPLES,
-        "--eval-samples",
-        min=0,
-        help="Eval rows with only a prompt get the base model's completion: 0 = one greedy completion, N = N sampled "
-        "ones (each an eval item).",
-    ),
-    eval_seed: int = typer.Option(EVAL_SEED, "--eval-seed", help="Seed of the sampled eval completions."),
-    eval_cut: bool = typer.Option(
-        EVAL_CUT,
-        "--eval-cut/--no-eval-cut",
-        help="Cut each generated eval completion after the first token where the fine-tune's most likely next token "
-        "differs from the base model's (--no-eval-cut: keep it whole).",
-    ),
-    max_new_tokens: int = typer.Option(
-        MAX_NEW_TOKENS, "--max-new-tokens", min=1, help="Tokens generated per eval completion and per continuation."
-    ),
-    generations: int = typer.Option(
-        SIDE_BY_SIDE,
-        "--generations",
-        min=0,
-        help="The N most regressed items are shown as the base model's and the fine-tune's greedy continuations.",
-    ),
-    token_harm: int = typer.Option(
-        TOKEN_HARM_ROWS, "--token-harm", min=0, help="The N top rows get their harm split over their tokens."
-    ),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: adapter, then base)."),
-    config: Path | None = typer.Option(None, "--config", help="Training config (TRL/HF JSON, Axolotl/LLaMA-Factory)."),
-    logs: Path | None = typer.Option(None, "--logs", help="Trainer logs (trainer_state.json, trainer_log.jsonl)."),
+    opts: AttributeOptions = AttributeOptions(),
     diagnose_rows: int | None = typer.Option(
         None,
         "--diagnose-rows",
@@ -99,52 +26,17 @@ def attribute_command(
         help="Setup checks read at most this many training rows (default: what fits in 40% of RAM; 0 = all).",
     ),
     verify: bool = typer.Option(False, "--verify", help="Re-train without the culprit rows and measure recovery."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="Allow the base model's own code."),
-    top: int = typer.Option(20, "--top", help="Rows shown and explained per item."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
 ) -> None:
     """Find the training rows that made the fine-tune worse on eval items the base model did well on."""
     from gradian.pipeline import attribute_and_report
 
     output = attribute_and_report(
-        run,
-        base=base,
-        adapter=adapter,
-        train=train,
-        eval=eval,
-        out=out,
-        method=method,
-        damping=damping,
-        fisher=fisher.value,
-        fisher_seed=fisher_seed,
-        proj_dim=proj_dim,
-        query=query,
-        weighting=weighting,
-        threshold=threshold,
-        device=device,
-        dtype=dtype,
-        batch_size=batch_size,
-        store_dtype=store_dtype,
-        checkpoints=checkpoints,
-        max_length=max_length,
-        eval_eos=eval_eos,
-        eval_samples=eval_samples,
-        eval_seed=eval_seed,
-        eval_cut=eval_cut,
-        max_new_tokens=max_new_tokens,
-        generations=generations,
-        token_harm=token_harm,
-        tokenizer=tokenizer,
-        config=config,
-        logs=logs,
-        diagnose_rows=diagnose_rows,
-        trust_remote_code=trust_remote_code,
-        top=top,
-        progress=not no_progress,
+        inputs=inputs, options=opts, out=out, diagnose_rows=diagnose_rows, progress=not no_progress
     )
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
         return
-    if not print_attribution(output, top):
+    if not print_attribution(output, opts.top):
         raise typer.Exit(0)
     if verify:
         from gradian.verify import print_table

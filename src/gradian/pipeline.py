@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.options import AttributeOptions, RunInputs
+
 
 @dataclass
 class RunOutput:
@@ -22,53 +24,36 @@ def attribute_and_report(
     run: str | Path | None = None,
     *,
     out: str | Path,
-    base: str | None = None,
-    adapter: str | Path | None = None,
-    train: str | Path | None = None,
-    eval: str | Path | None = None,  # noqa: A002 - mirrors the CLI flag
-    tokenizer: str | Path | None = None,
-    config: str | Path | None = None,
-    logs: str | Path | None = None,
+    inputs: RunInputs | None = None,
+    options: AttributeOptions | None = None,
     diagnose_rows: int | None = None,
-    **attribute_kwargs: Any,
+    progress: bool = False,
+    **kwargs: Any,
 ) -> RunOutput:
     """Run attribution and the setup checks on the same inputs, join them and write the report into ``out``.
+    ``kwargs``: any :class:`RunInputs` path or :class:`AttributeOptions` field, over ``inputs`` / ``options``.
 
     The attribution streams the training file; the setup checks and the cluster labels hold rows in memory (about
     7.5 KiB each), so on a file bigger than that budget they read only its first ``diagnose_rows`` rows (default:
     what fits in 40% of the available RAM; 0 = all) and the report says so. The rows the report shows are read
     from the file whatever their position."""
-    from gradian.attribute.api import attribute
+    from gradian.attribute.api import attribute, split_kwargs
     from gradian.diagnose.api import diagnose_full
-    from gradian.report.build import build_report
-    from gradian.report.cli import save_report_inputs
-    from gradian.report.render import render_all
     from gradian.run.loaded import load_run
 
+    if run is not None:
+        kwargs["run"] = run
+    ins, opts = split_kwargs(kwargs, inputs, options)
     # read once: attribute and diagnose share the run's files, setup and formatting settings
-    loaded = load_run(run, train=train, eval=eval, config=config, logs=logs, adapter=adapter, base=base,
-                      tokenizer=tokenizer, read_rows=False)  # fmt: skip
-    res = attribute(
-        run,
-        base=base,
-        adapter=adapter,
-        train=train,
-        eval=eval,
-        tokenizer=tokenizer,
-        config=config,
-        out=out,
-        loaded=loaded,
-        **attribute_kwargs,
-    )
+    loaded = load_run(ins.run, **ins.as_kwargs("train", "eval", "config", "logs", "adapter", "base", "tokenizer"),
+                      read_rows=False)  # fmt: skip
+    res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress)
     if res.partial:
         return RunOutput(res, {}, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
     n_rows = int(res.settings.get("n_train", 0))
     limit = diagnose_row_budget() if diagnose_rows is None else (diagnose_rows or None)
     limit = limit if limit is not None and limit < n_rows else None
-    findings, _notes, ctx = diagnose_full(
-        run=run, train=train, eval=eval, adapter=adapter, base=base, tokenizer=tokenizer, config=config, logs=logs,
-        train_limit=limit, loaded=loaded,
-    )  # fmt: skip
+    findings, _notes, ctx = diagnose_full(ins, train_limit=limit, loaded=loaded)
     train_rows = list(ctx.train)
     if ctx.train_limited:
         msg = (
@@ -77,6 +62,16 @@ def attribute_and_report(
         )
         res.notes.append(msg)
         train_rows += _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
+    return _write_report(out, res, findings, ctx, train_rows)
+
+
+def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any]) -> RunOutput:
+    """Join the attribution and the findings into the report, save what `gradian report` re-renders from, and
+    render the report files."""
+    from gradian.report.build import build_report
+    from gradian.report.cli import save_report_inputs
+    from gradian.report.render import render_all
+
     findings_json = [f.to_dict() for f in findings]
     eval_rows = res.eval_examples if res.eval_examples is not None else ctx.eval  # generated completions filled in
     save_report_inputs(

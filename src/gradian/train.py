@@ -30,13 +30,15 @@ import functools
 import inspect
 import json
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from gradian.errors import GradianError
+from gradian.options import OptionError, TrainOptions
+from gradian.options.cli import given, options_command
 
 # The config keys `--config FILE` accepts, with the other spellings users bring from TRL / HF / Axolotl.
 _ALIASES: dict[str, str] = {
@@ -66,42 +68,7 @@ _ALIASES: dict[str, str] = {
 _PATH_KEYS = ("base", "train", "eval", "out", "exclude_rows")
 
 
-@dataclass
-class TrainConfig:
-    """Hyperparameters of a `gradian train` run. Defaults suit a small model on a CPU; override any of them."""
-
-    lr: float = 2e-4
-    epochs: float = 3.0
-    max_steps: int = -1  # > 0 overrides epochs
-    batch_size: int = 8
-    eval_batch_size: int = 8
-    grad_accum: int = 1
-    max_length: int | None = 1024  # TRL SFTConfig default; None: no truncation
-    r: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.05
-    target_modules: list[str] | str = "all-linear"  # every linear projection except the output head
-    use_rslora: bool = False
-    seed: int = 42
-    completion_only: bool = True  # loss on the completion only (prompt/completion rows)
-    assistant_only: bool = False  # loss on assistant turns only (chat rows; needs {% generation %} markers)
-    add_eos: bool = True  # append EOS to each completion / text (TRL >= 0.16)
-    logging_steps: int = 10
-    lr_scheduler_type: str = "linear"
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    eval_strategy: str = "epoch"  # when an eval file is given: "epoch", "steps" or "no"
-    eval_steps: int | None = None
-    save_steps: int | None = None  # > 0: also save checkpoint-<step>/ (adapter + trainer_state.json) every N steps
-    bf16: bool = False
-    fp16: bool = False
-    gradient_checkpointing: bool = False
-    cpu_threads: int | None = None  # torch.set_num_threads for this run (None: torch's default)
-
-    @classmethod
-    def field_names(cls) -> set[str]:
-        return {f.name for f in fields(cls)}
+TrainConfig = TrainOptions  # the hyperparameters of a run (gradian.options.TrainOptions: defaults, help, checks)
 
 
 @dataclass
@@ -156,27 +123,19 @@ def normalize_config(data: dict[str, Any], *, where: str = "config") -> dict[str
     return out
 
 
-def build_config(overrides: dict[str, Any] | None = None, *, where: str = "config") -> TrainConfig:
-    """A :class:`TrainConfig` from defaults + ``overrides`` (already-normalized keys), with types checked."""
-    cfg = TrainConfig()
-    for key, value in (overrides or {}).items():
-        if key in _PATH_KEYS:
-            continue
-        default = getattr(cfg, key)
-        setattr(cfg, key, _coerce(key, value, default, where))
-    if cfg.batch_size < 1 or cfg.grad_accum < 1 or cfg.eval_batch_size < 1:
-        raise GradianError("batch sizes and grad_accum must be >= 1", where=where, fix="set them to 1 or more")
-    if cfg.cpu_threads is not None and cfg.cpu_threads < 1:
-        raise GradianError("cpu_threads must be >= 1", where=f"{where}: cpu_threads", fix="omit it or set e.g. 1")
-    if cfg.save_steps is not None and cfg.save_steps < 1:
-        raise GradianError("save_steps must be >= 1", where=f"{where}: save_steps", fix="omit it or set e.g. 50")
-    if cfg.r < 1:
-        raise GradianError("LoRA r must be >= 1", where=f"{where}: r", fix="set r to e.g. 8")
-    if cfg.max_length is not None and cfg.max_length < 2:
-        raise GradianError("max_length must be >= 2", where=f"{where}: max_length", fix="set e.g. 1024")
-    if cfg.epochs <= 0 and cfg.max_steps <= 0:
-        raise GradianError("nothing to train: epochs <= 0 and no max_steps", where=where, fix="set epochs > 0")
-    return cfg
+def build_config(overrides: dict[str, Any] | None = None, *, where: str = "config") -> TrainOptions:
+    """A :class:`TrainOptions` from defaults + ``overrides`` (already-normalized keys), with types checked; a bad value
+    is one line naming ``where`` and the key."""
+    defaults = TrainOptions()
+    values = {
+        key: _coerce(key, value, getattr(defaults, key), where)
+        for key, value in (overrides or {}).items()
+        if key not in _PATH_KEYS
+    }
+    try:
+        return TrainOptions(**values)
+    except OptionError as e:
+        raise GradianError(e.message, where=f"{where}: {e.where}" if e.where else where, fix=e.fix) from None
 
 
 def _coerce(key: str, value: Any, default: Any, where: str) -> Any:
@@ -387,63 +346,129 @@ def train_lora(
     out: str | Path,
     *,
     eval_path: str | Path | None = None,
-    config: TrainConfig | dict[str, Any] | None = None,
+    config: TrainOptions | dict[str, Any] | None = None,
     exclude_rows: list[int] | str | Path | None = None,
     progress: bool = True,
     quiet: bool = False,
 ) -> TrainResult:
     """Fine-tune a LoRA adapter on ``base`` with the rows of ``train`` and write a HF output folder to ``out``.
 
-    ``config`` is a :class:`TrainConfig` or a mapping of its keys (aliases such as ``learning_rate`` accepted).
+    ``config`` is a :class:`TrainOptions` or a mapping of its keys (aliases such as ``learning_rate`` accepted).
     ``exclude_rows`` is a list of 0-based train row indices, or a file of them, to leave out (counterfactual runs).
     ``cpu_threads`` sets torch's thread count for this run only.
     """
     import os
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import torch
-    import transformers
-    from peft import LoraConfig, get_peft_model
-    from transformers import Trainer, TrainingArguments
-    from transformers.utils import logging as hf_logging
-
-    from gradian.data import load_tokenizer
-
     t0 = time.time()
-    if config is None:
-        cfg = TrainConfig()
-    elif isinstance(config, TrainConfig):
-        cfg = config
-    else:
-        cfg = build_config(normalize_config(dict(config)))
+    cfg = _as_config(config)
     exclude_file: str | None = None
     if isinstance(exclude_rows, str | Path):
         exclude_file = str(exclude_rows)
         exclude = read_exclude_rows(exclude_rows)
     else:
         exclude = sorted({int(i) for i in exclude_rows or []})
+    out_p = Path(out)
+    _check_paths(Path(train), eval_path, out_p)
+    data = _TrainData.read(str(base), Path(train), eval_path, cfg, exclude)
+    trainer, args = _trainer(str(base), data, cfg, out_p, progress)
+    out_p.mkdir(parents=True, exist_ok=True)
+    train_out = trainer.train()
+    eval_loss = _final_eval_loss(trainer) if trainer.eval_dataset is not None else None
+    trainer.model.save_pretrained(str(out_p))
+    data.tokenizer.save_pretrained(str(out_p))
+    trainer.save_state()
+    dump = args.to_dict() | _run_record(str(base), train, eval_path, cfg, data, exclude_file)
+    (out_p / "training_args.json").write_text(json.dumps(dump, indent=2, default=str) + "\n", "utf-8")
+    result = TrainResult(
+        out=out_p,
+        n_rows_loaded=data.n_loaded,
+        n_rows_trained=len(data.train_rows),
+        excluded_rows=data.excluded,
+        skipped_rows=data.skipped,
+        n_truncated=data.n_truncated,
+        global_step=trainer.state.global_step,
+        train_loss=train_out.training_loss,
+        eval_loss=eval_loss,
+        seconds=time.time() - t0,
+    )
+    if not quiet:
+        _print_summary(result)
+    return result
 
-    base_s, train_p, out_p = str(base), Path(train), Path(out)
-    if not train_p.exists():
+
+def _as_config(config: TrainOptions | dict[str, Any] | None) -> TrainOptions:
+    if config is None:
+        return TrainOptions()
+    if isinstance(config, TrainOptions):
+        return config
+    return build_config(normalize_config(dict(config)))
+
+
+def _check_paths(train: Path, eval_path: str | Path | None, out: Path) -> None:
+    if not train.exists():
         raise GradianError("train file not found", where=str(train), fix="check the path")
     if eval_path is not None and not Path(eval_path).exists():
         raise GradianError("eval file not found", where=str(eval_path), fix="check the path")
-    if out_p.exists() and not out_p.is_dir():
+    if out.exists() and not out.is_dir():
         raise GradianError("--out exists and is a file", where=str(out), fix="pass a folder")
 
-    tokenizer = load_tokenizer(base_s)
-    examples, excluded, train_rows, skipped, n_trunc = _format(train_p, tokenizer, cfg, exclude, "train")
-    eval_rows = None
-    if eval_path is not None:
-        _, _, eval_rows, _, _ = _format(Path(eval_path), tokenizer, cfg, None, "eval")
+
+@dataclass
+class _TrainData:
+    """The tokenizer and the formatted rows a run trains (and evaluates) on."""
+
+    tokenizer: Any
+    n_loaded: int  # rows in the train file, excluded ones included
+    excluded: list[int]
+    train_rows: list[dict[str, Any]]
+    skipped: dict[int, str]
+    n_truncated: int
+    eval_rows: list[dict[str, Any]] | None
+
+    @classmethod
+    def read(cls, base: str, train: Path, eval_path: str | Path | None, cfg: TrainOptions, exclude: list[int]):
+        from gradian.data import load_tokenizer
+
+        tokenizer = load_tokenizer(base)
+        examples, excluded, train_rows, skipped, n_trunc = _format(train, tokenizer, cfg, exclude, "train")
+        eval_rows = None
+        if eval_path is not None:
+            _, _, eval_rows, _, _ = _format(Path(eval_path), tokenizer, cfg, None, "eval")
+        return cls(tokenizer, len(examples) + len(excluded), excluded, train_rows, skipped, n_trunc, eval_rows)
+
+
+def _trainer(base: str, data: _TrainData, cfg: TrainOptions, out: Path, progress: bool) -> tuple[Any, Any]:
+    """The HF ``Trainer`` over the PEFT model, and its ``TrainingArguments``."""
+    import torch
+    import transformers
+    from transformers import Trainer
+    from transformers.utils import logging as hf_logging
 
     if cfg.cpu_threads is not None:
         torch.set_num_threads(cfg.cpu_threads)
     transformers.set_seed(cfg.seed)
     hf_logging.set_verbosity_error()
+    model = _peft_model(base, cfg)
+    has_eval = data.eval_rows is not None and cfg.eval_strategy != "no"
+    args = _training_arguments(cfg, out, has_eval, progress)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=_Rows(data.train_rows),
+        eval_dataset=_Rows(data.eval_rows) if has_eval and data.eval_rows else None,
+        data_collator=_Collator(_pad_id(data.tokenizer)),
+    )
+    return trainer, args
+
+
+def _peft_model(base: str, cfg: TrainOptions) -> Any:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
     from gradian.attribute.loading import load_base_model
 
-    model = load_base_model(base_s, torch.float32)
+    model = load_base_model(base, torch.float32)
     lora = LoraConfig(
         r=cfg.r,
         lora_alpha=cfg.alpha,
@@ -454,7 +479,7 @@ def train_lora(
         task_type="CAUSAL_LM",
     )
     try:
-        model = get_peft_model(model, lora)
+        return get_peft_model(model, lora)
     except ValueError as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise GradianError(
@@ -463,9 +488,14 @@ def train_lora(
             fix="use all-linear or module names such as q_proj,v_proj",
         ) from None
 
-    has_eval = eval_rows is not None and cfg.eval_strategy != "no"
+
+def _training_arguments(cfg: TrainOptions, out: Path, has_eval: bool, progress: bool) -> Any:
+    """``TrainingArguments`` of a run, for the installed transformers (keys it does not know are left out)."""
+    import torch
+    from transformers import TrainingArguments
+
     arg_kwargs: dict[str, Any] = dict(
-        output_dir=str(out_p),
+        output_dir=str(out),
         learning_rate=cfg.lr,
         num_train_epochs=cfg.epochs,
         max_steps=cfg.max_steps,
@@ -501,86 +531,62 @@ def train_lora(
             arg_kwargs["warmup_ratio"] = cfg.warmup_ratio
         else:  # transformers >= 5: warmup_steps takes a float ratio in [0, 1)
             arg_kwargs["warmup_steps"] = cfg.warmup_ratio
-    args = TrainingArguments(**{k: v for k, v in arg_kwargs.items() if k in accepted})
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=_Rows(train_rows),
-        eval_dataset=_Rows(eval_rows) if has_eval and eval_rows else None,
-        data_collator=_Collator(_pad_id(tokenizer)),
-    )
-    out_p.mkdir(parents=True, exist_ok=True)
-    train_out = trainer.train()
-    eval_loss = None
-    if has_eval:
-        last = [h for h in trainer.state.log_history if "eval_loss" in h]
-        if last and last[-1].get("step") == trainer.state.global_step:
-            eval_loss = last[-1]["eval_loss"]
-        else:
-            eval_loss = trainer.evaluate().get("eval_loss")
+    return TrainingArguments(**{k: v for k, v in arg_kwargs.items() if k in accepted})
 
-    model.save_pretrained(str(out_p))
-    tokenizer.save_pretrained(str(out_p))
-    trainer.save_state()
 
-    pad_id = _pad_id(tokenizer)
-    dump = args.to_dict()
-    dump.update(
-        {
-            # TRL SFTConfig keys: how the rows were formatted (what diagnose reads)
-            "max_length": cfg.max_length,
-            "completion_only_loss": cfg.completion_only,
-            "assistant_only_loss": cfg.assistant_only,
-            "packing": False,
-            "padding_free": False,
-            "truncation_mode": "keep_start",
-            "add_eos": cfg.add_eos,
-            "eos_token": tokenizer.eos_token,
-            "pad_token": tokenizer.convert_ids_to_tokens(pad_id),
-            "padding_side": "right",
-            # TRL ModelConfig-style keys for the adapter
-            "model_name_or_path": base_s,
-            "use_peft": True,
-            "lora_r": cfg.r,
-            "lora_alpha": cfg.alpha,
-            "lora_dropout": cfg.dropout,
-            "lora_target_modules": cfg.target_modules,
-            "use_rslora": cfg.use_rslora,
-            # gradian's own record of the run
-            "gradian_trainer": "gradian train (transformers Trainer + PEFT, TRL-compatible formatting)",
-            "gradian_train_file": str(train),
-            "gradian_eval_file": str(eval_path) if eval_path is not None else None,
-            "gradian_n_rows_loaded": len(examples) + len(excluded),
-            "gradian_n_train_rows": len(train_rows),
-            "gradian_excluded_rows": excluded,
-            "gradian_exclude_rows_file": exclude_file,
-            "gradian_skipped_rows": {str(k): v for k, v in sorted(skipped.items())},
-            "gradian_n_truncated_rows": n_trunc,
-            "gradian_config": asdict(cfg),
-            "gradian_versions": {
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "peft": _version("peft"),
-            },
-        }
-    )
-    (out_p / "training_args.json").write_text(json.dumps(dump, indent=2, default=str) + "\n", "utf-8")
+def _final_eval_loss(trainer: Any) -> float | None:
+    """The eval loss at the last step: logged there already, else evaluated now."""
+    last = [h for h in trainer.state.log_history if "eval_loss" in h]
+    if last and last[-1].get("step") == trainer.state.global_step:
+        return last[-1]["eval_loss"]
+    return trainer.evaluate().get("eval_loss")
 
-    result = TrainResult(
-        out=out_p,
-        n_rows_loaded=len(examples) + len(excluded),
-        n_rows_trained=len(train_rows),
-        excluded_rows=excluded,
-        skipped_rows=skipped,
-        n_truncated=n_trunc,
-        global_step=trainer.state.global_step,
-        train_loss=train_out.training_loss,
-        eval_loss=eval_loss,
-        seconds=time.time() - t0,
-    )
-    if not quiet:
-        _print_summary(result)
-    return result
+
+def _run_record(base: str, train: str | Path, eval_path: str | Path | None, cfg: TrainOptions, data: _TrainData,
+                exclude_file: str | None) -> dict[str, Any]:  # fmt: skip
+    """What ``training_args.json`` adds to ``TrainingArguments.to_dict()``: TRL SFTConfig and ModelConfig keys, and
+    gradian's own record of the run."""
+    import torch
+    import transformers
+
+    tokenizer = data.tokenizer
+    return {
+        # TRL SFTConfig keys: how the rows were formatted (what diagnose reads)
+        "max_length": cfg.max_length,
+        "completion_only_loss": cfg.completion_only,
+        "assistant_only_loss": cfg.assistant_only,
+        "packing": False,
+        "padding_free": False,
+        "truncation_mode": "keep_start",
+        "add_eos": cfg.add_eos,
+        "eos_token": tokenizer.eos_token,
+        "pad_token": tokenizer.convert_ids_to_tokens(_pad_id(tokenizer)),
+        "padding_side": "right",
+        # TRL ModelConfig-style keys for the adapter
+        "model_name_or_path": base,
+        "use_peft": True,
+        "lora_r": cfg.r,
+        "lora_alpha": cfg.alpha,
+        "lora_dropout": cfg.dropout,
+        "lora_target_modules": cfg.target_modules,
+        "use_rslora": cfg.use_rslora,
+        # gradian's own record of the run
+        "gradian_trainer": "gradian train (transformers Trainer + PEFT, TRL-compatible formatting)",
+        "gradian_train_file": str(train),
+        "gradian_eval_file": str(eval_path) if eval_path is not None else None,
+        "gradian_n_rows_loaded": data.n_loaded,
+        "gradian_n_train_rows": len(data.train_rows),
+        "gradian_excluded_rows": data.excluded,
+        "gradian_exclude_rows_file": exclude_file,
+        "gradian_skipped_rows": {str(k): v for k, v in sorted(data.skipped.items())},
+        "gradian_n_truncated_rows": data.n_truncated,
+        "gradian_config": asdict(cfg),
+        "gradian_versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "peft": _version("peft"),
+        },
+    }
 
 
 def _resolve_targets(model: Any, targets: list[str] | str) -> list[str] | str:
@@ -629,81 +635,33 @@ def _print_summary(r: TrainResult) -> None:
 # --- CLI ----------------------------------------------------------------------------------------------------------
 
 
+@options_command(cfg=given(TrainOptions))
 def train_command(
     base: str | None = typer.Option(None, "--base", help="Base model folder (or config key base)."),
     train: Path | None = typer.Option(None, "--train", help="Training rows (JSONL or any format gradian reads)."),
     eval_file: Path | None = typer.Option(None, "--eval", help="Eval rows (optional): eval_loss gets logged."),
     out: Path | None = typer.Option(None, "--out", help="Output folder (adapter, tokenizer, trainer_state.json)."),
     config: Path | None = typer.Option(None, "--config", help="YAML config; flags override its keys."),
-    lr: float | None = typer.Option(None, "--lr", help="Learning rate (default 2e-4)."),
-    epochs: float | None = typer.Option(None, "--epochs", help="Epochs (default 3)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Per-device batch size (default 8)."),
-    grad_accum: int | None = typer.Option(None, "--grad-accum", help="Gradient accumulation steps (default 1)."),
-    max_length: int | None = typer.Option(None, "--max-length", help="Truncate rows to this many tokens (1024)."),
-    r: int | None = typer.Option(None, "--r", help="LoRA rank (default 8)."),
-    alpha: float | None = typer.Option(None, "--alpha", help="LoRA alpha (default 16)."),
-    dropout: float | None = typer.Option(None, "--dropout", help="LoRA dropout (default 0.05)."),
-    target_modules: str | None = typer.Option(
-        None, "--target-modules", help="Comma-separated module names, or all-linear (default)."
-    ),
-    use_rslora: bool | None = typer.Option(None, "--use-rslora/--no-rslora", help="Rank-stabilized LoRA scaling."),
-    seed: int | None = typer.Option(None, "--seed", help="Seed (default 42)."),
-    completion_only: bool | None = typer.Option(
-        None, "--completion-only/--full-loss", help="Loss on the completion only (default) or on every token."
-    ),
-    add_eos: bool | None = typer.Option(None, "--add-eos/--no-eos", help="Append EOS to completions (default on)."),
-    logging_steps: int | None = typer.Option(None, "--logging-steps", help="Log every N steps (default 10)."),
-    save_steps: int | None = typer.Option(
-        None, "--save-steps", help="Also save checkpoint-<step>/ every N steps (default: final adapter only)."
-    ),
+    cfg: dict[str, Any] | None = None,
     exclude_rows: Path | None = typer.Option(
         None, "--exclude-rows", help="File of 0-based train row indices to drop (JSON list or one per line)."
     ),
-    cpu_threads: int | None = typer.Option(None, "--cpu-threads", help="torch threads on CPU (default: torch's)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
 ) -> None:
-    """Fine-tune a LoRA adapter (transformers Trainer + PEFT, TRL-style formatting) and write a HF output folder."""
-    values: dict[str, Any] = {}
-    where = "flags"
-    if config is not None:
-        values.update(read_config_file(config))
-        where = str(config)
-    flags = {
-        "base": base,
-        "train": train,
-        "eval": eval_file,
-        "out": out,
-        "exclude_rows": exclude_rows,
-        "lr": lr,
-        "epochs": epochs,
-        "max_steps": max_steps,
-        "batch_size": batch_size,
-        "grad_accum": grad_accum,
-        "max_length": max_length,
-        "r": r,
-        "alpha": alpha,
-        "dropout": dropout,
-        "target_modules": target_modules,
-        "use_rslora": use_rslora,
-        "seed": seed,
-        "completion_only": completion_only,
-        "add_eos": add_eos,
-        "logging_steps": logging_steps,
-        "save_steps": save_steps,
-        "cpu_threads": cpu_threads,
-    }
-    values.update({k: v for k, v in flags.items() if v is not None})
+    """Fine-tune a LoRA adapter (transformers Trainer + PEFT, TRL-style formatting) and write a HF output folder.
+    Each option defaults to the --config file's key, else to the default shown."""
+    values: dict[str, Any] = read_config_file(config) if config is not None else {}
+    paths = {"base": base, "train": train, "eval": eval_file, "out": out, "exclude_rows": exclude_rows}
+    values.update({k: v for k, v in {**paths, **(cfg or {})}.items() if v is not None})
     for key, flag in (("base", "--base"), ("train", "--train"), ("out", "--out")):
         if not values.get(key):
             raise GradianError(f"{flag} is required", where=flag, fix=f"pass {flag} or set {key} in --config")
-    cfg = build_config(values, where=where)
     train_lora(
         values["base"],
         values["train"],
         values["out"],
         eval_path=values.get("eval"),
-        config=cfg,
+        config=build_config(values, where=str(config) if config is not None else "flags"),
         exclude_rows=values.get("exclude_rows"),
         progress=not no_progress,
     )

@@ -44,12 +44,16 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from gradian.errors import GradianError
+from gradian.options import AttributeOptions, VerifyOptions, report_options
+from gradian.options.base import split_kwargs
+from gradian.options.cli import options_command
 
 SCHEMA = "gradian.verify/1"
 DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
@@ -167,13 +171,15 @@ def _originally_excluded(adapter_dir: str | Path) -> set[int]:
 # --- measuring ----------------------------------------------------------------------------------------------------
 
 
-def _eval_rows(settings: dict[str, Any], tokenizer: Any) -> list[Any]:
+def _eval_rows(settings: dict[str, Any], tokenizer: Any, options: AttributeOptions | None = None) -> list[Any]:
+    """The eval items as the report scored them (its formatting, ``eval_eos`` and generated completions)."""
     from gradian.data import format_examples, load_examples
     from gradian.data.types import FormatSettings
 
+    opts = options or report_options({"settings": settings})
     names = {f.name for f in dataclasses.fields(FormatSettings)} - {"sources"}
     fs = FormatSettings(**{k: v for k, v in (settings.get("format") or {}).items() if k in names})
-    fs = dataclasses.replace(fs, add_eos=bool(settings.get("eval_eos", False)))
+    fs = dataclasses.replace(fs, add_eos=opts.eval_eos)
     rows = load_examples(settings["eval"], prompt_only=True)
     gen = settings.get("eval_generation") or {}
     if any(r.prompt_only for r in rows):  # the completions the base model wrote when the report was made
@@ -186,13 +192,14 @@ def _eval_rows(settings: dict[str, Any], tokenizer: Any) -> list[Any]:
 def measure(
     base: str,
     adapter_dir: str | Path,
-    settings: dict[str, Any],
+    report: dict[str, Any],
     *,
     device: str | None = None,
     dtype: str | None = None,
     with_base: bool = False,
 ) -> tuple[dict[int, float], dict[int, float] | None]:
-    """Completion NLL of every eval item (by eval row index) with the adapter, and with it disabled if asked.
+    """Completion NLL of every eval item of ``report`` (by eval row index) with the adapter, and with it disabled if
+    asked.
 
     The same loader, formatting and :func:`gradian.attribute.engine.completion_nll` as ``gradian attribute``."""
     import numpy as np
@@ -202,12 +209,14 @@ def measure(
     from gradian.attribute.loading import load
 
     hf_logging.disable_progress_bar()
+    opts = report_options(report)
     lm = load(base, adapter_dir, device=device, dtype=dtype)
-    fx = _eval_rows(settings, lm.tokenizer)
+    fx = _eval_rows(report["settings"], lm.tokenizer, opts)
     pad = engine.pad_id_of(lm.tokenizer)
-    bs = int(settings.get("batch_size") or 8)
-    tuned = engine.completion_nll(lm.model, fx, pad, batch_size=bs, adapter=True)
-    base_nll = engine.completion_nll(lm.model, fx, pad, batch_size=bs, adapter=False) if with_base else None
+    tuned = engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=True)
+    base_nll = (
+        engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=False) if with_base else None
+    )
 
     def as_map(a: np.ndarray) -> dict[int, float]:
         return {int(f.index): float(v) for f, v in zip(fx, a, strict=True) if np.isfinite(v)}
@@ -241,23 +250,21 @@ def recovery(
 def verify(
     out_dir: str | Path,
     *,
-    k: int | None = None,
-    seed: int | None = None,
-    random_seed: int = 0,
+    options: VerifyOptions | None = None,
     config_overrides: dict[str, Any] | None = None,
-    reference: bool | None = None,
-    device: str | None = None,
-    dtype: str | None = None,
     progress: bool = False,
     quiet: bool = True,
     write: bool = True,
+    **kwargs: Any,
 ) -> dict[str, Any]:
     """Re-train without the blamed rows and without as many random rows; return (and write) the verify.json dict.
 
-    ``k``: use the top-K rows by score even when the report has a verdict. ``seed``: training seed (default: the
-    original run's). ``random_seed``: seed of the random draw. ``config_overrides``: TrainConfig keys applied to
-    every re-train (e.g. ``{"epochs": 1}`` for a quick check); they imply ``reference``. ``reference``: also re-train
-    on every row and measure recovery against that (default: only when needed, see the module docstring).
+    ``options`` (:class:`gradian.options.VerifyOptions`, or its fields as keyword arguments): ``k``: use the top-K
+    rows by score even when the report has a verdict. ``seed``: training seed (default: the original run's).
+    ``random_seed``: seed of the random draw. ``epochs`` / ``max_steps``: for every re-train. ``reference``: also
+    re-train on every row and measure recovery against that (default: only when needed, see the module docstring).
+    ``config_overrides``: TrainConfig keys applied to every re-train (e.g. ``{"epochs": 1}`` for a quick check);
+    they, like ``epochs`` and ``max_steps``, imply ``reference``.
 
     verify.json::
 
@@ -282,81 +289,127 @@ def verify(
     the eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by more
     than ``threshold`` beyond the random removal): the fix overshoots, e.g. the blamed rows share one label.
     """
-    from gradian.train import build_config, normalize_config, train_lora
-
     t0 = time.time()
-    out = Path(out_dir)
+    (opts,) = split_kwargs("verify", kwargs, (VerifyOptions, options))
+    plan = plan_verify(Path(out_dir), opts, config_overrides)
+    done = retrain(plan, opts, progress=progress, quiet=quiet)
+    result = verify_result(plan, done, t0)
+    if write:
+        (plan.out / "verify.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+    return result
+
+
+@dataclass
+class VerifyPlan:
+    """What the re-trains are: read from report.json and the run's training config before any training."""
+
+    out: Path
+    report: dict[str, Any]
+    options: AttributeOptions  # the attribution's, read back from report.json
+    base: str
+    adapter: Path
+    train: Path
+    regressed: list[dict[str, Any]]
+    drop: list[int]  # the blamed rows
+    source: str  # where they came from
+    random: list[int]  # as many other rows, drawn at random
+    all_rows: list[int]  # the rows the original run trained on
+    already: set[int]  # rows the original run itself left out
+    config: Any  # gradian.options.TrainOptions of the re-trains
+    config_source: str
+    overrides: dict[str, Any]
+    gradian_trained: bool
+    reference: bool
+    random_seed: int
+
+    @property
+    def threshold(self) -> float:
+        return self.options.threshold
+
+    def runs(self) -> list[tuple[str, list[int]]]:
+        plan: list[tuple[str, list[int]]] = [("drop_flagged", self.drop), ("drop_random", self.random)]
+        return [("reference", []), *plan] if self.reference else plan
+
+    def config_for(self, n_removed: int) -> Any:
+        """The re-train's config: ``max_steps`` (when set) scaled by kept / all rows."""
+        cfg = self.config
+        if cfg.max_steps > 0 and n_removed:
+            kept = max(1, len(self.all_rows) - n_removed)
+            return dataclasses.replace(cfg, max_steps=max(1, round(cfg.max_steps * kept / len(self.all_rows))))
+        return cfg
+
+
+def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any] | None) -> VerifyPlan:
+    """Read the report, pick the blamed and the random rows, and build the re-trains' config."""
+    from gradian.data import load_examples
+    from gradian.train import build_config, normalize_config
+
     report = read_report(out)
     st = report["settings"]
-    base, adapter, train_path = str(st["base"]), Path(st["adapter"]), Path(st["train"])
-    threshold = float(st.get("threshold", 0.05))
+    adapter = Path(st["adapter"])
     regressed = [e for e in report.get("regressed") or [] if e.get("regressed", True)]
     if not regressed or report.get("no_regression"):
         raise GradianError("the report has no regressed eval item: nothing to verify", where=str(out / "report.json"))
-    n_rows = len(report["examples"])
-
-    drop, source = rows_to_drop(report, k)
+    drop, source = rows_to_drop(report, opts.k)
     if not drop:
         raise GradianError(
             "no row has positive harm in the report: nothing to drop", where=str(out / "report.json"), fix="pass --k"
         )
-
-    cfg_dict, cfg_source, gradian_trained = training_config(adapter, base)
-    overrides = normalize_config(dict(config_overrides or {}), where="config_overrides")
-    if seed is not None:
-        overrides["seed"] = seed
+    cfg_dict, cfg_source, gradian_trained = training_config(adapter, str(st["base"]))
+    overrides = normalize_config(dict(config_overrides or {}) | opts.train_overrides(), where="config_overrides")
+    if opts.seed is not None:
+        overrides["seed"] = opts.seed
     changed = any(cfg_dict.get(key) != v for key, v in overrides.items())
-    cfg_dict |= overrides
-    cfg = build_config(cfg_dict, where=cfg_source)
-    if reference is None:
-        reference = (not gradian_trained) or changed
-
-    from gradian.data import load_examples
-
+    cfg = build_config(cfg_dict | overrides, where=cfg_source)
+    reference = opts.reference if opts.reference is not None else (not gradian_trained) or changed
     already = _originally_excluded(adapter)  # rows the original run itself left out stay out of every re-train
-    all_rows = [ex.index for ex in load_examples(train_path) if ex.index not in already]
+    all_rows = [ex.index for ex in load_examples(Path(st["train"])) if ex.index not in already]
     drop = [r for r in drop if r not in already]
     blamed = set(drop)
     others = [r for r in all_rows if r not in blamed]
     if len(others) < len(drop):
         raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
-    rand = sorted(random.Random(random_seed).sample(others, len(drop)))
+    rand = sorted(random.Random(opts.random_seed).sample(others, len(drop)))
+    return VerifyPlan(out, report, report_options(report), str(st["base"]), adapter, Path(st["train"]), regressed,
+                      drop, source, rand, all_rows, already, cfg, cfg_source, overrides, gradian_trained,
+                      bool(reference), opts.random_seed)  # fmt: skip
 
-    def run_cfg(n_removed: int):
-        if cfg.max_steps > 0 and n_removed:
-            kept = max(1, len(all_rows) - n_removed)
-            return dataclasses.replace(cfg, max_steps=max(1, round(cfg.max_steps * kept / len(all_rows))))
-        return cfg
 
-    plan: list[tuple[str, list[int]]] = [("drop_flagged", drop), ("drop_random", rand)]
-    if reference:
-        plan.insert(0, ("reference", []))
+@dataclass
+class Retrained:
+    """The re-trains and every eval item's NLL under the original adapter, the base model and each re-train."""
 
+    runs: dict[str, dict[str, Any]]
+    nll: dict[str, dict[int, float]]
+    finetuned: dict[int, float]
+    base: dict[int, float]
+    timings: dict[str, float]
+
+
+def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: bool) -> Retrained:
+    """Measure the original adapter, then re-train and measure each planned run."""
+    from gradian.train import train_lora
+
+    measure_kw = {"device": opts.device, "dtype": opts.dtype}
     timings: dict[str, float] = {}
-    runs: dict[str, dict[str, Any]] = {}
-    nll: dict[str, dict[int, float]] = {}
     t = time.time()
-    ft_nll, base_nll = measure(base, adapter, st, device=device, dtype=dtype, with_base=True)
+    ft_nll, base_nll = measure(plan.base, plan.adapter, plan.report, with_base=True, **measure_kw)
     assert base_nll is not None
     timings["measure_original_s"] = time.time() - t
-    for name, removed in plan:
-        run_dir = out / "verify" / name
+    runs: dict[str, dict[str, Any]] = {}
+    nll: dict[str, dict[int, float]] = {}
+    for name, removed in plan.runs():
+        run_dir = plan.out / "verify" / name
         if not quiet:
             typer.echo(f"re-training {name}: {len(removed)} rows removed → {run_dir}", err=True)
         # without a progress bar the Trainer prints its log dicts to stdout; keep stdout for the table
         with contextlib.redirect_stdout(io.StringIO()) if not progress else contextlib.nullcontext():
-            res = train_lora(
-                base,
-                train_path,
-                run_dir,
-                config=run_cfg(len(removed)),
-                exclude_rows=sorted(already | set(removed)),
-                progress=progress,
-                quiet=True,
-            )
+            exclude = sorted(plan.already | set(removed))
+            res = train_lora(plan.base, plan.train, run_dir, config=plan.config_for(len(removed)),
+                             exclude_rows=exclude, progress=progress, quiet=True)  # fmt: skip
         timings[f"train_{name}_s"] = res.seconds
         t = time.time()
-        nll[name], _ = measure(base, run_dir, st, device=device, dtype=dtype)
+        nll[name], _ = measure(plan.base, run_dir, plan.report, **measure_kw)
         timings[f"measure_{name}_s"] = time.time() - t
         runs[name] = {
             "removed": removed,
@@ -367,30 +420,39 @@ def verify(
             "seconds": round(res.seconds, 2),
             "adapter": str(run_dir),
         }
+    return Retrained(runs, nll, ft_nll, base_nll, timings)
 
-    reg_idx = [int(e["index"]) for e in regressed if int(e["index"]) in ft_nll and int(e["index"]) in base_nll]
-    ref = nll["reference"] if reference else ft_nll
-    other_idx = [i for i in ft_nll if i not in set(reg_idx) and i in base_nll]
-    for name, r in runs.items():
-        r |= recovery(reg_idx, base_nll, ref, nll[name], threshold)
-        if other_idx:
-            r["other_items_mean_change"] = sum(nll[name][i] - ref[i] for i in other_idx) / len(other_idx)
-        else:
-            r["other_items_mean_change"] = None
-    if reference:
-        runs["reference"]["note"] = "every row; the baseline the drops are measured against"
-        runs["reference"]["recovered_vs_original"] = recovery(reg_idx, base_nll, ft_nll, nll["reference"], threshold)[
+
+def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]]:
+    """Add each run's recovery of the regressed items (and the other items' change) to ``done.runs``; returns the
+    regressed and the other items measured."""
+    ft, base, nll = done.finetuned, done.base, done.nll
+    reg_idx = [int(e["index"]) for e in plan.regressed if int(e["index"]) in ft and int(e["index"]) in base]
+    ref = nll["reference"] if plan.reference else ft
+    other_idx = [i for i in ft if i not in set(reg_idx) and i in base]
+    for name, r in done.runs.items():
+        r |= recovery(reg_idx, base, ref, nll[name], plan.threshold)
+        changes = [nll[name][i] - ref[i] for i in other_idx]
+        r["other_items_mean_change"] = sum(changes) / len(other_idx) if other_idx else None
+    if plan.reference:
+        runs_ref = done.runs["reference"]
+        runs_ref["note"] = "every row; the baseline the drops are measured against"
+        runs_ref["recovered_vs_original"] = recovery(reg_idx, base, ft, nll["reference"], plan.threshold)[
             "recovered_mean"
         ]
+    return reg_idx, other_idx
 
-    fl, rd = runs["drop_flagged"], runs["drop_random"]
+
+def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> dict[str, Any]:
+    """verify.json ``summary``: how much each removal recovered, whether the attribution holds, and side effects."""
+    fl, rd = done.runs["drop_flagged"], done.runs["drop_random"]
     a, b = fl["recovered_mean"], rd["recovered_mean"]
     margin = (a - b) if a is not None and b is not None else None
     confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
-    ids = {int(e["index"]): e.get("id") for e in report.get("eval", [])}
+    n = len(plan.drop)
     text = (
-        f"Removing the {len(drop)} blamed rows recovered {_pct(a)} of the regression on {len(reg_idx)} regressed "
-        f"items; removing {len(drop)} random rows recovered {_pct(b)}. "
+        f"Removing the {n} blamed rows recovered {_pct(a)} of the regression on {n_items} regressed "
+        f"items; removing {n} random rows recovered {_pct(b)}. "
         + (
             "The attribution holds up."
             if confirmed
@@ -398,61 +460,65 @@ def verify(
         )
     )
     side = fl.get("other_items_mean_change")
-    side_effect = bool(
-        side is not None and side > threshold and side > (rd.get("other_items_mean_change") or 0.0) + threshold
-    )
+    th = plan.threshold
+    side_effect = bool(side is not None and side > th and side > (rd.get("other_items_mean_change") or 0.0) + th)
     if side_effect:
         text += (
-            f" But the {len(other_idx)} eval items that had not regressed got worse by {side:+.3f} nats/token on "
+            f" But the {n_other} eval items that had not regressed got worse by {side:+.3f} nats/token on "
             "average without the blamed rows: the removal overshoots (look at what the blamed rows share, e.g. one "
             "label), so do not drop them blindly."
         )
-    result = {
+    return {
+        "recovered_flagged": a,
+        "recovered_random": b,
+        "recovered_total_flagged": fl["recovered_total"],
+        "recovered_total_random": rd["recovered_total"],
+        "margin": margin,
+        "confirmed": confirmed,
+        "side_effect": side_effect,
+        "other_items_change_flagged": side,
+        "other_items_change_random": rd.get("other_items_mean_change"),
+        "text": text,
+    }
+
+
+def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any]:
+    """The verify.json dict (see :func:`verify`)."""
+    reg_idx, other_idx = _recoveries(plan, done)
+    ids = {int(e["index"]): e.get("id") for e in plan.report.get("eval", [])}
+    ref = done.nll.get("reference")
+    return {
         "schema": SCHEMA,
-        "report": str(out / "report.json"),
-        "base": base,
-        "adapter": str(adapter),
-        "train": str(train_path),
-        "eval": str(st["eval"]),
-        "config": dataclasses.asdict(cfg),
-        "config_source": cfg_source,
-        "config_overrides": overrides,
-        "gradian_trained": gradian_trained,
+        "report": str(plan.out / "report.json"),
+        "base": plan.base,
+        "adapter": str(plan.adapter),
+        "train": str(plan.train),
+        "eval": str(plan.report["settings"]["eval"]),
+        "config": dataclasses.asdict(plan.config),
+        "config_source": plan.config_source,
+        "config_overrides": plan.overrides,
+        "gradian_trained": plan.gradian_trained,
         "policy": POLICY,
-        "n_rows": n_rows,
-        "originally_excluded": sorted(already),
-        "removed_from": source,
-        "random_seed": random_seed,
-        "baseline": "reference re-train (all rows)" if reference else "original adapter",
-        "threshold": threshold,
+        "n_rows": len(plan.report["examples"]),
+        "originally_excluded": sorted(plan.already),
+        "removed_from": plan.source,
+        "random_seed": plan.random_seed,
+        "baseline": "reference re-train (all rows)" if plan.reference else "original adapter",
+        "threshold": plan.threshold,
         "items": [
             {
                 "index": i,
                 "id": ids.get(i),
-                "base_nll": base_nll[i],
-                "finetuned_nll": ft_nll[i],
-                **({"reference_nll": nll["reference"][i]} if reference else {}),
+                "base_nll": done.base[i],
+                "finetuned_nll": done.finetuned[i],
+                **({"reference_nll": ref[i]} if plan.reference and ref is not None else {}),
             }
             for i in reg_idx
         ],
-        "runs": runs,
-        "summary": {
-            "recovered_flagged": a,
-            "recovered_random": b,
-            "recovered_total_flagged": fl["recovered_total"],
-            "recovered_total_random": rd["recovered_total"],
-            "margin": margin,
-            "confirmed": confirmed,
-            "side_effect": side_effect,
-            "other_items_change_flagged": side,
-            "other_items_change_random": rd.get("other_items_mean_change"),
-            "text": text,
-        },
-        "timings": {k2: round(v, 2) for k2, v in timings.items()} | {"total_s": round(time.time() - t0, 2)},
+        "runs": done.runs,
+        "summary": _summary(plan, done, len(reg_idx), len(other_idx)),
+        "timings": {k2: round(v, 2) for k2, v in done.timings.items()} | {"total_s": round(time.time() - t0, 2)},
     }
-    if write:
-        (out / "verify.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
-    return result
 
 
 def _pct(x: float | None) -> str:
@@ -488,38 +554,13 @@ def print_table(result: dict[str, Any]) -> None:
     c.print(("[green]" if s["confirmed"] and not s.get("side_effect") else "[yellow]") + s["text"], highlight=False)
 
 
+@options_command(opts=VerifyOptions)
 def verify_command(
     out_dir: Path = typer.Argument(..., help="The `gradian attribute --out` folder (with report.json)."),
-    k: int | None = typer.Option(None, "--k", help="Drop the top-K rows by score instead of the verdict's rows."),
-    seed: int | None = typer.Option(None, "--seed", help="Training seed (default: the original run's)."),
-    random_seed: int = typer.Option(0, "--random-seed", help="Seed of the random-rows control."),
-    epochs: float | None = typer.Option(None, "--epochs", help="Epochs for every re-train (implies a reference)."),
-    max_steps: int | None = typer.Option(
-        None, "--max-steps", help="max_steps for every re-train (implies a reference)."
-    ),
-    reference: bool | None = typer.Option(
-        None, "--reference/--no-reference", help="Also re-train on all rows as the baseline (default: when needed)."
-    ),
-    device: str | None = typer.Option(None, "--device", help="Device for measuring NLL (cpu, cuda; default auto)."),
+    opts: VerifyOptions = VerifyOptions(),
     no_progress: bool = typer.Option(False, "--no-progress", help="No training progress bars."),
 ) -> None:
     """Re-train without the blamed rows (and without as many random rows) and measure how much of the regression each
     removal recovers. Writes OUT_DIR/verify.json."""
-    overrides: dict[str, Any] = {}
-    if epochs is not None:
-        overrides["epochs"] = epochs
-    if max_steps is not None:
-        overrides["max_steps"] = max_steps
-    result = verify(
-        out_dir,
-        k=k,
-        seed=seed,
-        random_seed=random_seed,
-        config_overrides=overrides,
-        reference=reference,
-        device=device,
-        progress=not no_progress,
-        quiet=False,
-    )
-    print_table(result)
+    print_table(verify(out_dir, options=opts, progress=not no_progress, quiet=False))
     typer.echo(f"Wrote {Path(out_dir) / 'verify.json'}.", err=True)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from gradian.options import DEFAULTS
+
 F64 = torch.float64
 
 
@@ -78,7 +80,7 @@ def kfac_eigenvalues(lam_S: torch.Tensor, lam_A: torch.Tensor) -> torch.Tensor:
     return torch.outer(lam_S.to(F64), lam_A.to(F64))
 
 
-def default_damping(eigenvalues: torch.Tensor, factor: float = 0.1) -> float:
+def default_damping(eigenvalues: torch.Tensor, factor: float = DEFAULTS.damping_factor) -> float:
     """``factor x mean eigenvalue`` (kronfluence's heuristic); a tiny floor keeps an all-zero block invertible."""
     return max(factor * float(eigenvalues.mean()), 1e-30)
 
@@ -91,7 +93,7 @@ def eigen_precondition(
     return unrotate(rotate(V, QS, QA) / (eigenvalues + damping), QS, QA)
 
 
-def datainf_damping(G: torch.Tensor, factor: float = 0.1) -> float:
+def datainf_damping(G: torch.Tensor, factor: float = DEFAULTS.damping_factor) -> float:
     """DataInf's ``lambda = factor x mean_i |g_i|^2 / P`` (the same number as EK-FAC's mean eigenvalue heuristic)."""
     G = G.reshape(G.shape[0], -1).to(F64)
     return max(factor * float(G.pow(2).sum(1).mean()) / G.shape[1], 1e-30)

@@ -22,6 +22,7 @@ import torch
 
 from gradian.attribute.collector import Block, GradientCollector, token_losses
 from gradian.data.types import FormattedExample
+from gradian.options import DEFAULTS
 
 
 def collate(
@@ -80,7 +81,7 @@ def completion_nll(
     fxs: Sequence[FormattedExample],
     pad_id: int,
     *,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
     adapter: bool = True,
     progress: bool = False,
     description: str = "eval NLL",
@@ -108,7 +109,7 @@ def gradient_pass(
     fxs: Sequence[FormattedExample],
     pad_id: int,
     *,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
     covariance: bool = False,
     mean_per_token: bool = False,
     on_batch: Callable[[int, dict[str, torch.Tensor], GradientCollector], None] | None = None,

@@ -23,12 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from gradian.data.types import Example, FormattedExample
+from gradian.options import DEFAULTS
 
-MAX_NEW_TOKENS = 32  # tokens generated per completion / continuation
-EVAL_SAMPLES = 0  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled ones
-EVAL_SEED = 0
-EVAL_CUT = True  # cut generated eval completions where the fine-tune departs from the base model
-SIDE_BY_SIDE = 20  # regressed items (most regressed first) shown as base vs fine-tune continuations; 0 = none
+# the defaults live in gradian.options.AttributeOptions (with their help text)
+MAX_NEW_TOKENS = DEFAULTS.max_new_tokens  # tokens generated per completion / continuation
+EVAL_SAMPLES = DEFAULTS.eval_samples  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled
+EVAL_SEED = DEFAULTS.eval_seed
+EVAL_CUT = DEFAULTS.eval_cut  # cut generated eval completions where the fine-tune departs from the base model
+SIDE_BY_SIDE = DEFAULTS.generations  # regressed items shown as base vs fine-tune continuations; 0 = none
 
 
 def prompt_ids(ex: Example, tokenizer: Any) -> list[int]:
@@ -61,7 +63,7 @@ def generate(
     *,
     adapter: bool,
     max_new_tokens: int = MAX_NEW_TOKENS,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
     samples: int = 0,
     seed: int = EVAL_SEED,
     seeds: Sequence[int] | None = None,
@@ -123,7 +125,7 @@ def complete_prompts(
     samples: int = EVAL_SAMPLES,
     seed: int = EVAL_SEED,
     cut: bool = EVAL_CUT,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
 ) -> dict[int, list[str]]:
     """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs)."""
     rows = [ex for ex in examples if ex.prompt_only]
@@ -144,7 +146,11 @@ def complete_prompts(
 
 
 def departures(
-    model, tokenizer: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, batch_size: int = 8
+    model,
+    tokenizer: Any,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int = DEFAULTS.batch_size,
 ) -> list[int]:
     """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune's and the base
     model's most likely next tokens differ (the last index when they never do)."""
@@ -216,7 +222,7 @@ def side_by_side(
     fxs: Sequence[FormattedExample],
     *,
     max_new_tokens: int = MAX_NEW_TOKENS,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
 ) -> list[dict[str, str] | None]:
     """Per item: ``{"base", "finetuned"}`` greedy continuations of its prompt tokens (None for an item without
     prompt tokens, e.g. a text row)."""

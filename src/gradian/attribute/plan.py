@@ -35,11 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import GradianError
+from gradian.options import DEFAULTS
 
 USABLE = 0.9  # fraction of free disk / memory a plan may use
 MIN_PROJ_DIM = 8
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
-FACTOR_METHODS = ("ekfac", "kfac")  # methods that build Kronecker factors
+from gradian.options.attribute import FACTOR_METHODS  # noqa: E402 - methods that build Kronecker factors
+
 MEMORY_CHUNK_ROWS = 1024  # rows per chunk of gradients held in memory (source.MemorySource)
 CACHE_BYTES = 1 << 30  # shards kept in RAM between scoring passes (source.StoreSource)
 EMBED_DIM = 32  # gradient_embedding's default dim
@@ -101,7 +103,7 @@ def human_bytes(n: float | None) -> str:
     return f"{int(n)} B" if i == 0 else f"{n:.3g} {units[i]}"
 
 
-def shard_rows(floats_per_row: int, batch_size: int = 8, fixed: int | None = None) -> int:
+def shard_rows(floats_per_row: int, batch_size: int = DEFAULTS.batch_size, fixed: int | None = None) -> int:
     """Rows per store shard, as ``api.shard_size`` chooses them: ``fixed`` (or ``GRADIAN_SHARD_ROWS``) rounded down
     to the batch size, else ~256 MiB of fp32 gradients (whatever the store dtype), at most 4,096 rows, a multiple
     of the batch size."""
@@ -139,14 +141,14 @@ class MemoryPlan:
     ram_available: int | None
     device_free: int | None
     scoring_host_bytes: int = 0  # the part of scoring_bytes in RAM
-    method: str = "ekfac"
+    method: str = DEFAULTS.method
     device: str = "cpu"
     store_dir: str | None = None  # None: no store, the gradients stay in RAM
     n_queries: int = 1
     n_shards: int = 1
     shard_rows: int = 1
     stored_bytes: int = 0  # already on disk and reusable (not needed again)
-    batch_size: int = 8
+    batch_size: int = DEFAULTS.batch_size
     shard_size: int | None = None  # the run's shard_rows override, if any
     shapes: list[Shape] = field(default_factory=list, repr=False)
 
@@ -283,9 +285,9 @@ def estimate(
     *,
     proj_dim: int,
     store_dtype: str = "fp32",
-    method: str = "ekfac",
+    method: str = DEFAULTS.method,
     n_queries: int = 1,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
     shard_size: int | None = None,
     store: bool = True,
 ) -> dict[str, int | None]:
@@ -379,6 +381,23 @@ def probe_device_free(device: Any) -> int | None:
 _UNSET: Any = object()
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """Free disk / RAM / device memory a plan is checked against: each probed unless given (None: skip that check)."""
+
+    disk_free: int | None = _UNSET
+    ram_available: int | None = _UNSET
+    device_free: int | None = _UNSET
+
+    def resolved(self, out_dir: str | Path | None, device: Any) -> tuple[int | None, int | None, int | None]:
+        disk = self.disk_free
+        if disk is _UNSET:
+            disk = probe_disk_free(out_dir) if out_dir is not None else None
+        ram = probe_ram_available() if self.ram_available is _UNSET else self.ram_available
+        dev = probe_device_free(device) if self.device_free is _UNSET else self.device_free
+        return disk, ram, dev
+
+
 AUTO_PROJECT_ABOVE = 1 << 16  # LoRA parameters per example; above this, project by default
 AUTO_PROJ_DIM = 32
 
@@ -396,16 +415,14 @@ def make_plan(
     *,
     proj_dim: int | None,
     store_dtype: str = "fp32",
-    method: str = "ekfac",
+    method: str = DEFAULTS.method,
     out_dir: str | Path | None = None,
     device: Any = "cpu",
     n_queries: int = 1,
-    batch_size: int = 8,
+    batch_size: int = DEFAULTS.batch_size,
     shard_size: int | None = None,
     stored_bytes: int = 0,
-    disk_free: int | None = _UNSET,
-    ram_available: int | None = _UNSET,
-    device_free: int | None = _UNSET,
+    budgets: Budgets | None = None,
 ) -> MemoryPlan:
     """The memory plan of attributing ``n_rows`` training rows over ``blocks`` (Blocks or shapes, see
     :func:`block_shapes`) with ``proj_dim`` (0: none; None: the run's default, :func:`auto_proj_dim`; the
@@ -414,8 +431,7 @@ def make_plan(
     ``out_dir``: the store directory (``<out>/grads``; None: no store, the gradients stay in RAM). ``device``: the
     model's (scoring) device. ``n_queries``: query items (before the eval pass, the number of eval items is an upper
     bound). ``shard_size``: the run's ``shard_rows`` override. ``stored_bytes``: what an existing store already holds
-    for this run (reused, so not needed again). Free disk / RAM / device memory are probed unless given (None: skip
-    that check)."""
+    for this run (reused, so not needed again). ``budgets``: free disk / RAM / device memory, probed unless given."""
     shapes = block_shapes(blocks)
     if proj_dim is None:
         proj_dim = auto_proj_dim(shapes)
@@ -430,12 +446,7 @@ def make_plan(
         shard_size=shard_size,
         store=out_dir is not None,
     )
-    if disk_free is _UNSET:
-        disk_free = probe_disk_free(out_dir) if out_dir is not None else None
-    if ram_available is _UNSET:
-        ram_available = probe_ram_available()
-    if device_free is _UNSET:
-        device_free = probe_device_free(device)
+    disk_free, ram_available, device_free = (budgets or Budgets()).resolved(out_dir, device)
     return MemoryPlan(
         n_rows=n_rows,
         n_blocks=len(shapes),
@@ -476,9 +487,7 @@ def replan(plan: MemoryPlan, proj_dim: int) -> MemoryPlan:
         n_queries=plan.n_queries,
         batch_size=plan.batch_size,
         shard_size=plan.shard_size,
-        disk_free=plan.disk_free,
-        ram_available=plan.ram_available,
-        device_free=plan.device_free,
+        budgets=Budgets(plan.disk_free, plan.ram_available, plan.device_free),
     )
 
 

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradian.data.types import FormattedExample
+from gradian.options import DEFAULTS
 
 if TYPE_CHECKING:  # no torch import at module import time (the CLI reads the defaults here)
     import torch
 
     from gradian.attribute.collector import Block
 
-TOKEN_HARM_ROWS = 50  # top rows whose harm is split over their tokens; 0 = none
+TOKEN_HARM_ROWS = DEFAULTS.token_harm  # top rows whose harm is split over their tokens; 0 = none (gradian.options)
 PREFIX_CHARS = 1000  # decoded text before the first label token kept per row in report.json
 
 
@@ -49,7 +50,11 @@ def lifted_direction(model, blocks: Sequence[Block], X: dict[str, torch.Tensor])
 
 
 def token_harm(
-    model, direction: dict[str, torch.Tensor], fxs: Sequence[FormattedExample], pad_id: int, batch_size: int = 8
+    model,
+    direction: dict[str, torch.Tensor],
+    fxs: Sequence[FormattedExample],
+    pad_id: int,
+    batch_size: int = DEFAULTS.batch_size,
 ) -> list[np.ndarray]:
     """Per row of ``fxs``: ``-d loss_t / d eps`` along ``direction`` for each label token t (in position order)."""
     import torch

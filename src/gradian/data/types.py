@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gradian.options.train import TRL_MAX_LENGTH
+
 RowFormat = Literal["prompt_completion", "messages", "text", "alpaca", "sharegpt"]
 MaskMode = Literal["completion_only", "assistant_only", "full"]
 TruncationMode = Literal["keep_start", "keep_end"]
@@ -58,7 +60,7 @@ class Example:
 class FormatSettings:
     """How the user's trainer turned rows into tokens. Defaults follow TRL >= 0.16 SFTTrainer."""
 
-    max_length: int | None = 1024  # None: no truncation
+    max_length: int | None = TRL_MAX_LENGTH  # None: no truncation
     mask: MaskMode = "completion_only"  # for prompt/completion rows; text rows always get full loss
     assistant_only: bool = False  # for messages rows: loss only on assistant turns (TRL assistant_only_loss)
     add_eos: bool = True  # append EOS when the formatted row does not end with it (TRL >= 0.16)

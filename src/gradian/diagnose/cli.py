@@ -8,13 +8,9 @@ from pathlib import Path
 import typer
 
 from gradian.errors import GradianError
-
-FORMATS = ("text", "json", "markdown")
-FAIL_ON = ("error", "warning", "info", "never")
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [s.strip() for v in values or [] for s in v.split(",") if s.strip()]
+from gradian.options import DiagnoseOptions, RunInputs
+from gradian.options.cli import options_command
+from gradian.options.diagnose import FAIL_ON, FORMATS, split_names
 
 
 def _explain(code: str, fmt: str) -> None:
@@ -32,76 +28,36 @@ def _explain(code: str, fmt: str) -> None:
         typer.echo(rule_doc_text(r))
 
 
+@options_command(inputs=RunInputs, opts=DiagnoseOptions)
 def diagnose_command(
-    run: Path | None = typer.Option(None, "--run", help="Training output dir (adapter, configs, trainer_state.json)."),
-    train: Path | None = typer.Option(None, "--train", help="Train data file (JSONL/JSON/CSV/Parquet)."),
-    eval_: Path | None = typer.Option(None, "--eval", help="Eval data file."),
-    config: Path | None = typer.Option(
-        None, "--config", help="Training config (TRL/HF JSON, Axolotl/LLaMA-Factory YAML)."
-    ),
-    logs: Path | None = typer.Option(
-        None, "--logs", help="trainer_state.json, trainer_log.jsonl or TensorBoard events."
-    ),
-    adapter: Path | None = typer.Option(None, "--adapter", help="PEFT adapter dir."),
-    base: str | None = typer.Option(None, "--base", help="Base model dir (for the tokenizer and config.json)."),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="Tokenizer dir (default: from the run or --base)."),
-    fmt: str = typer.Option("text", "--format", "-f", help="Output: text, json or markdown."),
-    fail_on: str | None = typer.Option(
-        None, "--fail-on", help="Exit 1 at or above: error (default), warning, info, never."
-    ),
-    select: list[str] | None = typer.Option(
-        None, "--select", help="Only these rules (codes, names, prefixes like D1, groups)."
-    ),
-    ignore: list[str] | None = typer.Option(
-        None, "--ignore", help="Skip these rules (codes, names, prefixes, groups)."
-    ),
-    set_: list[str] | None = typer.Option(
-        None, "--set", help="Override a threshold: rule.threshold=value (repeatable)."
-    ),
+    inputs: RunInputs,
+    opts: DiagnoseOptions = DiagnoseOptions(),
     explain: str | None = typer.Option(
         None, "--explain", help="Print one rule's documentation (code or name) and exit."
     ),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write the report to this file instead of stdout."),
 ) -> None:
     """Check the data, config and trainer logs of a LoRA fine-tune for setup bugs (no GPU, seconds)."""
-    if fmt not in FORMATS:
-        raise GradianError(f"unknown --format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
     if explain:
-        _explain(explain, fmt)
+        _explain(explain, opts.format)
         return
     from gradian.diagnose.api import diagnose_full
-    from gradian.diagnose.output import render_text, to_json, to_markdown
+    from gradian.diagnose.output import render_text
     from gradian.diagnose.settings import load_settings
     from gradian.diagnose.types import Severity
 
     settings = load_settings()
-    fail = (fail_on or settings.fail_on or "error").lower()
+    fail = (opts.fail_on or settings.fail_on or "error").lower()
     if fail not in FAIL_ON:
         raise GradianError(f"unknown --fail-on {fail!r}", fix=f"use one of {', '.join(FAIL_ON)}")
-    if not any([run, train, eval_, config, logs, adapter]):
+    if not inputs.replace(base=None, tokenizer=None).any_given():
         raise GradianError("nothing to diagnose", fix="pass --run DIR, or --train / --config / --logs files")
-    sel = _split(select)
-    findings, notes, _ctx = diagnose_full(
-        run=run, train=train, eval=eval_, config=config, logs=logs, adapter=adapter, base=base, tokenizer=tokenizer,
-        select=sel or None, ignore=_split(ignore), settings=settings, overrides=list(set_ or []),
-    )  # fmt: skip
+    findings, notes, _ctx = diagnose_full(inputs, opts, settings=settings)
     for note in [*_ctx.artifacts.notes, *_ctx.setup.notes]:
         typer.echo(f"note: {note}", err=True)  # what discovery skipped or refused, and why
-    if fmt == "json":
-        text = to_json(findings)
-    elif fmt == "markdown":
-        text = to_markdown(findings, notes)
-    else:
-        text = None
+    text = _as_text(findings, notes, opts.format)
     if out is not None:
-        if text is None:
-            from rich.console import Console
-
-            with open(out, "w", encoding="utf-8") as fh:
-                render_text(findings, notes, console=Console(file=fh, width=120, no_color=True, highlight=False))
-        else:
-            Path(out).write_text(text + "\n", encoding="utf-8")
-        typer.echo(f"wrote {out} ({len(findings)} finding(s))", err=True)
+        _write(out, findings, notes, text)
     elif text is not None:
         typer.echo(text)
     else:
@@ -110,6 +66,30 @@ def diagnose_command(
         limit = Severity.parse(fail).rank
         if any(f.severity.rank >= limit for f in findings):
             raise typer.Exit(1)
+
+
+def _as_text(findings, notes, fmt: str) -> str | None:
+    """The json / markdown report, or None for the terminal text (rendered by rich)."""
+    from gradian.diagnose.output import to_json, to_markdown
+
+    if fmt == "json":
+        return to_json(findings)
+    if fmt == "markdown":
+        return to_markdown(findings, notes)
+    return None
+
+
+def _write(out: Path, findings, notes, text: str | None) -> None:
+    from gradian.diagnose.output import render_text
+
+    if text is None:
+        from rich.console import Console
+
+        with open(out, "w", encoding="utf-8") as fh:
+            render_text(findings, notes, console=Console(file=fh, width=120, no_color=True, highlight=False))
+    else:
+        Path(out).write_text(text + "\n", encoding="utf-8")
+    typer.echo(f"wrote {out} ({len(findings)} finding(s))", err=True)
 
 
 def rules_command(
@@ -124,7 +104,7 @@ def rules_command(
 
     if fmt not in FORMATS:
         raise GradianError(f"unknown --format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
-    rules = select_rules(_split(select), [])
+    rules = select_rules(list(split_names(select)), [])
     if fmt == "json":
         typer.echo(json.dumps([r.to_dict() for r in rules], indent=2))
         return

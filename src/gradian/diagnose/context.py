@@ -11,10 +11,11 @@ from typing import Any
 
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
+from gradian.options.train import TRL_MAX_LENGTH
 from gradian.run.types import RunArtifacts, TrainerLogs, TrainingSetup
 
 # Max length a framework uses when the config sets none.
-FRAMEWORK_DEFAULT_MAX_LENGTH = {"trl": 1024, "transformers": None, "axolotl": 512, "llamafactory": 2048}
+FRAMEWORK_DEFAULT_MAX_LENGTH = {"trl": TRL_MAX_LENGTH, "transformers": None, "axolotl": 512, "llamafactory": 2048}
 
 
 def parse_version(v: str | None) -> tuple[int, ...] | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from gradian.data.types import FormatSettings
 from gradian.errors import GradianError
+from gradian.options.train import TRL_MAX_LENGTH
 from gradian.run.configs import (
     AXOLOTL_DEPRECATED,
     AXOLOTL_KEYS,
@@ -255,7 +256,7 @@ def _apply_hf(b: _Builder, cf: ConfigFile) -> None:
         b.set("max_length", _int(cf, "max_length"), _src(cf, "max_length"), allow_none=True)  # None: no truncation
         b.set("max_length_key", "max_length", _src(cf, "max_length"))
     elif "max_seq_length" in data:  # TRL < 0.16 with max_seq_length None: min(model_max_length, 1024)
-        b.set("max_length", 1024, f"{cf.name}: max_seq_length (null: TRL default 1024)")
+        b.set("max_length", TRL_MAX_LENGTH, f"{cf.name}: max_seq_length (null: TRL default {TRL_MAX_LENGTH})")
     b.set("packing", _bool(cf, "packing"), _src(cf, "packing"))
     b.set("packing_strategy", _str(cf, "packing_strategy"), _src(cf, "packing_strategy"))
     b.set("truncation_mode", _str(cf, "truncation_mode"), _src(cf, "truncation_mode"))
@@ -460,7 +461,7 @@ def _defaults_and_masking(b: _Builder, framework: str | None) -> None:
     if framework == "trl":
         d = "TRL default"
         if "max_length" not in s.sources:
-            b.default("max_length", 1024, f"{d} (max_length 1024)")
+            b.default("max_length", TRL_MAX_LENGTH, f"{d} (max_length {TRL_MAX_LENGTH})")
         b.default("packing", False, d)
         if s.packing:
             b.default("packing_strategy", "bfd", f"{d} (packing_strategy bfd)")
@@ -600,7 +601,7 @@ def format_settings(setup: TrainingSetup) -> FormatSettings:
         fs.max_length = setup.max_length
         src["max_length"] = setup.sources["max_length"]
     else:
-        src["max_length"] = "default (TRL: 1024)"
+        src["max_length"] = f"default (TRL: {TRL_MAX_LENGTH})"
     if setup.masking is not None:
         fs.mask = "full" if setup.masking == "full" else "completion_only"
         fs.assistant_only = setup.masking == "assistant_only" or (

@@ -1,0 +1,181 @@
+"""The last stage of an attribution: the clustering embedding, rank 0 gathering every rank's rows, the ranking, the
+split by regressed item, and the top rows' token harm, into one :class:`AttributionResult`."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradian.attribute.result import AttributionResult, RowIds
+from gradian.attribute.stages import Context, Regressions, Scored
+
+
+@dataclass
+class Gathered:
+    """Every rank's rows on rank 0, in training-file order of their positions."""
+
+    positions: np.ndarray  # positions in train_fx
+    harm: np.ndarray  # the main method: (query items + 1, rows); the last row is the weighted total
+    embeddings: np.ndarray
+    also: dict[str, list[float]]  # the other methods' totals
+    skipped: list[tuple[int, str]]
+    rank_notes: list[str]
+
+
+def assemble(
+    ctx: Context,
+    reg: Regressions,
+    scored: Scored,
+    ids: RowIds,
+    *,
+    n_states: int,
+    notes: list[str],
+    timings: dict[str, float],
+    settings: dict[str, Any],
+    tokenizer: Any = None,
+) -> AttributionResult:
+    """Gather, rank and build the result (``settings``, ``notes`` and ``timings`` so far are extended here)."""
+    o = ctx.options
+    local_pos, local_harm, local_emb = _local_rows(ctx, scored, n_states, timings)
+    g = _gather(ctx, (local_pos, local_harm, local_emb, sorted(scored.skipped.items()), notes))
+    if g is None:
+        return AttributionResult(o.method, settings, [], reg.regressed, reg.eval_items, [], notes, timings,
+                                 partial=True)  # fmt: skip
+    if g.also:
+        settings["also"] = g.also
+    notes += g.rank_notes
+    settings |= _report_skipped(g.skipped, ctx.train_fx, notes)
+    file_index = _file_indices(ctx.train_fx, g.positions)
+    rows_ids = [ids.train[int(i)] for i in g.positions]
+    total, per_item = g.harm[-1], g.harm[:-1]
+    order = np.argsort(-total, kind="stable")
+    examples = [
+        {"index": int(file_index[i]), "id": rows_ids[i], "score": float(total[i]), "rank": r + 1}
+        for r, i in enumerate(order)
+    ]
+    contributions = [_contribution(ctx, reg, ids, int(file_index[i]), rows_ids[i], total[i], per_item[:, i])
+                     for i in order[: o.top]]  # fmt: skip
+    settings["query_items"] = [int(ctx.eval_fx[q].index) for q in reg.query]
+    if o.token_harm and tokenizer is not None:
+        t = time.perf_counter()
+        top = order[: o.token_harm]
+        n = _add_token_harm(ctx, scored.query_direction, [g.positions[i] for i in top], total[top], examples,
+                            tokenizer, notes)  # fmt: skip
+        if n is not None:
+            settings["token_harm_rows"] = n
+        timings["token_harm_s"] = time.perf_counter() - t
+    return AttributionResult(o.method, settings, examples, reg.regressed, reg.eval_items, contributions, notes,
+                             timings, item_scores=per_item, scores=total, embeddings=g.embeddings,
+                             embedding_index=[int(i) for i in file_index])  # fmt: skip
+
+
+def _local_rows(ctx: Context, scored: Scored, n_states: int, timings: dict[str, float]):
+    """This rank's positions, harm per method and clustering embedding (the newest state's gradient geometry)."""
+    from gradian.attribute.scores import gradient_embedding
+
+    assert scored.last is not None and scored.seen is not None
+    o, src = ctx.options, scored.last.source
+    t = time.perf_counter()
+    shapes = {b.name: b.shape for b in ctx.blocks}
+    emb = gradient_embedding(
+        o.method, src, scored.last.stats, eig=scored.eig, rotated=scored.rotated, damping_factor=o.damping_factor,
+        seed=o.proj_seed, shapes=shapes, device=ctx.score_device,
+    ).numpy()  # fmt: skip
+    scored.rotated = None  # the rotated rows are not needed past here
+    timings["embedding_s"] = time.perf_counter() - t
+    positions = src.positions.numpy()
+    if n_states == 1:
+        return positions, scored.harm, emb
+    kept = np.flatnonzero(scored.seen == n_states)  # rows scored at every state
+    inv = np.full(len(ctx.train_fx), -1)
+    inv[positions] = np.arange(len(positions))
+    return kept, {m: a[:, kept] for m, a in scored.harm.items()}, emb[inv[kept]]
+
+
+def _gather(ctx: Context, local: tuple) -> Gathered | None:
+    """Rank 0 gathers every rank's rows (None on the other ranks)."""
+    method = ctx.options.method
+    pos_, harm_, emb_, skipped_, notes_ = local
+    parts = ctx.dist.gather((pos_, harm_, emb_, skipped_, notes_ if not ctx.dist.is_main else []))
+    if not ctx.dist.is_main:
+        return None
+    assert parts is not None
+    pos = np.concatenate([p[0] for p in parts])
+    order_pos = np.argsort(pos, kind="stable")
+    harm = np.concatenate([p[1][method] for p in parts], axis=1)[:, order_pos]
+    emb = np.concatenate([p[2] for p in parts])[order_pos]
+    also = {
+        m: [float(x) for x in np.concatenate([p[1][m][-1] for p in parts])[order_pos]] for m in harm_ if m != method
+    }
+    rank_notes = [f"rank {r}: {x}" for r, p in enumerate(parts[1:], start=1) for x in p[4]]
+    return Gathered(pos[order_pos], harm, emb, also, sorted(x for p in parts for x in p[3]), rank_notes)
+
+
+def _contribution(ctx: Context, reg: Regressions, ids: RowIds, index: int, row_id: Any, total: float,
+                  per_item: np.ndarray) -> dict[str, Any]:  # fmt: skip
+    """One top row's harm split over the query items."""
+    return {
+        "index": index,
+        "id": row_id,
+        "score": float(total),
+        "per_item": [
+            {
+                "eval_index": int(ctx.eval_fx[q].index),
+                "eval_id": ids.eval[q],
+                "weight": float(reg.weights[j]),
+                "score": float(per_item[j]),
+            }
+            for j, q in enumerate(reg.query)
+        ],
+    }
+
+
+def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence[int], scores: np.ndarray,
+                    examples: list[dict[str, Any]], tokenizer: Any, notes: list[str]) -> int | None:  # fmt: skip
+    """``token_harm`` on the top rows of ``examples`` (rank order; ``positions`` / ``scores`` of those rows); the
+    number of rows split, or None (with a note) when it could not be computed."""
+    from gradian.attribute import tokens
+
+    if xq is None:
+        notes.append("token harm not computed: it needs one adapter state (not --checkpoints)")
+        return None
+    fxs = [ctx.train_fx[int(p)] for p in positions]
+    try:
+        direction = tokens.lifted_direction(ctx.model, ctx.blocks, xq)
+        harms = tokens.token_harm(ctx.model, direction, fxs, ctx.pad_id, ctx.options.batch_size)
+    except (RuntimeError, NotImplementedError) as e:  # e.g. an attention kernel without a forward-mode derivative
+        notes.append(f"token harm not computed: {str(e).splitlines()[0][:200]}")
+        return None
+    for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
+        if ctx.options.method == "cosine" and h.sum() != 0:  # the row's normalisation: a factor shared by its tokens
+            h = h * (score / h.sum())
+        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
+    return len(fxs)
+
+
+def _file_indices(train_fx: Sequence, positions: np.ndarray) -> np.ndarray:
+    """Training-file row index of each scored position, without building rows from disk (``TokenizedRows.indices``)."""
+    if hasattr(train_fx, "indices"):
+        return np.asarray(train_fx.indices)[positions]
+    return np.array([int(train_fx[int(i)].index) for i in positions], dtype=np.int64)
+
+
+def _report_skipped(skipped: list[tuple[int, str]], train_fx: Sequence, notes: list[str]) -> dict[str, Any]:
+    """Rows with non-finite gradients: ``settings["skipped_rows"]`` (returned), a note and a warning."""
+    if not skipped:
+        return {}
+    rows = [{"index": int(train_fx[p].index), "position": int(p), "reason": why} for p, why in skipped]
+    shown = ", ".join(str(int(train_fx[p].index)) for p, _ in skipped[:20])
+    more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+    msg = (
+        f"warning: {len(skipped)} training row(s) with non-finite (NaN/Inf) gradients left out, not scored: "
+        f"row {shown}{more} (settings.skipped_rows)"
+    )
+    notes.append(msg)
+    warnings.warn(msg, RuntimeWarning, stacklevel=4)
+    return {"skipped_rows": rows}

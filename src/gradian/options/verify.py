@@ -1,0 +1,30 @@
+"""The options of `gradian verify` (and of ``gradian.verify.verify(...)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from gradian.options.base import Options, option
+
+
+@dataclass(frozen=True)
+class VerifyOptions(Options):
+    """Which rows the re-trains drop, and how they are trained and measured."""
+
+    name: ClassVar[str] = "verify"
+
+    k: int | None = option(None, "Drop the top-K rows by score instead of the verdict's rows.", min=1)
+    seed: int | None = option(None, "Training seed (default: the original run's).")
+    random_seed: int = option(0, "Seed of the random-rows control.")
+    epochs: float | None = option(None, "Epochs for every re-train (implies a reference).")
+    max_steps: int | None = option(None, "max_steps for every re-train (implies a reference).")
+    reference: bool | None = option(
+        None, "Also re-train on all rows as the baseline (default: when needed).", flag="--reference/--no-reference"
+    )
+    device: str | None = option(None, "Device for measuring NLL (cpu, cuda; default auto).")
+    dtype: str | None = option(None, "Model dtype for measuring NLL (default: the loader's).", cli=False)
+
+    def train_overrides(self) -> dict[str, Any]:
+        """The TrainOptions keys these options set for every re-train."""
+        return {k: v for k, v in (("epochs", self.epochs), ("max_steps", self.max_steps)) if v is not None}
