@@ -22,7 +22,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-DEFAULT_MIN_DELTA = 0.02
+from gradian.options.attribute import DEFAULTS
+
+DEFAULT_MIN_DELTA = DEFAULTS.threshold  # --threshold: the default is written once, in gradian.options
 
 
 @dataclass(frozen=True)

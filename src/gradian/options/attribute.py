@@ -42,7 +42,7 @@ class AttributeOptions(Options):
     query: str = option("regressed", "regressed (default) or all eval items.", choices=QUERIES)
     weighting: str = option("uniform", "uniform or regression (weight items by NLL rise).", choices=WEIGHTINGS)
     threshold: float = option(
-        0.02,  # gradian.attribute.regression.DEFAULT_MIN_DELTA (tests/test_options.py checks they agree)
+        0.02,  # gradian.attribute.regression.RegressionRule reads it from here
         "Floor of the regression rule: an item's NLL must rise by more (nats/token) and beyond the drift.",
     )
     device: str | None = option(None, "cpu, cuda, cuda:N (default: auto).")
