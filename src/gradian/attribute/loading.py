@@ -249,19 +249,13 @@ def check_vocab(tokenizer: Any, model: Any, tokenizer_from: str | Path, base: st
 
 
 def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> Any:
-    try:
-        from gradian.data import load_tokenizer  # the shared loader, when present
-    except ImportError:
-        load_tokenizer = None
-    from transformers import AutoTokenizer
+    from gradian.data import load_tokenizer
 
     for src in (first, base):
         if Path(str(src)).is_dir() and not any(Path(str(src)).glob("tokenizer*")):
             continue
         try:
-            if load_tokenizer is not None:
-                return load_tokenizer(src)
-            return AutoTokenizer.from_pretrained(str(src), trust_remote_code=trust_remote_code)
+            return load_tokenizer(src, trust_remote_code=trust_remote_code)
         except (OSError, ValueError):
             continue
     raise GradianError("no tokenizer found in the adapter or base dir", where=str(first), fix="pass --tokenizer")

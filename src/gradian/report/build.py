@@ -206,7 +206,7 @@ def build_report(
         clustering["silhouette_by_k"] = {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()}
         clustering["map"] = _map(index, fit.coords, row_cluster, scores, seed)
     elif previous is not None and previous.get("clusters"):
-        saved = {int(e["index"]): e.get("cluster") for e in old_examples if e.get("cluster") is not None}
+        saved: dict[int, Any] = {int(e["index"]): e.get("cluster") for e in old_examples if e.get("cluster") is not None}
         index = sorted(saved)
         labels = {int(c["id"]): str(c.get("label") or "") for c in previous["clusters"]}
         clusters, row_cluster = summarize_clusters(
@@ -245,8 +245,8 @@ def build_report(
                 ]
 
     regressed = []
-    for r in attribution.get("regressed") or []:
-        r = {k_: v for k_, v in dict(r).items()}
+    for saved_item in attribution.get("regressed") or []:
+        r = {k_: v for k_, v in dict(saved_item).items()}
         i = int(r["index"])
         if i in eval_texts:
             r["text"] = eval_texts[i][:TEXT_CHARS]
@@ -324,8 +324,8 @@ def _map(
         keep = np.sort(np.concatenate([np.array(sorted(top)), pick]))
     return {
         "how": "first two principal components (SVD) of the L2-normalised embeddings",
-        "index": [int(index[j]) for j in keep],
-        "x": [round(float(coords[j, 0]), 5) for j in keep],
-        "y": [round(float(coords[j, 1]), 5) for j in keep],
-        "cluster": [row_cluster.get(int(index[j])) for j in keep],
+        "index": [int(index[j]) for j in keep.tolist()],
+        "x": [round(float(coords[j, 0]), 5) for j in keep.tolist()],
+        "y": [round(float(coords[j, 1]), 5) for j in keep.tolist()],
+        "cluster": [row_cluster.get(int(index[j])) for j in keep.tolist()],
     }

@@ -327,7 +327,7 @@ def summarize_clusters(
             label = " / ".join(terms) if terms else "(no distinctive terms)"
         elif labels and g in labels:
             label = labels[g]
-        cf = []
+        cf: list[dict[str, Any]] = []
         for f, frows in flagged:
             hit = len(frows & member_set)
             if not hit:

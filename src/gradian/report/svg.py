@@ -63,7 +63,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks = []
+    ticks: list[float] = []
     t = start
     while t <= hi + step * 1e-9 and len(ticks) < 50:
         if t >= lo - step * 1e-9:

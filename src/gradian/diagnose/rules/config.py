@@ -157,6 +157,8 @@ def too_few_steps(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )
     if steps < t.min_steps:
         ga, bs = s.gradient_accumulation_steps or 1, s.per_device_batch_size or 1
+        cur: float | None
+        value: int | None
         if ga > 1:
             key, cur, value = "gradient_accumulation_steps", ga, 1
             text = "Reduce gradient accumulation (or train more epochs)"
@@ -393,7 +395,7 @@ def _added_tokens(ctx: DiagnoseContext) -> list[str]:
             out += [x.strip() for x in v.split(",") if x.strip()]
     sp = raw.get("special_tokens")
     if isinstance(sp, dict) and ctx.tokenizer is not None:
-        vocab = getattr(ctx.tokenizer, "get_vocab", dict)()
+        vocab: dict[str, int] = getattr(ctx.tokenizer, "get_vocab", dict)()
         out += [str(v) for v in sp.values() if isinstance(v, str) and v not in vocab]
     return out
 
