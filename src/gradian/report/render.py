@@ -602,8 +602,22 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md: the same content as text tables (no plots)."""
-    v = report.get("verdict") or {}
-    lines = ["# Gradian report", "", "## Verdict", ""]
+    lines = ["# Gradian report", ""]
+    lines += _md_verdict(report.get("verdict") or {})
+    lines += _md_regressed(report)
+    lines += _md_generations(report)
+    lines += _md_clusters(report)
+    shown = _shown_rows(report)
+    lines += _md_top_rows(shown)
+    lines += _md_token_harm(shown)
+    lines += _md_findings(report)
+    lines += ["", "## Plots", "", "The plots are in report.html.", ""]
+    return "\n".join(lines)
+
+
+def _md_verdict(v: Mapping[str, Any]) -> list[str]:
+    """The verdict: headline, sentences, confidence, groups, next steps, rows to drop and the criterion."""
+    lines = ["## Verdict", ""]
     if not v.get("reliable", True):
         lines += ["> **Attribution may be unreliable:** setup errors below.", ""]
     lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
@@ -634,8 +648,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             "",
         ]
     lines += [f"_Criterion: {md_escape(v.get('criterion', ''))}._", ""]
+    return lines
 
-    lines += ["## Regressed items", ""]
+
+def _md_regressed(report: Mapping[str, Any]) -> list[str]:
+    """The eval items that got worse after fine-tuning."""
+    lines = ["## Regressed items", ""]
     reg = report.get("regressed") or []
     if reg:
         lines.append(
@@ -656,8 +674,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("No eval item got worse after fine-tuning.")
-    lines += _md_generations(report)
-    lines += ["", "## Clusters", ""]
+    return lines
+
+
+def _md_clusters(report: Mapping[str, Any]) -> list[str]:
+    """How the rows were clustered, and one table line per cluster."""
+    lines = ["", "## Clusters", ""]
     clusters = report.get("clusters") or []
     lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
     if clusters:
@@ -678,8 +700,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 ],
             )
         )
-    lines += ["", "## Top rows", ""]
-    shown = _shown_rows(report)
+    return lines
+
+
+def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The most harmful training rows."""
+    lines = ["", "## Top rows", ""]
     if shown:
         lines.append(
             _md_table(
@@ -699,8 +725,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 ],
             )
         )
-    lines += _md_token_harm(shown)
-    lines += ["", "## Setup findings", ""]
+    return lines
+
+
+def _md_findings(report: Mapping[str, Any]) -> list[str]:
+    """diagnose's setup findings."""
+    lines = ["", "## Setup findings", ""]
     findings = report.get("findings") or []
     if findings:
         lines.append(
@@ -721,8 +751,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("diagnose reported no findings (or was not run).")
-    lines += ["", "## Plots", "", "The plots are in report.html.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _md_generations(report: Mapping[str, Any]) -> list[str]:
