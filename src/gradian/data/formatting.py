@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gradian.data.templates import training_chat_template
@@ -308,7 +309,6 @@ def format_examples(
 
 def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSettings) -> list[FormattedExample]:
     end_ids = _end_ids(tokenizer)
-    eos = tokenizer.eos_token
     results: list[FormattedExample | None] = [None] * len(examples)
     assistant_only = settings.assistant_only or settings.mask == "assistant_only"
 
@@ -331,51 +331,83 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     string_notes = []
     if assistant_only and (pc_idx or text_idx):
         string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
+    eos = _StringEos(settings, tokenizer.eos_token)
+    if pc_idx:
+        rows = [examples[i] for i in pc_idx]
+        for i, fx in zip(
+            pc_idx, _format_prompt_completion(rows, tokenizer, settings, end_ids, eos, string_notes), strict=True
+        ):
+            results[i] = fx
+    if text_idx:
+        rows = [examples[i] for i in text_idx]
+        for i, fx in zip(text_idx, _format_text(rows, tokenizer, settings, end_ids, eos, string_notes), strict=True):
+            results[i] = fx
+    return [r for r in results if r is not None]
 
-    def with_eos(s: str) -> tuple[str, bool]:
-        if settings.add_eos and eos and not s.endswith(eos):
-            return s + eos, True
+
+@dataclass
+class _StringEos:
+    """Whether (and why) EOS is appended to a string row, as TRL >= 0.16 does."""
+
+    settings: FormatSettings
+    eos: str | None
+
+    def append(self, s: str) -> tuple[str, bool]:
+        """``s`` with EOS appended when the settings want it and it is not there yet; and whether it was."""
+        if self.settings.add_eos and self.eos and not s.endswith(self.eos):
+            return s + self.eos, True
         return s, False
 
-    def eos_decision(appended: bool, what: str) -> str:
+    def decision(self, appended: bool, what: str) -> str:
+        """The decision line for one row's EOS."""
         if appended:
-            return f"EOS {eos!r} appended to the {what} (TRL >= 0.16)"
-        if settings.add_eos and eos is None:
+            return f"EOS {self.eos!r} appended to the {what} (TRL >= 0.16)"
+        if self.settings.add_eos and self.eos is None:
             return "the tokenizer has no EOS token; none appended"
-        if not settings.add_eos:
-            why = settings.sources.get("add_eos")
+        if not self.settings.add_eos:
+            why = self.settings.sources.get("add_eos")
             return f"no EOS appended ({why})" if why else "no EOS appended (add_eos off)"
         return f"the {what} already ends with EOS"
 
-    if pc_idx:
-        prompts = [examples[i].prompt or "" for i in pc_idx]
-        completions = [with_eos(examples[i].completion or "") for i in pc_idx]
-        p_ids = _encode_texts(tokenizer, prompts)
-        f_ids = _encode_texts(tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
-        completion_only = settings.mask != "full"
-        mask_note = (
-            "loss on the completion only (TRL completion_only_loss)"
-            if completion_only
-            else "loss on every token (completion_only_loss off)"
-        )
-        for k, i in enumerate(pc_idx):
-            ex = examples[i]
-            pids, ids = p_ids[k], f_ids[k]
-            appended = completions[k][1]
-            n_p = common_prefix_length(pids, ids)
-            mismatch = n_p < len(pids)
-            decisions = []
-            src = _source_decision(ex)
-            if src:
-                decisions.append(src)
-            decisions += [mask_note, *string_notes, eos_decision(appended, "completion")]
-            if mismatch:
-                decisions.append(
-                    f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
-                    f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
-                )
-            mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
-            results[i] = _finalize(
+
+def _format_prompt_completion(
+    rows: Sequence[Example],
+    tokenizer: Any,
+    settings: FormatSettings,
+    end_ids: set[int],
+    eos: _StringEos,
+    string_notes: list[str],
+) -> list[FormattedExample]:
+    """Prompt/completion rows: the completion starts where the tokens of prompt and prompt+completion part (TRL)."""
+    prompts = [ex.prompt or "" for ex in rows]
+    completions = [eos.append(ex.completion or "") for ex in rows]
+    p_ids = _encode_texts(tokenizer, prompts)
+    f_ids = _encode_texts(tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
+    completion_only = settings.mask != "full"
+    mask_note = (
+        "loss on the completion only (TRL completion_only_loss)"
+        if completion_only
+        else "loss on every token (completion_only_loss off)"
+    )
+    out = []
+    for k, ex in enumerate(rows):
+        pids, ids = p_ids[k], f_ids[k]
+        appended = completions[k][1]
+        n_p = common_prefix_length(pids, ids)
+        mismatch = n_p < len(pids)
+        decisions = []
+        src = _source_decision(ex)
+        if src:
+            decisions.append(src)
+        decisions += [mask_note, *string_notes, eos.decision(appended, "completion")]
+        if mismatch:
+            decisions.append(
+                f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
+                f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
+            )
+        mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
+        out.append(
+            _finalize(
                 ex,
                 ids,
                 mask,
@@ -387,16 +419,28 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
                 eos_appended=appended,
                 prefix_mismatch=mismatch,
             )
+        )
+    return out
 
-    if text_idx:
-        texts = [with_eos(examples[i].text or "") for i in text_idx]
-        t_ids = _encode_texts(tokenizer, [t for t, _ in texts])
-        for k, i in enumerate(text_idx):
-            ex = examples[i]
-            appended = texts[k][1]
-            decisions = ["text row: loss on every token", *string_notes, eos_decision(appended, "text")]
-            ids = t_ids[k]
-            results[i] = _finalize(
+
+def _format_text(
+    rows: Sequence[Example],
+    tokenizer: Any,
+    settings: FormatSettings,
+    end_ids: set[int],
+    eos: _StringEos,
+    string_notes: list[str],
+) -> list[FormattedExample]:
+    """Text rows: loss on every token."""
+    texts = [eos.append(ex.text or "") for ex in rows]
+    t_ids = _encode_texts(tokenizer, [t for t, _ in texts])
+    out = []
+    for k, ex in enumerate(rows):
+        appended = texts[k][1]
+        decisions = ["text row: loss on every token", *string_notes, eos.decision(appended, "text")]
+        ids = t_ids[k]
+        out.append(
+            _finalize(
                 ex,
                 ids,
                 [True] * len(ids),
@@ -407,7 +451,8 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
                 chat=False,
                 eos_appended=appended,
             )
-    return [r for r in results if r is not None]
+        )
+    return out
 
 
 def format_example(ex: Example, tokenizer: Any, settings: FormatSettings | None = None) -> FormattedExample:
