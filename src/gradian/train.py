@@ -446,7 +446,7 @@ def train_lora(
     model = load_base_model(base_s, torch.float32)
     lora = LoraConfig(
         r=cfg.r,
-        lora_alpha=cfg.alpha,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # peft types it int; a float alpha works (scale alpha / r)
         lora_dropout=cfg.dropout,
         target_modules=_resolve_targets(model, cfg.target_modules),
         use_rslora=cfg.use_rslora,

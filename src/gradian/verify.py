@@ -136,7 +136,7 @@ def training_config(adapter_dir: str | Path, base: str | None = None) -> tuple[d
     from gradian.run import discover, load_setup
 
     setup = load_setup(discover(adapter_dir, base=base))
-    cfg: dict[str, Any] = {}
+    cfg = {}
     for src, dst in _SETUP_KEYS.items():
         value = getattr(setup, src, None)
         if value is not None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,10 +38,13 @@ from gradian.attribute.regression import (
     call_regressions,
     regression_summary,
 )
-from gradian.attribute.source import Stats
+from gradian.attribute.source import GradSource, Stats
 from gradian.attribute.tokens import TOKEN_HARM_ROWS
 from gradian.dist import SINGLE, Dist
 from gradian.errors import GradianError
+
+if TYPE_CHECKING:
+    from gradian.run.checkpoints import CheckpointChoice
 
 
 @dataclass
@@ -209,7 +212,7 @@ def run_attribution(
     dev = next(model.parameters()).device
     if store_dtype == "auto":  # the model's own precision: bf16 models (the GPU default) store bf16 gradients
         store_dtype = "bf16" if next(model.parameters()).dtype == torch.bfloat16 else "fp32"
-    settings = {
+    settings: dict[str, Any] = {
         "method": method,
         "damping": damping,
         "damping_factor": damping_factor,
@@ -238,7 +241,7 @@ def run_attribution(
     t = time.perf_counter()
     nll = None
     if dist.is_main:
-        kw = {"batch_size": batch_size, "progress": progress}
+        kw: dict[str, Any] = {"batch_size": batch_size, "progress": progress}
         nll = (
             engine.completion_nll(model, eval_fx, pad_id, adapter=False, description="eval NLL (base)", **kw),
             engine.completion_nll(model, eval_fx, pad_id, adapter=True, description="eval NLL (tuned)", **kw),
@@ -329,6 +332,7 @@ def run_attribution(
                 progress=progress,
                 description="query gradients" + tag,
             )
+            assert V is not None
             V = {k: v.cpu() for k, v in V.items()}
         V = dist.broadcast(V)
         Vall = {k: torch.cat([v.double(), torch.einsum("m,moi->oi", wt, v.double())[None]]) for k, v in V.items()}
@@ -355,7 +359,7 @@ def run_attribution(
         timings["scores_s"] = timings.get("scores_s", 0.0) + time.perf_counter() - t
     # the clustering embedding: the newest state's gradient geometry (states are oldest first)
     t = time.perf_counter()
-    shapes = {b.name: b.shape for b in blocks}
+    shapes: dict[str, tuple[int, ...]] = {b.name: b.shape for b in blocks}
     emb_local = gradient_embedding(
         method, src, stats, eig=eig, rotated=rotated, damping_factor=damping_factor, seed=proj_seed, shapes=shapes,
         device=sdev,
@@ -364,11 +368,11 @@ def run_attribution(
     timings["embedding_s"] = time.perf_counter() - t
     positions = src.positions.numpy()
     if len(states) > 1:  # rows scored at every state
-        keep = np.flatnonzero(seen == len(states))
+        at_all = np.flatnonzero(seen == len(states))
         inv = np.full(len(train_fx), -1)
         inv[positions] = np.arange(len(positions))
-        local = {m: a[:, keep] for m, a in acc.items()}
-        emb_local, positions = emb_local[inv[keep]], keep
+        local = {m: a[:, at_all] for m, a in acc.items()}
+        emb_local, positions = emb_local[inv[at_all]], at_all
     else:
         local = acc
     skipped_list = sorted(skipped.items())
@@ -458,10 +462,10 @@ def _add_token_harm(
     except (RuntimeError, NotImplementedError) as e:  # e.g. an attention kernel without a forward-mode derivative
         notes.append(f"token harm not computed: {str(e).splitlines()[0][:200]}")
         return
-    for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
+    for ex, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
         if method == "cosine" and h.sum() != 0:  # the row's normalisation: a positive factor shared by its tokens
             h = h * (score / h.sum())
-        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
+        ex["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
     settings["token_harm_rows"] = len(fxs)
 
 
@@ -648,7 +652,7 @@ def _training_gradients(
                 keep = torch.tensor([j for j, p in enumerate(positions) if p not in bad], dtype=torch.long)
                 empty = {b.name: torch.zeros(0, *b.shape) for b in blocks}  # a rank with no shards
                 Gc = {k: (torch.cat(v) if v else empty[k]).index_select(0, keep) for k, v in G.items()}
-                src = MemorySource(Gc, torch.tensor(positions, dtype=torch.long)[keep], dist)
+                src: GradSource = MemorySource(Gc, torch.tensor(positions, dtype=torch.long)[keep], dist)
                 settings["train_rows_computed"] = n
             else:
                 parts = dict(store_parts or {})
@@ -842,7 +846,8 @@ def attribute(
         )
     if max_length is not None:
         fs = dataclasses.replace(fs, max_length=max_length)
-    choices, ck_notes = [], []
+    choices: list[CheckpointChoice] = []
+    ck_notes: list[str] = []
     if checkpoints and checkpoints != "last":  # checked before the model loads: a bad spec fails in a second
         from gradian.run.checkpoints import select_checkpoints
 

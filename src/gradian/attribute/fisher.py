@@ -15,6 +15,7 @@ whole batches, so any number of torchrun ranks draws the same labels for a row.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -43,8 +44,16 @@ def _generator(device: torch.device, seed: int, row: int) -> torch.Generator:
     return gen
 
 
+class Rows(Protocol):
+    """Training rows read by position: a list, rows on disk, or a view of some of them."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> Any: ...
+
+
 def _sampled_batches(
-    model, blocks: Sequence[Block], fxs: Sequence, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
+    model, blocks: Sequence[Block], fxs: Rows, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
 ) -> Iterator[tuple[dict[str, torch.Tensor], GradientCollector]]:
     """Per-example gradients (CPU) of each batch at sampled labels; ``offsets``: each row's training-row position."""
     dev = _model_device(model)
@@ -68,7 +77,7 @@ class SampledSource(GradSource):
         self,
         model,
         blocks: Sequence[Block],
-        fxs: Sequence,
+        fxs: Rows,
         positions: torch.Tensor,
         pad_id: int,
         batch_size: int,
@@ -90,7 +99,7 @@ class SampledSource(GradSource):
                 yield off, g
                 off += next(iter(g.values())).shape[0]
             return
-        keep: list[dict[str, torch.Tensor]] = []
+        keep: list[dict[str, torch.Tensor]] | None = []
         size = 0
         off = 0
         pos = self.positions.tolist()
@@ -102,7 +111,7 @@ class SampledSource(GradSource):
             if keep is not None and size <= self.cache_bytes:
                 keep.append(g)
             else:
-                keep = None  # type: ignore[assignment]
+                keep = None
             yield off, g
             off += n
         if keep is not None and off == self.n_local:

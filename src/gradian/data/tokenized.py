@@ -361,7 +361,11 @@ def tokenize_to_disk(
                 del batch, fxs
         finally:
             writer.close()
-        if fp is not None and source is not None and _fingerprint_or_none(source, tokenizer, settings, keep_dropped) != fp:
+        if (
+            fp is not None
+            and source is not None
+            and _fingerprint_or_none(source, tokenizer, settings, keep_dropped) != fp
+        ):
             fp = None  # the source changed while it was read: record nothing a later run could reuse
         meta = {
             "schema": SCHEMA,

@@ -282,9 +282,9 @@ def group_rows(
         group = Group("content", rest, share(rest))
         content = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "content"]
         for f, frows in content:
-            hit = len(frows & left)
-            if hit >= policy.flag_share * len(left):
-                group.shared.append(_shared(f, hit, len(left)))
+            n_hit = len(frows & left)
+            if n_hit >= policy.flag_share * len(left):
+                group.shared.append(_shared(f, n_hit, len(left)))
         group.shared.sort(key=lambda d: -d["count"])
         if texts:
             inside = [terms_of(texts[r]) for r in rest if r in texts]

@@ -22,7 +22,7 @@ The thresholds live in :class:`gradian.report.culprits.CulpritPolicy`, recorded 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ class _Draft:
     sentences: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
 
-    def done(self, kind: str, cause: str, headline: str, explained: set[str] = frozenset(), **extra: Any) -> dict:
+    def done(self, kind: str, cause: str, headline: str, explained: Set[str] = frozenset(), **extra: Any) -> dict:
         """Close the verdict: row-level errors not explained by a culprit group are still worth fixing."""
         explained = {str(f.get("code")) for f in self.errors} | set(explained)
         other = [
@@ -236,6 +236,7 @@ def make_verdict(
             )
         return draft.done("no_harm", setup_cause, "No training row explains the regression.")
 
+    S: np.ndarray | None
     if item_scores is not None and item_rows is not None:
         col = {int(r): j for j, r in enumerate(item_rows)}
         keep = [col.get(r, -1) for r in rows]
