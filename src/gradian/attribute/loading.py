@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from gradian.errors import GradianError
+from gradian.run.discovery import read_adapter_config
 
 
 @dataclass
@@ -61,16 +61,6 @@ def resolve_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
-
-
-def read_adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
-    path = Path(adapter_dir) / "adapter_config.json"
-    if not path.is_file():
-        raise GradianError("no adapter_config.json", where=str(adapter_dir), fix="pass the PEFT adapter directory")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise GradianError(f"invalid JSON ({e.msg}, line {e.lineno})", where=str(path)) from e
 
 
 def check_adapter(adapter_dir: str | Path, cfg: dict[str, Any]) -> list[str]:

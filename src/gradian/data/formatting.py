@@ -34,12 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gradian.data.templates import training_chat_template
+from gradian.data.templates import END_OF_TURN_TOKENS, training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
-
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|eom_id|>")
 
 
 def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:

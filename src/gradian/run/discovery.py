@@ -60,8 +60,14 @@ def list_checkpoints(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: checkpoint_step(p) or 0)
 
 
-def read_adapter_config(path: Path) -> dict[str, Any]:
-    """adapter_config.json, checked for the keys a LoRA adapter must have."""
+def read_adapter_config(path: str | Path) -> dict[str, Any]:
+    """adapter_config.json (``path``: the file, or the adapter folder), checked for the keys a LoRA adapter must
+    have. The one reader of it: discovery, diagnose and attribute all check it the same way."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "adapter_config.json"
+    if not path.is_file():
+        raise GradianError("no adapter_config.json", where=str(path.parent), fix="pass the PEFT adapter directory")
     data = load_json_file(path)
     if not isinstance(data, dict):
         raise GradianError(

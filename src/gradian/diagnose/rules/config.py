@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from gradian.data.templates import END_OF_TURN_TOKENS
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import fmt_num, key_ev
@@ -18,7 +19,6 @@ LINEAR_FAMILIES = {
     "falcon": {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"},
     "phi": {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"},
 }
-END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>")
 FLASH_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention", "kernels", "flash")
 
 
@@ -538,7 +538,7 @@ def eos_turn_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     tok = ctx.tokenizer
     if not tmpl:
         return
-    eot = next((m for m in END_OF_TURN if m in tmpl), None)
+    eot = next((m for m in END_OF_TURN_TOKENS if m in tmpl), None)
     eos = getattr(tok, "eos_token", None)
     if eot is None or eot == eos:
         return
