@@ -50,6 +50,7 @@ from typing import Any
 import typer
 
 from gradian.errors import GradianError
+from gradian.numbers import pct
 
 SCHEMA = "gradian.verify/1"
 DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
@@ -456,7 +457,7 @@ def verify(
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100.0 * x:.0f}%"
+    return pct(x, missing="n/a")
 
 
 def print_table(result: dict[str, Any]) -> None:

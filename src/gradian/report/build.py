@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gradian.errors import GradianError
+from gradian.numbers import finite_float
 from gradian.report.clusters import MAP_POINTS, finding_train_rows, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
 from gradian.report.verdict import make_verdict
@@ -21,14 +22,6 @@ SCHEMA = "gradian.report/1"
 DERIVED_KEYS = ("clusters", "clustering", "findings", "verdict", "logs", "n_rows")
 DERIVED_EXAMPLE_KEYS = ("cluster", "findings", "text", "contributions")
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -68,7 +61,7 @@ def logs_to_dict(logs: Any) -> dict[str, Any] | None:
             continue
         d: dict[str, Any] = {"step": int(step)}
         for key in ("epoch", "loss", "eval_loss", "grad_norm", "learning_rate"):
-            v = _num(get(key))
+            v = finite_float(get(key))
             if v is not None:
                 d[key] = v
         out.append(d)
@@ -88,9 +81,9 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
 
     def parse(v: Any) -> dict[int, float]:
         if isinstance(v, Mapping):
-            return {int(k): float(s) for k, s in v.items() if _num(s) is not None}
+            return {int(k): float(s) for k, s in v.items() if finite_float(s) is not None}
         if isinstance(v, Sequence) and not isinstance(v, str):
-            return {items[i]: float(s) for i, s in enumerate(v) if i < len(items) and _num(s) is not None}
+            return {items[i]: float(s) for i, s in enumerate(v) if i < len(items) and finite_float(s) is not None}
         return {}
 
     out: dict[int, dict[int, float]] = {}
@@ -99,7 +92,9 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
         if "rows" in top and "scores" in top:
             cols = [int(i) for i in (top.get("items") or items)]
             for r, row_scores in zip(top["rows"], top["scores"], strict=False):
-                out[int(r)] = {c: float(s) for c, s in zip(cols, row_scores, strict=False) if _num(s) is not None}
+                out[int(r)] = {
+                    c: float(s) for c, s in zip(cols, row_scores, strict=False) if finite_float(s) is not None
+                }
         else:
             for r, v in top.items():
                 try:
@@ -111,7 +106,7 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
             out[int(c["index"])] = {
                 int(p["eval_index"]): float(p["score"])
                 for p in c["per_item"]
-                if isinstance(p, Mapping) and _num(p.get("score")) is not None
+                if isinstance(p, Mapping) and finite_float(p.get("score")) is not None
             }
     for e in attribution.get("examples") or []:
         if "per_item" in e and e.get("index") is not None:
@@ -171,7 +166,7 @@ def build_report(
 
     old_examples = [dict(e) for e in attribution["examples"]]
     examples = _ranked_examples(old_examples)
-    scores = {int(e["index"]): float(_num(e.get("score")) or 0.0) for e in examples}
+    scores = {int(e["index"]): float(finite_float(e.get("score")) or 0.0) for e in examples}
     texts = _train_texts(train_examples, old_examples, examples)
     eval_texts, eval_ids = texts_of(eval_examples)
 

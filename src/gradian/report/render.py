@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradian.numbers import as_float, pct
 from gradian.report import svg
 from gradian.report.svg import esc
 
@@ -24,22 +25,14 @@ TOKEN_TEXT_OPEN = 2000  # a row split by token longer than this (characters) is 
 
 
 def _f(v: Any, digits: int = 3) -> str:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
+    x = as_float(v)
+    if x is None:
         return "—"
     if not math.isfinite(x):
         return str(x)
     if x != 0 and (abs(x) >= 1e4 or abs(x) < 10 ** (-digits)):
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}f}"
-
-
-def _pct(v: Any) -> str:
-    try:
-        return f"{100.0 * float(v):.0f}%"
-    except (TypeError, ValueError):
-        return "—"
 
 
 def _shown_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -308,7 +301,7 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     if groups:
         body = "".join(
             f"<tr><td>{i}</td><td>{esc(g.get('cause', ''))}</td><td class=num>{esc(g.get('size', 0))}</td>"
-            f"<td class=num>{_pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
+            f"<td class=num>{pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
             for i, g in enumerate(groups, start=1)
         )
         parts.append(
@@ -435,8 +428,8 @@ def _clusters_html(report: Mapping[str, Any]) -> str:
             f'<tr class="{"culprit" if c["id"] in culprits else ""}">'
             f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c["id"])}</td>'
             f"<td>{esc(c.get('label') or '')}</td>"
-            f"<td class=num>{esc(c['size'])} <span class=muted>({_pct(c.get('size_share'))})</span></td>"
-            f'<td class=num>{_pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
+            f"<td class=num>{esc(c['size'])} <span class=muted>({pct(c.get('size_share'))})</span></td>"
+            f'<td class=num>{pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
             f"<td class=num>{_f(c.get('mean_harm'))}</td><td>{f_html}</td><td>{top}</td></tr>"
         )
     return (
@@ -631,7 +624,7 @@ def _md_verdict(v: Mapping[str, Any]) -> list[str]:
             _md_table(
                 ["group", "cause", "rows", "share of harm", "what the rows share"],
                 [
-                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), _pct(g.get("harm_share")),
+                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), pct(g.get("harm_share")),
                      md_escape(_group_trait(g))]
                     for i, g in enumerate(v["groups"], start=1)
                 ],
@@ -690,8 +683,8 @@ def _md_clusters(report: Mapping[str, Any]) -> list[str]:
                     [
                         f"C{c['id']}",
                         md_escape(c.get("label") or ""),
-                        f"{c['size']} ({_pct(c.get('size_share'))})",
-                        _pct(c.get("harm_share")),
+                        f"{c['size']} ({pct(c.get('size_share'))})",
+                        pct(c.get("harm_share")),
                         _f(c.get("mean_harm")),
                         "; ".join(md_escape(f["text"]) for f in c.get("findings") or []) or "none",
                         ", ".join(str(r) for r in (c.get("top_rows") or [])[:5]),

@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gradian.numbers import finite_float
+
 # Okabe-Ito, colour-blind safe; then a few extra distinct tones for up to 12 clusters.
 PALETTE = [
     "#0072B2",
@@ -337,7 +339,4 @@ def scatter(
 
 
 def _finite(v: object) -> bool:
-    try:
-        return v is not None and math.isfinite(float(v))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    return finite_float(v) is not None

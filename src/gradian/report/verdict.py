@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.regression import describe_change
+from gradian.numbers import pct as _pct  # (lead: rename the calls to pct on merge)
 from gradian.report.clusters import finding_title, finding_train_rows
 from gradian.report.culprits import CulpritPolicy, find_culprits
 
@@ -36,10 +37,6 @@ SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
     "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
 )
-
-
-def _pct(x: float) -> str:
-    return f"{100.0 * x:.0f}%"
 
 
 def _rows_word(n: int) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from gradian.data.types import FormatSettings
 from gradian.errors import GradianError
+from gradian.numbers import as_float
 from gradian.run.configs import (
     AXOLOTL_DEPRECATED,
     AXOLOTL_KEYS,
@@ -59,16 +60,10 @@ def _float(cf: ConfigFile, key: str, data: dict[str, Any] | None = None) -> Any:
     value = (cf.data if data is None else data).get(key, _MISSING)
     if value is _MISSING or value is None:
         return value
-    if isinstance(value, bool):
+    number = as_float(value)
+    if number is None:
         raise _type_error(cf, key, value, "a number", "2.0e-4")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise _type_error(cf, key, value, "a number", "2.0e-4")
+    return number
 
 
 def _int(cf: ConfigFile, key: str, data: dict[str, Any] | None = None) -> Any:
