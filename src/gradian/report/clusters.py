@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Finding
+
 MAX_K = 12
 MIN_ROWS_PER_CLUSTER = 5  # k <= n // 5
 SILHOUETTE_SAMPLE = 1000
@@ -256,27 +258,13 @@ def distinctive_terms(
 
 
 def finding_train_rows(finding: Mapping[str, Any]) -> list[int]:
-    """Training-row indices a diagnose finding flags: ``evidence.rows``, unless the evidence says the rows are eval
-    rows (``evidence.split == "eval"``)."""
-    ev = finding.get("evidence") or {}
-    if not isinstance(ev, Mapping) or str(ev.get("split", "train")).lower() == "eval":
-        return []
-    rows = ev.get("rows") or []
-    out = []
-    for r in rows:
-        try:
-            out.append(int(r))
-        except (TypeError, ValueError):
-            continue
-    return out
+    """Training-row indices a diagnose finding (a report.json dict) flags: :meth:`Finding.train_rows`."""
+    return Finding.from_dict(finding).train_rows()
 
 
 def finding_title(finding: Mapping[str, Any]) -> str:
-    """A short human name for a finding: ``message-ish name (CODE name)``."""
-    code = str(finding.get("code") or "?")
-    name = str(finding.get("name") or "")
-    human = name.replace("_", " ") if name else code
-    return f"{human} ({code} {name})".strip() if name else f"{human}"
+    """A short human name for a finding (a report.json dict): :attr:`Finding.title`."""
+    return Finding.from_dict(finding).title
 
 
 def summarize_clusters(

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradian.diagnose.types import Finding, Fix
 from gradian.numbers import as_float, pct
 from gradian.report import svg
 from gradian.report.svg import esc
@@ -485,18 +486,29 @@ def _top_rows_html(report: Mapping[str, Any]) -> str:
     )
 
 
+def _findings(report: Mapping[str, Any]) -> list[Finding]:
+    """The report's diagnose findings, typed, in the report's order."""
+    return [Finding.from_dict(f) for f in report.get("findings") or []]
+
+
+def _fix_cell(fix: Fix | None) -> str:
+    """A fix as the findings tables show it: its sentence, then the command to run when there is one."""
+    if fix is None:
+        return ""
+    return fix.sentence() + (f". Run: {fix.command}" if fix.command else "")
+
+
 def _findings_html(report: Mapping[str, Any]) -> str:
-    findings = report.get("findings") or []
+    findings = _findings(report)
     if not findings:
         return "<p>diagnose reported no findings (or was not run).</p>"
-    order = {"error": 0, "warning": 1, "info": 2}
     rows = []
-    for f in sorted(findings, key=lambda f: (order.get(str(f.get("severity")).lower(), 3), str(f.get("code")))):
+    for f in sorted(findings, key=lambda f: (-f.severity.rank, f.code)):  # errors first, by code within each
         rows.append(
-            f"<tr><td>{_sev(f.get('severity'))}</td><td><code>{esc(f.get('code', ''))}</code></td>"
-            f"<td>{esc(f.get('name', ''))}</td><td class=text>{esc(f.get('message', ''))}</td>"
-            f"<td class=text>{esc(_evidence_summary(f.get('evidence')))}</td>"
-            f"<td class=text>{esc(f.get('fix') or '')}</td></tr>"
+            f"<tr><td>{_sev(f.severity.value)}</td><td><code>{esc(f.code)}</code></td>"
+            f"<td>{esc(f.name)}</td><td class=text>{esc(f.message)}</td>"
+            f"<td class=text>{esc(_evidence_summary(f.evidence))}</td>"
+            f"<td class=text>{esc(_fix_cell(f.fix))}</td></tr>"
         )
     return (
         '<table id="findings"><thead><tr><th>severity</th><th>code</th><th>name</th><th>message</th><th>evidence</th>'
@@ -724,19 +736,19 @@ def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
 def _md_findings(report: Mapping[str, Any]) -> list[str]:
     """diagnose's setup findings."""
     lines = ["", "## Setup findings", ""]
-    findings = report.get("findings") or []
+    findings = _findings(report)
     if findings:
         lines.append(
             _md_table(
                 ["severity", "code", "name", "message", "evidence", "fix"],
                 [
                     [
-                        md_escape(f.get("severity", "")),
-                        md_escape(f.get("code", "")),
-                        md_escape(f.get("name", "")),
-                        md_escape(f.get("message", "")),
-                        md_escape(_evidence_summary(f.get("evidence"))),
-                        md_escape(f.get("fix") or ""),
+                        f.severity.value,
+                        md_escape(f.code),
+                        md_escape(f.name),
+                        md_escape(f.message),
+                        md_escape(_evidence_summary(f.evidence)),
+                        md_escape(_fix_cell(f.fix)),
                     ]
                     for f in findings
                 ],
