@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
-from gradian.report.clusters import MAP_POINTS, finding_train_rows, fit_clusters, summarize_clusters
+from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
 from gradian.report.verdict import make_verdict
 
@@ -304,11 +305,11 @@ def _annotate_examples(
 ) -> None:
     """Every example gains its cluster and finding codes; the ``top_n`` shown rows their text and contributions."""
     row_codes: dict[int, list[str]] = {}
-    for f in findings:
-        for r in finding_train_rows(f):
+    for f in map(Finding.from_dict, findings):
+        for r in f.train_rows():
             codes = row_codes.setdefault(r, [])
-            if f.get("code") not in codes:
-                codes.append(str(f.get("code")))
+            if f.code not in codes:
+                codes.append(f.code)
     for e in examples:
         i = int(e["index"])
         e["cluster"] = row_cluster.get(i)

@@ -92,13 +92,11 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if ev:
             series.append(("eval loss", [p["step"] for p in ev], [p["eval_loss"] for p in ev]))
         markers = []
-        for f in report.get("findings") or []:
-            steps = (f.get("evidence") or {}).get("steps") if isinstance(f.get("evidence"), Mapping) else None
-            for s in steps or []:
-                try:
-                    markers.append((float(s), f"{f.get('code')} {f.get('name')}: {f.get('message', '')}"))
-                except (TypeError, ValueError):
-                    continue
+        for f in _findings(report):
+            for s in f.evidence.get("steps") or []:
+                step = as_float(s)
+                if step is not None:
+                    markers.append((step, f"{f.code} {f.name}: {f.message}"))
         title = "Loss curve"
         out.append(
             ("plot-loss", "Loss curve", svg.line_chart(title, series, xlabel="step", ylabel="loss", markers=markers))
