@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gradian.diagnose.types import Finding
+from gradian.report.schema import Cluster, ClusterFinding
 
 MAX_K = 12
 MIN_ROWS_PER_CLUSTER = 5  # k <= n // 5
@@ -315,38 +316,37 @@ def summarize_clusters(
             label = " / ".join(terms) if terms else "(no distinctive terms)"
         elif labels and g in labels:
             label = labels[g]
-        cf: list[dict[str, Any]] = []
+        cf: list[ClusterFinding] = []
         for f, frows in flagged:
             hit = len(frows & member_set)
             if not hit:
                 continue
             share = hit / size if size else 0.0
             cf.append(
-                {
-                    "code": f.get("code"),
-                    "name": f.get("name"),
-                    "severity": f.get("severity"),
-                    "count": hit,
-                    "percent": round(100.0 * share, 1),
-                    "text": f"{100.0 * share:.0f}% of this cluster is flagged: {finding_title(f)}",
-                    "fix": f.get("fix"),
-                }
+                ClusterFinding(
+                    code=f.get("code"),
+                    name=f.get("name"),
+                    severity=f.get("severity"),
+                    count=hit,
+                    percent=round(100.0 * share, 1),
+                    text=f"{100.0 * share:.0f}% of this cluster is flagged: {finding_title(f)}",
+                    fix=f.get("fix"),
+                )
             )
-        cf.sort(key=lambda d: (-d["count"], str(d["code"])))
-        clusters.append(
-            {
-                "id": new_id[g],
-                "size": size,
-                "size_share": size / n if n else 0.0,
-                "harm_share": c_pos / total_pos if total_pos > 0 else 0.0,
-                "harm_total": c_pos,
-                "mean_harm": float(harm[mask].mean()) if size else 0.0,
-                "n_harmful": int((harm[mask] > 0).sum()),
-                "rows": sorted(members),
-                "top_rows": ranked[:top_rows],
-                "label": label,
-                "terms": terms,
-                "findings": cf,
-            }
+        cf.sort(key=lambda d: (-d.count, str(d.code)))
+        cluster = Cluster(
+            id=new_id[g],
+            size=size,
+            size_share=size / n if n else 0.0,
+            harm_share=c_pos / total_pos if total_pos > 0 else 0.0,
+            harm_total=c_pos,
+            mean_harm=float(harm[mask].mean()) if size else 0.0,
+            n_harmful=int((harm[mask] > 0).sum()),
+            rows=sorted(members),
+            top_rows=ranked[:top_rows],
+            label=label,
+            terms=terms,
+            findings=cf,
         )
+        clusters.append(cluster.to_dict())
     return clusters, row_cluster

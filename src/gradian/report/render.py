@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gradian.diagnose.types import Finding, Fix
 from gradian.numbers import as_float, pct
 from gradian.report import svg
+from gradian.report.schema import Cluster, Finding, Fix
 from gradian.report.svg import esc
 
 SUMMARY_CHARS = 160
@@ -126,9 +126,9 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 svg.histogram("Harm per training row", scores, xlabel="harm"),
             )
         )
-    clusters = report.get("clusters") or []
+    clusters = _clusters(report)
     if clusters:
-        cats = [f"C{c['id']}" for c in clusters]
+        cats = [f"C{c.id}" for c in clusters]
         out.append(
             (
                 "plot-cluster-harm",
@@ -137,8 +137,8 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                     "Share of harm vs share of rows, by cluster",
                     cats,
                     [
-                        ("harm share", [c.get("harm_share", 0.0) for c in clusters]),
-                        ("row share", [c.get("size_share", 0.0) for c in clusters]),
+                        ("harm share", [c.harm_share for c in clusters]),
+                        ("row share", [c.size_share for c in clusters]),
                     ],
                     ylabel="share",
                     colors=["#D55E00", "#9AA5B1"],
@@ -148,14 +148,14 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     m = (report.get("clustering") or {}).get("map") or {}
     if m.get("x"):
         ids = {int(e["index"]): e for e in report.get("examples") or []}
-        order = {int(c["id"]): i for i, c in enumerate(clusters)}
+        order = {c.id: i for i, c in enumerate(clusters)}
         pts = []
         for i, x, y, c in zip(m["index"], m["x"], m["y"], m.get("cluster") or [None] * len(m["x"]), strict=False):
             e = ids.get(int(i), {})
             tip = f"row {i}" + (f" ({e.get('id')})" if e.get("id") is not None else "")
             tip += f", cluster {c}, harm {_f(e.get('score'))}"
             pts.append((x, y, order.get(c, len(clusters)) if c is not None else len(clusters), tip))
-        names = [f"C{c['id']}" for c in clusters]
+        names = [f"C{c.id}" for c in clusters]
         out.append(
             (
                 "plot-map",
@@ -405,8 +405,12 @@ def _generations_html(report: Mapping[str, Any]) -> str:
     )
 
 
+def _clusters(report: Mapping[str, Any]) -> list[Cluster]:
+    return [Cluster.from_dict(c) for c in report.get("clusters") or []]
+
+
 def _clusters_html(report: Mapping[str, Any]) -> str:
-    clusters = report.get("clusters") or []
+    clusters = _clusters(report)
     how = (report.get("clustering") or {}).get("how", "")
     if not clusters:
         return f"<p>{esc(how or 'No clusters.')}</p>"
@@ -414,22 +418,19 @@ def _clusters_html(report: Mapping[str, Any]) -> str:
     ids = {int(e["index"]): e.get("id") for e in report.get("examples") or []}
     rows = []
     for i, c in enumerate(clusters):
-        f_html = (
-            "".join(f"<div>{esc(f['text'])}</div>" for f in c.get("findings") or [])
-            or '<span class="muted">none</span>'
-        )
+        f_html = "".join(f"<div>{esc(f.text)}</div>" for f in c.findings) or '<span class="muted">none</span>'
         top = ", ".join(
             esc(r) + (f" <span class=muted>({esc(ids[r])})</span>" if ids.get(r) is not None else "")
-            for r in (c.get("top_rows") or [])[:5]
+            for r in c.top_rows[:5]
         )
-        share = max(0.0, min(1.0, float(c.get("harm_share", 0.0))))
+        share = max(0.0, min(1.0, c.harm_share))
         rows.append(
-            f'<tr class="{"culprit" if c["id"] in culprits else ""}">'
-            f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c["id"])}</td>'
-            f"<td>{esc(c.get('label') or '')}</td>"
-            f"<td class=num>{esc(c['size'])} <span class=muted>({pct(c.get('size_share'))})</span></td>"
+            f'<tr class="{"culprit" if c.id in culprits else ""}">'
+            f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c.id)}</td>'
+            f"<td>{esc(c.label)}</td>"
+            f"<td class=num>{esc(c.size)} <span class=muted>({pct(c.size_share)})</span></td>"
             f'<td class=num>{pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
-            f"<td class=num>{_f(c.get('mean_harm'))}</td><td>{f_html}</td><td>{top}</td></tr>"
+            f"<td class=num>{_f(c.mean_harm)}</td><td>{f_html}</td><td>{top}</td></tr>"
         )
     return (
         f'<p class="sub">{esc(how)}.</p>'
@@ -683,7 +684,7 @@ def _md_regressed(report: Mapping[str, Any]) -> list[str]:
 def _md_clusters(report: Mapping[str, Any]) -> list[str]:
     """How the rows were clustered, and one table line per cluster."""
     lines = ["", "## Clusters", ""]
-    clusters = report.get("clusters") or []
+    clusters = _clusters(report)
     lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
     if clusters:
         lines.append(
@@ -691,13 +692,13 @@ def _md_clusters(report: Mapping[str, Any]) -> list[str]:
                 ["cluster", "label", "rows", "share of harm", "mean harm", "findings", "top rows"],
                 [
                     [
-                        f"C{c['id']}",
-                        md_escape(c.get("label") or ""),
-                        f"{c['size']} ({pct(c.get('size_share'))})",
-                        pct(c.get("harm_share")),
-                        _f(c.get("mean_harm")),
-                        "; ".join(md_escape(f["text"]) for f in c.get("findings") or []) or "none",
-                        ", ".join(str(r) for r in (c.get("top_rows") or [])[:5]),
+                        f"C{c.id}",
+                        md_escape(c.label),
+                        f"{c.size} ({pct(c.size_share)})",
+                        pct(c.harm_share),
+                        _f(c.mean_harm),
+                        "; ".join(md_escape(f.text) for f in c.findings) or "none",
+                        ", ".join(str(r) for r in c.top_rows[:5]),
                     ]
                     for c in clusters
                 ],
