@@ -257,3 +257,12 @@ def test_findings_tables_show_the_fix_as_a_sentence():
     assert want.replace("_", "\\_") in md
     assert want in html
     assert "{'text'" not in md and "{&#x27;text" not in html and "{'text" not in html
+
+
+def test_saved_clusters_read_back_as_typed_clusters(report):
+    """report.json's clusters are exactly Cluster.to_dict(): reading them back loses nothing."""
+    from gradian.report.schema import Cluster
+
+    saved = json.loads(json.dumps(report["clusters"]))
+    assert saved and all(Cluster.from_dict(c).to_dict() == c for c in saved)
+    assert any(c["findings"] for c in saved)  # the per-cluster findings round-trip too
