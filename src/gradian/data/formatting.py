@@ -329,128 +329,112 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     string_notes = []
     if assistant_only and (pc_idx or text_idx):
         string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
-    eos = _StringEos(settings, tokenizer.eos_token)
+    strings = _StringRows(tokenizer, settings, end_ids, string_notes)
     if pc_idx:
-        rows = [examples[i] for i in pc_idx]
-        for i, fx in zip(
-            pc_idx, _format_prompt_completion(rows, tokenizer, settings, end_ids, eos, string_notes), strict=True
-        ):
+        for i, fx in zip(pc_idx, strings.prompt_completion([examples[i] for i in pc_idx]), strict=True):
             results[i] = fx
     if text_idx:
-        rows = [examples[i] for i in text_idx]
-        for i, fx in zip(text_idx, _format_text(rows, tokenizer, settings, end_ids, eos, string_notes), strict=True):
+        for i, fx in zip(text_idx, strings.text([examples[i] for i in text_idx]), strict=True):
             results[i] = fx
     return [r for r in results if r is not None]
 
 
 @dataclass
-class _StringEos:
-    """Whether (and why) EOS is appended to a string row, as TRL >= 0.16 does."""
+class _StringRows:
+    """Formats string rows (prompt/completion and text) as TRL does, EOS included (appended by TRL >= 0.16)."""
 
+    tokenizer: Any
     settings: FormatSettings
-    eos: str | None
+    end_ids: set[int]
+    notes: list[str]  # decisions every string row shares
 
-    def append(self, s: str) -> tuple[str, bool]:
+    def __post_init__(self) -> None:
+        self.eos: str | None = self.tokenizer.eos_token
+
+    def prompt_completion(self, rows: Sequence[Example]) -> list[FormattedExample]:
+        """The completion starts where the tokens of prompt and of prompt+completion part (TRL)."""
+        prompts = [ex.prompt or "" for ex in rows]
+        completions = [self._with_eos(ex.completion or "") for ex in rows]
+        p_ids = _encode_texts(self.tokenizer, prompts)
+        f_ids = _encode_texts(self.tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
+        completion_only = self.settings.mask != "full"
+        mask_note = (
+            "loss on the completion only (TRL completion_only_loss)"
+            if completion_only
+            else "loss on every token (completion_only_loss off)"
+        )
+        out = []
+        for k, ex in enumerate(rows):
+            pids, ids = p_ids[k], f_ids[k]
+            appended = completions[k][1]
+            n_p = common_prefix_length(pids, ids)
+            mismatch = n_p < len(pids)
+            decisions = []
+            src = _source_decision(ex)
+            if src:
+                decisions.append(src)
+            decisions += [mask_note, *self.notes, self._eos_decision(appended, "completion")]
+            if mismatch:
+                decisions.append(
+                    f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
+                    f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
+                )
+            mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
+            out.append(self._finalize(ex, ids, mask, decisions, appended, prefix_mismatch=mismatch))
+        return out
+
+    def text(self, rows: Sequence[Example]) -> list[FormattedExample]:
+        """Loss on every token."""
+        texts = [self._with_eos(ex.text or "") for ex in rows]
+        t_ids = _encode_texts(self.tokenizer, [t for t, _ in texts])
+        out = []
+        for k, ex in enumerate(rows):
+            appended = texts[k][1]
+            decisions = ["text row: loss on every token", *self.notes, self._eos_decision(appended, "text")]
+            ids = t_ids[k]
+            out.append(self._finalize(ex, ids, [True] * len(ids), decisions, appended))
+        return out
+
+    def _finalize(
+        self,
+        ex: Example,
+        ids: list[int],
+        mask: list[bool],
+        decisions: list[str],
+        eos_appended: bool,
+        prefix_mismatch: bool = False,
+    ) -> FormattedExample:
+        return _finalize(
+            ex,
+            ids,
+            mask,
+            self.settings,
+            decisions,
+            end_ids=self.end_ids,
+            bos_id=self.tokenizer.bos_token_id,
+            chat=False,
+            eos_appended=eos_appended,
+            prefix_mismatch=prefix_mismatch,
+        )
+
+    def _with_eos(self, s: str) -> tuple[str, bool]:
         """``s`` with EOS appended when the settings want it and it is not there yet; and whether it was."""
-        if self.settings.add_eos and self.eos and not s.endswith(self.eos):
-            return s + self.eos, True
+        eos = self.eos
+        if self.settings.add_eos and eos and not s.endswith(eos):
+            return s + eos, True
         return s, False
 
-    def decision(self, appended: bool, what: str) -> str:
+    def _eos_decision(self, appended: bool, what: str) -> str:
         """The decision line for one row's EOS."""
+        eos = self.eos
         if appended:
-            return f"EOS {self.eos!r} appended to the {what} (TRL >= 0.16)"
-        if self.settings.add_eos and self.eos is None:
+            return f"EOS {eos!r} appended to the {what} (TRL >= 0.16)"
+        if self.settings.add_eos and eos is None:
             return "the tokenizer has no EOS token; none appended"
         if not self.settings.add_eos:
             why = self.settings.sources.get("add_eos")
             return f"no EOS appended ({why})" if why else "no EOS appended (add_eos off)"
         return f"the {what} already ends with EOS"
-
-
-def _format_prompt_completion(
-    rows: Sequence[Example],
-    tokenizer: Any,
-    settings: FormatSettings,
-    end_ids: set[int],
-    eos: _StringEos,
-    string_notes: list[str],
-) -> list[FormattedExample]:
-    """Prompt/completion rows: the completion starts where the tokens of prompt and prompt+completion part (TRL)."""
-    prompts = [ex.prompt or "" for ex in rows]
-    completions = [eos.append(ex.completion or "") for ex in rows]
-    p_ids = _encode_texts(tokenizer, prompts)
-    f_ids = _encode_texts(tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
-    completion_only = settings.mask != "full"
-    mask_note = (
-        "loss on the completion only (TRL completion_only_loss)"
-        if completion_only
-        else "loss on every token (completion_only_loss off)"
-    )
-    out = []
-    for k, ex in enumerate(rows):
-        pids, ids = p_ids[k], f_ids[k]
-        appended = completions[k][1]
-        n_p = common_prefix_length(pids, ids)
-        mismatch = n_p < len(pids)
-        decisions = []
-        src = _source_decision(ex)
-        if src:
-            decisions.append(src)
-        decisions += [mask_note, *string_notes, eos.decision(appended, "completion")]
-        if mismatch:
-            decisions.append(
-                f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
-                f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
-            )
-        mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
-        out.append(
-            _finalize(
-                ex,
-                ids,
-                mask,
-                settings,
-                decisions,
-                end_ids=end_ids,
-                bos_id=tokenizer.bos_token_id,
-                chat=False,
-                eos_appended=appended,
-                prefix_mismatch=mismatch,
-            )
-        )
-    return out
-
-
-def _format_text(
-    rows: Sequence[Example],
-    tokenizer: Any,
-    settings: FormatSettings,
-    end_ids: set[int],
-    eos: _StringEos,
-    string_notes: list[str],
-) -> list[FormattedExample]:
-    """Text rows: loss on every token."""
-    texts = [eos.append(ex.text or "") for ex in rows]
-    t_ids = _encode_texts(tokenizer, [t for t, _ in texts])
-    out = []
-    for k, ex in enumerate(rows):
-        appended = texts[k][1]
-        decisions = ["text row: loss on every token", *string_notes, eos.decision(appended, "text")]
-        ids = t_ids[k]
-        out.append(
-            _finalize(
-                ex,
-                ids,
-                [True] * len(ids),
-                settings,
-                decisions,
-                end_ids=end_ids,
-                bos_id=tokenizer.bos_token_id,
-                chat=False,
-                eos_appended=appended,
-            )
-        )
-    return out
 
 
 def format_example(ex: Example, tokenizer: Any, settings: FormatSettings | None = None) -> FormattedExample:
