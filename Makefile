@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUT ?= gradian-out
 
-.PHONY: demo test lint install clean
+.PHONY: demo test typecheck lint install clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,14 @@ install: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/gradian demo --out $(OUT)
 
+# The type checker first (config in pyproject.toml), then the fast tier, then the slow one.
 test: $(BIN)/.installed
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -m "not slow"
 	$(BIN)/python -m pytest -m slow
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench examples

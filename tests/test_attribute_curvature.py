@@ -16,7 +16,8 @@ import helpers  # noqa: E402
 from gradian.attribute import curvature as cv  # noqa: E402
 from gradian.attribute.collector import find_lora_blocks  # noqa: E402
 from gradian.attribute.engine import gradient_pass  # noqa: E402
-from gradian.attribute.scores import Stats, harm_scores, precondition  # noqa: E402
+from gradian.attribute.scores import Stats, ekfac_eigenvalues, harm_scores, precondition  # noqa: E402
+from gradian.attribute.source import as_source  # noqa: E402
 
 F64 = torch.float64
 
@@ -48,7 +49,7 @@ def test_kfac_and_ekfac_equal_dense_kronecker_computation():
     assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
     # EK-FAC: eigenvalues = diag(Q^T F Q) with F the dense empirical Fisher, then the same Q-basis inverse
     F = G.reshape(n, -1).T @ G.reshape(n, -1) / n
-    lam_e = cv.ekfac_eigenvalues(G, QS, QA)
+    lam_e = ekfac_eigenvalues(as_source({"b": G}), {"b": (QS, QA)})["b"]
     assert torch.allclose(lam_e.reshape(-1), torch.diagonal(Q.T @ F @ Q), rtol=1e-10)
     d = cv.default_damping(lam_e)
     assert d == pytest.approx(0.1 * float(torch.trace(F)) / P)  # same number as the dense Fisher's mean eigenvalue

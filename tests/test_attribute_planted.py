@@ -140,7 +140,8 @@ def test_no_regression_is_said_plainly(planted, tmp_path):
 
 
 def test_pickle_adapter_and_dora_refused(planted, tmp_path):
-    from gradian.attribute.loading import check_adapter, read_adapter_config
+    from gradian.attribute.loading import check_adapter
+    from gradian.run import read_adapter_config
 
     bad = tmp_path / "adapter"
     shutil.copytree(planted["adapter"], bad)

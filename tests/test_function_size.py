@@ -8,15 +8,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "gradian"
 MAX_LINES, MAX_PARAMS = 100, 12
-# Still over a limit, being split on another branch (issue #17): remove an entry once its function fits.
-KNOWN = {
-    "attribute/scores.py:gradient_embedding",
-    "data/formatting.py:_format_all",
-    "report/build.py:build_report",
-    "report/render.py:render_markdown",
-    "report/verdict.py:make_verdict",
-    "run/discovery.py:discover",
-}
 
 
 def _oversized() -> dict[str, str]:
@@ -35,9 +26,4 @@ def _oversized() -> dict[str, str]:
 
 
 def test_no_function_over_the_limits():
-    over = {k: v for k, v in _oversized().items() if k not in KNOWN}
-    assert over == {}, over
-
-
-def test_the_known_list_has_no_stale_entry():
-    assert KNOWN <= set(_oversized()), sorted(KNOWN - set(_oversized()))
+    assert _oversized() == {}

@@ -230,3 +230,39 @@ def test_attribute_contributions_feed_per_item_column():
         ],
     }
     assert per_item_contributions(attribution) == {0: {3: 1.5, 7: 0.5}}
+
+
+def test_findings_tables_show_the_fix_as_a_sentence():
+    """diagnose writes a fix as {"text", "key", "value", "command"}: both tables show its sentence and the command,
+    never the dict; a finding read back from report.json is the finding diagnose wrote."""
+    from gradian.diagnose.types import Finding, Fix, Severity
+
+    finding = Finding(
+        "D106",
+        "truncation",
+        Severity.ERROR,
+        "36 row(s) exceed the max length 128",
+        evidence={"rows": [0, 3], "split": "train"},
+        fix=Fix(text="Raise max_length.", key="max_length", value=239, command="gradian-droprows train.jsonl"),
+        cause="mechanical",
+    )
+    saved = json.loads(json.dumps(finding.to_dict()))
+    assert Finding.from_dict(saved) == finding
+    assert Finding.from_dict(saved).train_rows() == [0, 3]
+    assert Finding.from_dict({**saved, "evidence": {"rows": [1], "split": "eval"}}).train_rows() == []
+    report = {"findings": [saved]}
+    md = render_markdown(report)
+    html = render_html(report)
+    want = "Raise max_length (set max_length to 239). Run: gradian-droprows train.jsonl"
+    assert want.replace("_", "\\_") in md
+    assert want in html
+    assert "{'text'" not in md and "{&#x27;text" not in html and "{'text" not in html
+
+
+def test_saved_clusters_read_back_as_typed_clusters(report):
+    """report.json's clusters are exactly Cluster.to_dict(): reading them back loses nothing."""
+    from gradian.report.schema import Cluster
+
+    saved = json.loads(json.dumps(report["clusters"]))
+    assert saved and all(Cluster.from_dict(c).to_dict() == c for c in saved)
+    assert any(c["findings"] for c in saved)  # the per-cluster findings round-trip too

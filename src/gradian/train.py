@@ -471,7 +471,7 @@ def _peft_model(base: str, cfg: TrainOptions) -> Any:
     model = load_base_model(base, torch.float32)
     lora = LoraConfig(
         r=cfg.r,
-        lora_alpha=cfg.alpha,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # peft types it int; a float alpha works (scale alpha / r)
         lora_dropout=cfg.dropout,
         target_modules=_resolve_targets(model, cfg.target_modules),
         use_rslora=cfg.use_rslora,

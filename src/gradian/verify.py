@@ -51,6 +51,7 @@ from typing import Any
 import typer
 
 from gradian.errors import GradianError
+from gradian.numbers import pct
 from gradian.options import AttributeOptions, VerifyOptions, report_options
 from gradian.options.base import split_kwargs
 from gradian.options.cli import options_command
@@ -140,7 +141,7 @@ def training_config(adapter_dir: str | Path, base: str | None = None) -> tuple[d
     from gradian.run import discover, load_setup
 
     setup = load_setup(discover(adapter_dir, base=base))
-    cfg: dict[str, Any] = {}
+    cfg = {}
     for src, dst in _SETUP_KEYS.items():
         value = getattr(setup, src, None)
         if value is not None:
@@ -390,7 +391,7 @@ def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: boo
     """Measure the original adapter, then re-train and measure each planned run."""
     from gradian.train import train_lora
 
-    measure_kw = {"device": opts.device, "dtype": opts.dtype}
+    measure_kw: dict[str, Any] = {"device": opts.device, "dtype": opts.dtype}
     timings: dict[str, float] = {}
     t = time.time()
     ft_nll, base_nll = measure(plan.base, plan.adapter, plan.report, with_base=True, **measure_kw)
@@ -522,7 +523,7 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100.0 * x:.0f}%"
+    return pct(x, missing="n/a")
 
 
 def print_table(result: dict[str, Any]) -> None:

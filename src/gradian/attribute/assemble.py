@@ -148,8 +148,8 @@ def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence
     try:
         direction = tokens.lifted_direction(ctx.model, ctx.blocks, xq)
         harms = tokens.token_harm(ctx.model, direction, fxs, ctx.pad_id, ctx.options.batch_size)
-    except (RuntimeError, NotImplementedError) as e:  # e.g. an attention kernel without a forward-mode derivative
-        notes.append(f"token harm not computed: {str(e).splitlines()[0][:200]}")
+    except (RuntimeError, NotImplementedError) as err:  # e.g. an attention kernel without a forward-mode derivative
+        notes.append(f"token harm not computed: {str(err).splitlines()[0][:200]}")
         return None
     for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
         if ctx.options.method == "cosine" and h.sum() != 0:  # the row's normalisation: a factor shared by its tokens

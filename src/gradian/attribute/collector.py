@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -67,7 +68,7 @@ def find_lora_blocks(model: nn.Module, adapter_name: str = "default") -> list[Bl
     for name, mod in model.named_modules():
         lora_A = getattr(mod, "lora_A", None)
         lora_B = getattr(mod, "lora_B", None)
-        if not isinstance(lora_A, nn.ModuleDict) or adapter_name not in lora_A:
+        if not isinstance(lora_A, nn.ModuleDict) or not isinstance(lora_B, nn.ModuleDict) or adapter_name not in lora_A:
             continue
         variants = getattr(mod, "lora_variant", {}) or {}
         magnitude = getattr(mod, "lora_magnitude_vector", None)
@@ -218,10 +219,11 @@ class GradientCollector:
         groups: dict[tuple, list[list[int]]] = {}
         for js in units.values():
             b, a, o = calls[js[0]]
-            key = (b.kind, tuple(a.shape), tuple(o.shape), a.dtype, b.proj is not None and tuple(b.proj.shape), len(js))
+            shape_key = (b.kind, tuple(a.shape), tuple(o.shape), a.dtype, b.proj is not None and tuple(b.proj.shape))
+            group_key: tuple[Any, ...] = (*shape_key, len(js))
             if a.numel() + o.numel() * len(js) > STACK_NUMEL:
-                key = (*key, js[0])
-            groups.setdefault(key, []).append(js)
+                group_key = (*group_key, js[0])
+            groups.setdefault(group_key, []).append(js)
         result: dict[str, torch.Tensor] = {}
         self.rows_finite = torch.ones(B, dtype=torch.bool, device=m.device)
         self._stats_ok = torch.ones((), dtype=torch.bool, device=m.device)

@@ -67,14 +67,6 @@ def unrotate(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor) -> torch.Tenso
     return QS @ G @ QA.T
 
 
-def ekfac_eigenvalues(G: torch.Tensor, QS: torch.Tensor, QA: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """EK-FAC corrected eigenvalues ``mean_i (QS^T G_i QA)^2`` (out, in) from per-example gradients (N, out, in)."""
-    total = torch.zeros(QS.shape[0], QA.shape[0], dtype=F64, device=QS.device)
-    for s in range(0, G.shape[0], chunk):
-        total += rotate(G[s : s + chunk].to(QS.device), QS, QA).pow(2).sum(0)
-    return total / max(G.shape[0], 1)
-
-
 def kfac_eigenvalues(lam_S: torch.Tensor, lam_A: torch.Tensor) -> torch.Tensor:
     """K-FAC eigenvalues of ``kron(S, A)`` arranged as (out, in)."""
     return torch.outer(lam_S.to(F64), lam_A.to(F64))

@@ -10,13 +10,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradian.attribute.core import run_attribution
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.dist import Dist
 from gradian.errors import GradianError
 from gradian.options import AttributeOptions, RunInputs
+
+if TYPE_CHECKING:
+    from gradian.run.checkpoints import CheckpointChoice
 
 
 @dataclass
@@ -111,7 +114,8 @@ def _checked_inputs(ins: RunInputs, opts: AttributeOptions, loaded: Any) -> tupl
         )
     if opts.max_length is not None:
         fs = dataclasses.replace(fs, max_length=opts.max_length)
-    choices, ck_notes = [], []
+    choices: list[CheckpointChoice] = []
+    ck_notes: list[str] = []
     if opts.checkpoints and opts.checkpoints != "last":  # checked before the model loads: a bad spec fails in a second
         from gradian.run.checkpoints import select_checkpoints
 

@@ -15,6 +15,7 @@ whole batches, so any number of torchrun ranks draws the same labels for a row.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -43,8 +44,16 @@ def _generator(device: torch.device, seed: int, row: int) -> torch.Generator:
     return gen
 
 
+class Rows(Protocol):
+    """Training rows read by position: a list, rows on disk, or a view of some of them."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> Any: ...
+
+
 def _sampled_batches(
-    model, blocks: Sequence[Block], fxs: Sequence, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
+    model, blocks: Sequence[Block], fxs: Rows, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
 ) -> Iterator[tuple[dict[str, torch.Tensor], GradientCollector]]:
     """Per-example gradients (CPU) of each batch at sampled labels; ``offsets``: each row's training-row position."""
     dev = _model_device(model)
@@ -60,6 +69,21 @@ def _sampled_batches(
             yield {k: v.cpu() for k, v in grads.items()}, col
 
 
+class _Kept:
+    """The chunks of one pass, kept while they fit ``limit`` bytes in all; ``chunks`` is None once they do not."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.size = limit, 0
+        self.chunks: list[dict[str, torch.Tensor]] | None = []
+
+    def add(self, g: dict[str, torch.Tensor]) -> None:
+        self.size += sum(v.numel() * v.element_size() for v in g.values())
+        if self.chunks is not None and self.size <= self.limit:
+            self.chunks.append(g)
+        else:
+            self.chunks = None
+
+
 class SampledSource(GradSource):
     """This rank's training rows' gradients at labels sampled from the model, computed as they are read (cached when
     they fit ``cache_bytes``). ``positions``: the training-row positions of ``fxs``' rows."""
@@ -68,7 +92,7 @@ class SampledSource(GradSource):
         self,
         model,
         blocks: Sequence[Block],
-        fxs: Sequence,
+        fxs: Rows,
         positions: torch.Tensor,
         pad_id: int,
         batch_size: int,
@@ -90,30 +114,24 @@ class SampledSource(GradSource):
                 yield off, g
                 off += next(iter(g.values())).shape[0]
             return
-        keep: list[dict[str, torch.Tensor]] = []
-        size = 0
+        keep = _Kept(self.cache_bytes)
         off = 0
         pos = self.positions.tolist()
         for g, _ in _sampled_batches(
             self.model, self.blocks, self.fxs, self.pad_id, self.batch_size, self.seed, pos, False
         ):
             n = next(iter(g.values())).shape[0]
-            size += sum(v.numel() * v.element_size() for v in g.values())
-            if keep is not None and size <= self.cache_bytes:
-                keep.append(g)
-            else:
-                keep = None  # type: ignore[assignment]
+            keep.add(g)
             yield off, g
             off += n
-        if keep is not None and off == self.n_local:
-            self._cache = keep
+        if keep.chunks is not None and off == self.n_local:
+            self._cache = keep.chunks
 
     def stats(self) -> Stats:
         """K-FAC covariance sums at sampled labels over this rank's rows (one forward+backward; rows kept for
         :meth:`chunks` when they fit the cache)."""
         st = Stats.empty()
-        keep: list[dict[str, torch.Tensor]] | None = []
-        size = 0
+        keep = _Kept(self.cache_bytes)
         pos = self.positions.tolist()
         for g, col in _sampled_batches(
             self.model, self.blocks, self.fxs, self.pad_id, self.batch_size, self.seed, pos, True
@@ -124,11 +142,7 @@ class SampledSource(GradSource):
             col.S.clear()
             col.n_tokens = 0
             col.n_examples = 0
-            size += sum(v.numel() * v.element_size() for v in g.values())
-            if keep is not None and size <= self.cache_bytes:
-                keep.append(g)
-            else:
-                keep = None
-        if keep is not None:
-            self._cache = keep
+            keep.add(g)
+        if keep.chunks is not None:
+            self._cache = keep.chunks
         return st

@@ -231,9 +231,8 @@ def side_by_side(
     out: list[dict[str, str] | None] = [None] * len(fxs)
     if not keep:
         return out
-    kw = {"max_new_tokens": max_new_tokens, "batch_size": batch_size}
-    base = generate(model, tokenizer, prompts, adapter=False, **kw)
-    tuned = generate(model, tokenizer, prompts, adapter=True, **kw)
+    base = generate(model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size)
     for i, p, b, t in zip(keep, prompts, base, tuned, strict=True):
         out[i] = {"base": continuation_text(tokenizer, p, b[0]), "finetuned": continuation_text(tokenizer, p, t[0])}
     return out

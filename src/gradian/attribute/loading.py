@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from gradian.errors import GradianError
+from gradian.run.discovery import read_adapter_config
 
 
 @dataclass
@@ -61,16 +61,6 @@ def resolve_dtype(device: torch.device, dtype: str | None = None) -> torch.dtype
     if device.type == "cuda" and torch.cuda.is_bf16_supported():
         return torch.bfloat16
     return torch.float32
-
-
-def read_adapter_config(adapter_dir: str | Path) -> dict[str, Any]:
-    path = Path(adapter_dir) / "adapter_config.json"
-    if not path.is_file():
-        raise GradianError("no adapter_config.json", where=str(adapter_dir), fix="pass the PEFT adapter directory")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise GradianError(f"invalid JSON ({e.msg}, line {e.lineno})", where=str(path)) from e
 
 
 def check_adapter(adapter_dir: str | Path, cfg: dict[str, Any]) -> list[str]:
@@ -249,19 +239,13 @@ def check_vocab(tokenizer: Any, model: Any, tokenizer_from: str | Path, base: st
 
 
 def _load_tokenizer(first: str | Path, base: str, trust_remote_code: bool) -> Any:
-    try:
-        from gradian.data import load_tokenizer  # the shared loader, when present
-    except ImportError:
-        load_tokenizer = None
-    from transformers import AutoTokenizer
+    from gradian.data import load_tokenizer
 
     for src in (first, base):
         if Path(str(src)).is_dir() and not any(Path(str(src)).glob("tokenizer*")):
             continue
         try:
-            if load_tokenizer is not None:
-                return load_tokenizer(src)
-            return AutoTokenizer.from_pretrained(str(src), trust_remote_code=trust_remote_code)
+            return load_tokenizer(src, trust_remote_code=trust_remote_code)
         except (OSError, ValueError):
             continue
     raise GradianError("no tokenizer found in the adapter or base dir", where=str(first), fix="pass --tokenizer")

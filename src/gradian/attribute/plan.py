@@ -229,11 +229,11 @@ class MemoryPlan:
                 f"exact's {self.n_rows:,} x {self.n_rows:,} kernel and gradients {human_bytes(self.exact_bytes)}"
             )
         if self.on_gpu and self.device_free is not None and self.device_bytes > USABLE * self.device_free:
-            what = ", ".join([*parts, f"scoring {human_bytes(self.scoring_bytes - self.scoring_host_bytes)}"])
+            on_device = ", ".join([*parts, f"scoring {human_bytes(self.scoring_bytes - self.scoring_host_bytes)}"])
             out.append(
                 (
                     self.device,
-                    f"scoring needs {human_bytes(self.device_bytes)} on {self.device} ({what}) but only "
+                    f"scoring needs {human_bytes(self.device_bytes)} on {self.device} ({on_device}) but only "
                     f"{human_bytes(self.device_free)} is free ({cap})",
                 )
             )

@@ -85,7 +85,7 @@ class RegressionCall:
         """Items rose past the floors, but none beyond the drift."""
         return self.rose > 0 and not bool(self.regressed.any())
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    def to_dict(self) -> dict[str, float | int | str | None]:
         return {
             "drift": None if self.drift is None else float(self.drift),
             "cutoff": float(self.cutoff),

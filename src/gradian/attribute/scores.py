@@ -281,6 +281,9 @@ def harm_scores(
     return -dots.cpu()
 
 
+_EMBED_DT = cv.F64  # fp32 is 3x faster here but flips the silhouette choice of k on the bundled example
+
+
 def gradient_embedding(
     method: str,
     G: GradSource | dict[str, torch.Tensor],
@@ -316,12 +319,11 @@ def gradient_embedding(
     N = src.n_global
     dim = max(1, min(dim, N - 1))
     k = min(N, dim + 10)
-    gen = torch.Generator().manual_seed(seed)
-    dt = cv.F64  # fp32 is 3x faster here but flips the silhouette choice of k on the bundled example
     eigen = method in ("ekfac", "kfac") and stats is not None
     eig = dict(eig or {}) if eigen else {}
     if not (eigen and rotated is not None and set(rotated.at) == set(names) and set(names) <= set(eig)):
         rotated = None
+    R: torch.Tensor | None
     if rotated is not None:
         at, F, R = rotated.at, rotated.rows.shape[1], rotated.rows
     else:
@@ -329,40 +331,79 @@ def gradient_embedding(
         R = None
     bases: Bases = {}  # the eigenbases raw rows are not in: applied to the (F, k) side of the products instead
     w = None
-    if eigen:
-        todo = {n: _factors(stats, n, device) for n in names if n not in eig}
-        bases_todo = {n: f[:2] for n, f in todo.items()}  # one pass for every block precondition did not cover
-        refit = ekfac_eigenvalues(src, bases_todo, device) if method == "ekfac" and todo else {}
-        for n, (QS, QA, lam_S, lam_A) in todo.items():
-            lam = refit[n] if method == "ekfac" else cv.kfac_eigenvalues(lam_S, lam_A)
-            eig[n] = (QS, QA, lam, cv.default_damping(lam, damping_factor))
-        w = torch.ones(F, dtype=dt, device=device)
-        for n in names:
-            QS, QA, lam, d = eig[n]
-            off, o, i = at[n]
-            w[off : off + o * i] = (lam + d).rsqrt().reshape(-1).to(device, dt)
-            if rotated is None:
-                bases[n] = (QS.to(device, dt), QA.to(device, dt))
+    if eigen and stats is not None:
+        w = _whitening(method, src, stats, eig, at, F, damping_factor, device)
+        if rotated is None:
+            bases = {n: (eig[n][0].to(device, _EMBED_DT), eig[n][1].to(device, _EMBED_DT)) for n in names}
     if R is None and src.n_local * F * 8 <= cache_bytes:
-        R = torch.empty(src.n_local, F, dtype=dt, device=device)
+        R = torch.empty(src.n_local, F, dtype=_EMBED_DT, device=device)
         for s, blocks in src.chunks():
             _fill(R[s : s + next(iter(blocks.values())).shape[0]], blocks, at)
+    rows = _EmbeddingRows(src, R, F, at, device)
+    del R  # rows holds the cache, and drops it once the last pass is done
+    V, k = _top_directions(rows, bases, w, k, seed, power_iters)
+    return _principal_components(rows, V, k, bases, w, dim)
 
-    def rows() -> Iterator[tuple[int, torch.Tensor]]:
+
+def _whitening(
+    method: str,
+    src: GradSource,
+    stats: Stats,
+    eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]],
+    at: Layout,
+    F: int,
+    damping_factor: float,
+    device: torch.device | str,
+) -> torch.Tensor:
+    """``w = (Lambda + damping)^-1/2`` per coordinate (F,); completes ``eig`` with the blocks it lacks (one pass)."""
+    names = src.names
+    todo = {n: _factors(stats, n, device) for n in names if n not in eig}
+    bases_todo = {n: f[:2] for n, f in todo.items()}  # one pass for every block precondition did not cover
+    refit = ekfac_eigenvalues(src, bases_todo, device) if method == "ekfac" and todo else {}
+    for n, (QS, QA, lam_S, lam_A) in todo.items():
+        lam = refit[n] if method == "ekfac" else cv.kfac_eigenvalues(lam_S, lam_A)
+        eig[n] = (QS, QA, lam, cv.default_damping(lam, damping_factor))
+    w = torch.ones(F, dtype=_EMBED_DT, device=device)
+    for n in names:
+        _, _, lam, d = eig[n]
+        off, o, i = at[n]
+        w[off : off + o * i] = (lam + d).rsqrt().reshape(-1).to(device, _EMBED_DT)
+    return w
+
+
+@dataclass
+class _EmbeddingRows:
+    """The training rows (n, F) fp64 in the layout ``at``: the cached ``R``, else read chunk by chunk."""
+
+    src: GradSource
+    R: torch.Tensor | None
+    F: int
+    at: Layout
+    device: torch.device | str
+
+    def __call__(self) -> Iterator[tuple[int, torch.Tensor]]:
         """(offset, rows (n, F) fp64) of every chunk: ``R``, else each chunk converted into one reused buffer."""
-        if R is not None:
-            yield 0, R
+        if self.R is not None:
+            yield 0, self.R
             return
-        buf = torch.empty(0, F, dtype=dt, device=device)
-        for s, blocks in src.chunks():
+        buf = torch.empty(0, self.F, dtype=_EMBED_DT, device=self.device)
+        for s, blocks in self.src.chunks():
             n = next(iter(blocks.values())).shape[0]
             if buf.shape[0] < n:
-                buf = torch.empty(n, F, dtype=dt, device=device)
-            _fill(buf[:n], blocks, at)
+                buf = torch.empty(n, self.F, dtype=_EMBED_DT, device=self.device)
+            _fill(buf[:n], blocks, self.at)
             yield s, buf[:n]
 
+
+def _top_directions(
+    rows: _EmbeddingRows, bases: Bases, w: torch.Tensor | None, k: int, seed: int, power_iters: int
+) -> tuple[torch.Tensor, int]:
+    """Randomized subspace iteration on the whitened rows ``X``: ``V <- orth(X^T X V)`` from a seeded start,
+    ``power_iters`` times; returns ``V`` (F, padded k) and ``k`` (fewer when the adapter has fewer parameters)."""
+    src, at, F, device, dt = rows.src, rows.at, rows.F, rows.device, _EMBED_DT
+    gen = torch.Generator().manual_seed(seed)
     V = torch.zeros(F, _padded(k), dtype=dt, device=device)  # zero padding columns: faster products
-    for n in names:
+    for n in src.names:
         off, o, i = at[n]
         V[off : off + o * i, :k] = torch.randn(o * i, k, generator=gen, dtype=dt).to(device)
     for _ in range(power_iters + 1):
@@ -385,14 +426,22 @@ def gradient_embedding(
         V = torch.zeros(F, _padded(k), dtype=dt, device=device)
         V[:, :k] = Q
         del Q
+    return V, k
+
+
+def _principal_components(
+    rows: _EmbeddingRows, V: torch.Tensor, k: int, bases: Bases, w: torch.Tensor | None, dim: int
+) -> torch.Tensor:
+    """Rayleigh-Ritz on ``Y = X V``: the rows' coordinates on the top ``dim`` principal directions, fp32 on CPU."""
+    src = rows.src
     if w is not None:
         V *= w[:, None]
-    B = _in_bases(V.T, at, bases, back=True).T
-    Y = torch.zeros(src.n_local, B.shape[1], dtype=dt, device=device)
+    B = _in_bases(V.T, rows.at, bases, back=True).T
+    Y = torch.zeros(src.n_local, B.shape[1], dtype=_EMBED_DT, device=rows.device)
     for s, x in rows():
         Y[s : s + x.shape[0]] = x @ B
     Y = Y[:, :k]
-    R = None
+    rows.R = None  # the cached rows are no longer needed
     evals, evecs = torch.linalg.eigh(src.dist.all_reduce(Y.T @ Y))
     order = torch.argsort(evals, descending=True)[:dim]
     return (Y @ evecs[:, order]).float().cpu()

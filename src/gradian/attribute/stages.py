@@ -151,7 +151,7 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regression
     t = time.perf_counter()
     nll = None
     if dist.is_main:
-        kw = {"batch_size": o.batch_size, "progress": ctx.progress}
+        kw: dict[str, Any] = {"batch_size": o.batch_size, "progress": ctx.progress}
         nll = (
             engine.completion_nll(ctx.model, ctx.eval_fx, ctx.pad_id, adapter=False, description="eval NLL (base)",
                                   **kw),
@@ -273,6 +273,7 @@ def _query_gradients(ctx: Context, reg: Regressions, tag: str) -> dict[str, Any]
             ctx.model, ctx.blocks, [ctx.eval_fx[i] for i in reg.query], ctx.pad_id, batch_size=ctx.options.batch_size,
             mean_per_token=True, progress=ctx.progress, description="query gradients" + tag,
         )  # fmt: skip
+        assert V is not None
         V = {k: v.cpu() for k, v in V.items()}
     V = ctx.dist.broadcast(V)
     wt = torch.tensor(reg.weights, dtype=torch.float64)

@@ -238,10 +238,10 @@ class GradientStore:
         tensors |= {f"S.{k}": v.to(torch.float64).clone(memory_format=torch.contiguous_format) for k, v in S.items()}
         tensors["n_tokens"] = torch.tensor([n_tok], dtype=torch.int64)
         tensors["n_examples"] = torch.tensor([hi - lo if n_examples is None else n_examples], dtype=torch.int64)
-        skipped = [[int(p), str(why)] for p, why in (skipped or [])]
+        skipped_rows = [[int(p), str(why)] for p, why in (skipped or [])]
         tmp = self.dir / f"{self.shard_name(i)}.{os.getpid()}.tmp"
         # one metadata entry: safetensors writes a metadata map in no fixed order; shard bytes should be reproducible
-        info = json.dumps({"key": self.key, "shard": i, "skipped": skipped}, sort_keys=True)
+        info = json.dumps({"key": self.key, "shard": i, "skipped": skipped_rows}, sort_keys=True)
         try:
             save_file(tensors, str(tmp), metadata={"gradian": info})
             with open(tmp, "rb") as f:
@@ -250,7 +250,7 @@ class GradientStore:
             os.replace(tmp, self.dir / self.shard_name(i))
         except OSError as e:
             raise self._write_error(e) from e
-        rec = {"sha256": digest, "rows": [lo, hi], "skipped": skipped}
+        rec = {"sha256": digest, "rows": [lo, hi], "skipped": skipped_rows}
         self._write_json(self._sidecar(i), rec)
         self.records[i] = rec
 

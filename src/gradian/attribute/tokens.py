@@ -77,7 +77,7 @@ def token_harm(
             return torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
 
         with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):  # forward mode only: no graph for a backward
-            _, d = jvp(losses, (params,), ({n: direction[n] for n in params},))
+            d = jvp(losses, (params,), ({n: direction[n] for n in params},))[1]  # (losses, their derivative)
         d = (-d.double()).cpu().numpy()
         mask = lm[:, 1:].cpu().numpy()
         for b in range(len(batch)):

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from gradian.data.templates import training_chat_template
+from gradian.data.templates import END_OF_TURN_TOKENS, training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
-
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|eom_id|>")
 
 
 def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
@@ -308,7 +307,6 @@ def format_examples(
 
 def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSettings) -> list[FormattedExample]:
     end_ids = _end_ids(tokenizer)
-    eos = tokenizer.eos_token
     results: list[FormattedExample | None] = [None] * len(examples)
     assistant_only = settings.assistant_only or settings.mask == "assistant_only"
 
@@ -331,35 +329,42 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     string_notes = []
     if assistant_only and (pc_idx or text_idx):
         string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
-
-    def with_eos(s: str) -> tuple[str, bool]:
-        if settings.add_eos and eos and not s.endswith(eos):
-            return s + eos, True
-        return s, False
-
-    def eos_decision(appended: bool, what: str) -> str:
-        if appended:
-            return f"EOS {eos!r} appended to the {what} (TRL >= 0.16)"
-        if settings.add_eos and eos is None:
-            return "the tokenizer has no EOS token; none appended"
-        if not settings.add_eos:
-            why = settings.sources.get("add_eos")
-            return f"no EOS appended ({why})" if why else "no EOS appended (add_eos off)"
-        return f"the {what} already ends with EOS"
-
+    strings = _StringRows(tokenizer, settings, end_ids, string_notes)
     if pc_idx:
-        prompts = [examples[i].prompt or "" for i in pc_idx]
-        completions = [with_eos(examples[i].completion or "") for i in pc_idx]
-        p_ids = _encode_texts(tokenizer, prompts)
-        f_ids = _encode_texts(tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
-        completion_only = settings.mask != "full"
+        for i, fx in zip(pc_idx, strings.prompt_completion([examples[i] for i in pc_idx]), strict=True):
+            results[i] = fx
+    if text_idx:
+        for i, fx in zip(text_idx, strings.text([examples[i] for i in text_idx]), strict=True):
+            results[i] = fx
+    return [r for r in results if r is not None]
+
+
+@dataclass
+class _StringRows:
+    """Formats string rows (prompt/completion and text) as TRL does, EOS included (appended by TRL >= 0.16)."""
+
+    tokenizer: Any
+    settings: FormatSettings
+    end_ids: set[int]
+    notes: list[str]  # decisions every string row shares
+
+    def __post_init__(self) -> None:
+        self.eos: str | None = self.tokenizer.eos_token
+
+    def prompt_completion(self, rows: Sequence[Example]) -> list[FormattedExample]:
+        """The completion starts where the tokens of prompt and of prompt+completion part (TRL)."""
+        prompts = [ex.prompt or "" for ex in rows]
+        completions = [self._with_eos(ex.completion or "") for ex in rows]
+        p_ids = _encode_texts(self.tokenizer, prompts)
+        f_ids = _encode_texts(self.tokenizer, [p + c for p, (c, _) in zip(prompts, completions, strict=True)])
+        completion_only = self.settings.mask != "full"
         mask_note = (
             "loss on the completion only (TRL completion_only_loss)"
             if completion_only
             else "loss on every token (completion_only_loss off)"
         )
-        for k, i in enumerate(pc_idx):
-            ex = examples[i]
+        out = []
+        for k, ex in enumerate(rows):
             pids, ids = p_ids[k], f_ids[k]
             appended = completions[k][1]
             n_p = common_prefix_length(pids, ids)
@@ -368,46 +373,68 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
             src = _source_decision(ex)
             if src:
                 decisions.append(src)
-            decisions += [mask_note, *string_notes, eos_decision(appended, "completion")]
+            decisions += [mask_note, *self.notes, self._eos_decision(appended, "completion")]
             if mismatch:
                 decisions.append(
                     f"tokens of the prompt are not a prefix of the tokens of prompt+completion; the completion starts "
                     f"at token {n_p}, where they differ (TRL), not at the prompt's {len(pids)} tokens"
                 )
             mask = [False] * n_p + [True] * (len(ids) - n_p) if completion_only else [True] * len(ids)
-            results[i] = _finalize(
-                ex,
-                ids,
-                mask,
-                settings,
-                decisions,
-                end_ids=end_ids,
-                bos_id=tokenizer.bos_token_id,
-                chat=False,
-                eos_appended=appended,
-                prefix_mismatch=mismatch,
-            )
+            out.append(self._finalize(ex, ids, mask, decisions, appended, prefix_mismatch=mismatch))
+        return out
 
-    if text_idx:
-        texts = [with_eos(examples[i].text or "") for i in text_idx]
-        t_ids = _encode_texts(tokenizer, [t for t, _ in texts])
-        for k, i in enumerate(text_idx):
-            ex = examples[i]
+    def text(self, rows: Sequence[Example]) -> list[FormattedExample]:
+        """Loss on every token."""
+        texts = [self._with_eos(ex.text or "") for ex in rows]
+        t_ids = _encode_texts(self.tokenizer, [t for t, _ in texts])
+        out = []
+        for k, ex in enumerate(rows):
             appended = texts[k][1]
-            decisions = ["text row: loss on every token", *string_notes, eos_decision(appended, "text")]
+            decisions = ["text row: loss on every token", *self.notes, self._eos_decision(appended, "text")]
             ids = t_ids[k]
-            results[i] = _finalize(
-                ex,
-                ids,
-                [True] * len(ids),
-                settings,
-                decisions,
-                end_ids=end_ids,
-                bos_id=tokenizer.bos_token_id,
-                chat=False,
-                eos_appended=appended,
-            )
-    return [r for r in results if r is not None]
+            out.append(self._finalize(ex, ids, [True] * len(ids), decisions, appended))
+        return out
+
+    def _finalize(
+        self,
+        ex: Example,
+        ids: list[int],
+        mask: list[bool],
+        decisions: list[str],
+        eos_appended: bool,
+        prefix_mismatch: bool = False,
+    ) -> FormattedExample:
+        return _finalize(
+            ex,
+            ids,
+            mask,
+            self.settings,
+            decisions,
+            end_ids=self.end_ids,
+            bos_id=self.tokenizer.bos_token_id,
+            chat=False,
+            eos_appended=eos_appended,
+            prefix_mismatch=prefix_mismatch,
+        )
+
+    def _with_eos(self, s: str) -> tuple[str, bool]:
+        """``s`` with EOS appended when the settings want it and it is not there yet; and whether it was."""
+        eos = self.eos
+        if self.settings.add_eos and eos and not s.endswith(eos):
+            return s + eos, True
+        return s, False
+
+    def _eos_decision(self, appended: bool, what: str) -> str:
+        """The decision line for one row's EOS."""
+        eos = self.eos
+        if appended:
+            return f"EOS {eos!r} appended to the {what} (TRL >= 0.16)"
+        if self.settings.add_eos and eos is None:
+            return "the tokenizer has no EOS token; none appended"
+        if not self.settings.add_eos:
+            why = self.settings.sources.get("add_eos")
+            return f"no EOS appended ({why})" if why else "no EOS appended (add_eos off)"
+        return f"the {what} already ends with EOS"
 
 
 def format_example(ex: Example, tokenizer: Any, settings: FormatSettings | None = None) -> FormattedExample:

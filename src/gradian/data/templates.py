@@ -20,6 +20,8 @@ from gradian.data.tokenizer import chat_template_text
 _DIR = Path(__file__).parent / "chat_templates"
 VENDORED = ("qwen2_5", "qwen3", "llama3", "gemma", "phi3")
 VENDORED_FROM = "TRL 1.16.0"
+# Tokens that end a turn in the common chat templates (ChatML, Llama 3, Gemma, Phi-3, ...): a turn's last label.
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "<|eom_id|>")
 
 
 @dataclass(frozen=True)

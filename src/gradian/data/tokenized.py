@@ -46,7 +46,7 @@ ROW_DTYPE = np.dtype(
         ("flags", "u1"),  # bit k set: FLAGS[k] is True
     ]
 )
-_FILES = {
+_FILES: dict[str, tuple[str, str | np.dtype[Any]]] = {
     "ids": ("input_ids.i32", "<i4"),
     "mask": ("loss_mask.u8", "u1"),
     "offsets": ("offsets.i64", "<i8"),
@@ -211,6 +211,7 @@ class TokenizedRows(Sequence[FormattedExample]):
         lo, hi = int(self._offsets[j]), int(self._offsets[j + 1])
         rec = self._rows[j]
         bits = int(rec["flags"])
+        flags: dict[str, Any] = {name: bool(bits >> k & 1) for k, name in enumerate(FLAGS)}
         return FormattedExample(
             index=int(rec["index"]),
             input_ids=self._ids[lo:hi].tolist(),
@@ -218,7 +219,7 @@ class TokenizedRows(Sequence[FormattedExample]):
             n_tokens_before_truncation=int(rec["n_tokens_before_truncation"]),
             n_prompt_tokens=int(rec["n_prompt_tokens"]),
             n_label_tokens=int(rec["n_label_tokens"]),
-            **{name: bool(bits >> k & 1) for k, name in enumerate(FLAGS)},
+            **flags,
         )
 
     @overload
@@ -241,7 +242,7 @@ class TokenizedRows(Sequence[FormattedExample]):
         blocks from the memory-mapped files."""
         h = hashlib.sha256()
         for arr in (np.ascontiguousarray(self.indices), self._offsets, self._ids, self._mask):
-            view = memoryview(np.ascontiguousarray(arr)).cast("B")
+            view = np.ascontiguousarray(arr).data.cast("B")
             for s in range(0, len(view), 1 << 24):
                 h.update(view[s : s + (1 << 24)])
         return h.hexdigest()
@@ -360,7 +361,11 @@ def tokenize_to_disk(
                 del batch, fxs
         finally:
             writer.close()
-        if fp is not None and _fingerprint_or_none(source, tokenizer, settings, keep_dropped) != fp:
+        if (
+            fp is not None
+            and source is not None
+            and _fingerprint_or_none(source, tokenizer, settings, keep_dropped) != fp
+        ):
             fp = None  # the source changed while it was read: record nothing a later run could reuse
         meta = {
             "schema": SCHEMA,

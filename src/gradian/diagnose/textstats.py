@@ -94,11 +94,11 @@ def repetition(text: str) -> dict[str, float]:
         g, c = grams.most_common(1)[0]
         out[f"top_{n}gram"] = (sum(len(w) for w in g) * c / wchars) if c > 1 else 0.0
     for n in (5, 10):
-        grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
-        counts = Counter(grams)
+        runs = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+        counts = Counter(runs)
         covered = [False] * len(words)
-        for i, g in enumerate(grams):
-            if counts[g] > 1:
+        for i, run in enumerate(runs):
+            if counts[run] > 1:
                 covered[i : i + n] = [True] * n
         out[f"dup_{n}gram"] = sum(len(w) for w, c in zip(words, covered, strict=True) if c) / wchars
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -39,6 +40,28 @@ class Fix:
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Fix | None:
+        """A fix as report.json and findings.json hold it (:meth:`to_dict`, or plain text); None for none."""
+        if data is None or data == "":
+            return None
+        if isinstance(data, Mapping):
+            return cls(
+                text=str(data.get("text") or ""),
+                key=data.get("key"),
+                value=data.get("value"),
+                command=data.get("command"),
+                rows_file=data.get("rows_file"),
+            )
+        return cls(text=str(data))
+
+    def sentence(self) -> str:
+        """The fix as one sentence without its full stop: the text, and the config change when there is one."""
+        text = self.text.rstrip(".")
+        if self.key and self.value is not None:
+            text += f" (set {self.key} to {self.value})"
+        return text
+
 
 @dataclass
 class Finding:
@@ -67,6 +90,45 @@ class Finding:
             "evidence": _jsonable(self.evidence),
             "fix": self.fix.to_dict() if self.fix else None,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
+        """A finding as report.json and findings.json hold it (:meth:`to_dict`), read back. Reports are read, not
+        trusted: a missing field reads as empty, a severity it does not know as info."""
+        try:
+            severity = Severity.parse(data.get("severity") or "info")
+        except ValueError:
+            severity = Severity.INFO
+        evidence = data.get("evidence")
+        return cls(
+            code=str(data.get("code") or ""),
+            name=str(data.get("name") or ""),
+            severity=severity,
+            message=str(data.get("message") or ""),
+            evidence=dict(evidence) if isinstance(evidence, Mapping) else {},
+            fix=Fix.from_dict(data.get("fix")),
+            cause=str(data.get("cause") or ""),
+        )
+
+    @property
+    def title(self) -> str:
+        """A short human name: ``truncation (D106 truncation)``; the code alone when there is no name."""
+        code = self.code or "?"
+        human = self.name.replace("_", " ") if self.name else code
+        return f"{human} ({code} {self.name})".strip() if self.name else human
+
+    def train_rows(self) -> list[int]:
+        """The training rows the finding flags: ``evidence.rows``, unless the evidence says they are eval rows
+        (``evidence.split == "eval"``); entries that are not row numbers are left out."""
+        if str(self.evidence.get("split", "train")).lower() == "eval":
+            return []
+        out = []
+        for r in self.evidence.get("rows") or []:
+            try:
+                out.append(int(r))
+            except (TypeError, ValueError):
+                continue
+        return out
 
 
 @dataclass

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
-from gradian.report.clusters import MAP_POINTS, finding_train_rows, fit_clusters, summarize_clusters
+from gradian.numbers import finite_float
+from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
 from gradian.report.verdict import make_verdict
 
@@ -21,14 +23,6 @@ SCHEMA = "gradian.report/1"
 DERIVED_KEYS = ("clusters", "clustering", "findings", "verdict", "logs", "n_rows")
 DERIVED_EXAMPLE_KEYS = ("cluster", "findings", "text", "contributions")
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -68,7 +62,7 @@ def logs_to_dict(logs: Any) -> dict[str, Any] | None:
             continue
         d: dict[str, Any] = {"step": int(step)}
         for key in ("epoch", "loss", "eval_loss", "grad_norm", "learning_rate"):
-            v = _num(get(key))
+            v = finite_float(get(key))
             if v is not None:
                 d[key] = v
         out.append(d)
@@ -88,9 +82,9 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
 
     def parse(v: Any) -> dict[int, float]:
         if isinstance(v, Mapping):
-            return {int(k): float(s) for k, s in v.items() if _num(s) is not None}
+            return {int(k): float(s) for k, s in v.items() if finite_float(s) is not None}
         if isinstance(v, Sequence) and not isinstance(v, str):
-            return {items[i]: float(s) for i, s in enumerate(v) if i < len(items) and _num(s) is not None}
+            return {items[i]: float(s) for i, s in enumerate(v) if i < len(items) and finite_float(s) is not None}
         return {}
 
     out: dict[int, dict[int, float]] = {}
@@ -99,7 +93,9 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
         if "rows" in top and "scores" in top:
             cols = [int(i) for i in (top.get("items") or items)]
             for r, row_scores in zip(top["rows"], top["scores"], strict=False):
-                out[int(r)] = {c: float(s) for c, s in zip(cols, row_scores, strict=False) if _num(s) is not None}
+                out[int(r)] = {
+                    c: float(s) for c, s in zip(cols, row_scores, strict=False) if finite_float(s) is not None
+                }
         else:
             for r, v in top.items():
                 try:
@@ -111,7 +107,7 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
             out[int(c["index"])] = {
                 int(p["eval_index"]): float(p["score"])
                 for p in c["per_item"]
-                if isinstance(p, Mapping) and _num(p.get("score")) is not None
+                if isinstance(p, Mapping) and finite_float(p.get("score")) is not None
             }
     for e in attribution.get("examples") or []:
         if "per_item" in e and e.get("index") is not None:
@@ -167,92 +163,26 @@ def build_report(
     previous = attribution if "clusters" in attribution else None
     if findings is None:
         findings = list(attribution.get("findings") or [])
-    findings = [dict(f) for f in findings]
+    finding_dicts = [dict(f) for f in findings]
 
     old_examples = [dict(e) for e in attribution["examples"]]
-    examples = [{k_: v for k_, v in e.items() if k_ not in DERIVED_EXAMPLE_KEYS} for e in old_examples]
-    examples.sort(key=lambda e: (e.get("rank") if e.get("rank") is not None else math.inf, -(e.get("score") or 0)))
-    for r, e in enumerate(examples, start=1):
-        e.setdefault("rank", r)
-    scores = {int(e["index"]): float(_num(e.get("score")) or 0.0) for e in examples}
-
-    texts, ids = texts_of(train_examples)
-    for e in old_examples:  # keep text saved by an earlier build
-        if e.get("text") is not None:
-            texts.setdefault(int(e["index"]), str(e["text"]))
-    for e in examples:
-        if e.get("id") is None and int(e["index"]) in ids:
-            e["id"] = ids[int(e["index"])]
+    examples = _ranked_examples(old_examples)
+    scores = {int(e["index"]): float(finite_float(e.get("score")) or 0.0) for e in examples}
+    texts = _train_texts(train_examples, old_examples, examples)
     eval_texts, eval_ids = texts_of(eval_examples)
 
-    # ------------------------------------------------------------------ clusters
-    clusters: list[dict[str, Any]] = []
-    clustering: dict[str, Any] = {"how": "no gradient embeddings were given, so rows were not clustered", "k": 0}
-    row_cluster: dict[int, int] = {}
     if embeddings is not None:
-        emb = np.asarray(embeddings, dtype=np.float64)
-        if emb.ndim != 2:
-            raise GradianError(f"embeddings must be 2-D (n_rows, k), got shape {emb.shape}", where="embeddings")
-        index = [int(i) for i in (embedding_index if embedding_index is not None else range(emb.shape[0]))]
-        if len(index) != emb.shape[0]:
-            raise GradianError(
-                f"{len(index)} embedding row indices for {emb.shape[0]} embedding rows", where="embeddings index"
-            )
-        fit = fit_clusters(emb, k=k, seed=seed)
-        clusters, row_cluster = summarize_clusters(
-            fit.assignment, index, scores, texts=texts or None, findings=findings, top_rows=10
+        clusters, clustering, row_cluster = _fitted_clusters(
+            embeddings, embedding_index, scores, texts, finding_dicts, k, seed
         )
-        clustering = {"how": fit.how, "k": fit.k, "silhouette": fit.silhouette}
-        clustering["silhouette_by_k"] = {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()}
-        clustering["map"] = _map(index, fit.coords, row_cluster, scores, seed)
     elif previous is not None and previous.get("clusters"):
-        saved = {int(e["index"]): e.get("cluster") for e in old_examples if e.get("cluster") is not None}
-        index = sorted(saved)
-        labels = {int(c["id"]): str(c.get("label") or "") for c in previous["clusters"]}
-        clusters, row_cluster = summarize_clusters(
-            [int(saved[i]) for i in index],
-            index,
-            scores,
-            texts=texts if len(texts) >= len(index) else None,
-            findings=findings,
-            top_rows=10,
-            labels=labels,
-        )
-        old = dict(previous.get("clustering") or {})
-        clustering = {**old, "how": str(old.get("how") or "saved cluster assignment")}
-        if old.get("map"):
-            m = old["map"]
-            clustering["map"] = {**m, "cluster": [row_cluster.get(int(i)) for i in m.get("index", [])]}
+        clusters, clustering, row_cluster = _saved_clusters(previous, old_examples, scores, texts, finding_dicts)
+    else:
+        clusters, row_cluster = [], {}
+        clustering = {"how": "no gradient embeddings were given, so rows were not clustered", "k": 0}
 
-    # ------------------------------------------------------------------ findings per row
-    row_codes: dict[int, list[str]] = {}
-    for f in findings:
-        for r in finding_train_rows(f):
-            codes = row_codes.setdefault(r, [])
-            if f.get("code") not in codes:
-                codes.append(str(f.get("code")))
-    contributions = per_item_contributions(attribution)
-    for e in examples:
-        i = int(e["index"])
-        e["cluster"] = row_cluster.get(i)
-        e["findings"] = row_codes.get(i, [])
-        if e["rank"] <= top_n:
-            if i in texts:
-                e["text"] = texts[i][:TEXT_CHARS]
-            if i in contributions:
-                e["contributions"] = [
-                    {"item": item, "score": s} for item, s in sorted(contributions[i].items(), key=lambda t: -t[1])
-                ]
-
-    regressed = []
-    for r in attribution.get("regressed") or []:
-        r = {k_: v for k_, v in dict(r).items()}
-        i = int(r["index"])
-        if i in eval_texts:
-            r["text"] = eval_texts[i][:TEXT_CHARS]
-        if r.get("id") is None and i in eval_ids:
-            r["id"] = eval_ids[i]
-        regressed.append(r)
+    _annotate_examples(examples, finding_dicts, row_cluster, texts, per_item_contributions(attribution), top_n)
+    regressed = _regressed_with_text(attribution.get("regressed") or [], eval_texts, eval_ids)
 
     n_rows = max(len(examples), len(row_cluster))
     report["examples"] = examples
@@ -260,12 +190,12 @@ def build_report(
     report["n_rows"] = n_rows
     report["clusters"] = clusters
     report["clustering"] = clustering
-    report["findings"] = findings
+    report["findings"] = finding_dicts
     settings = attribution.get("settings") or {}
     s_items, s_rows = _regressed_item_scores(item_scores, settings, regressed, embedding_index)
     report["verdict"] = make_verdict(
         clusters,
-        findings,
+        finding_dicts,
         examples,
         regressed,
         n_rows=n_rows,
@@ -281,6 +211,134 @@ def build_report(
     if log_dict:
         report["logs"] = log_dict
     return report
+
+
+def _ranked_examples(old_examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The examples without derived keys, in rank order (by score where no rank is saved), each with its rank."""
+    examples = [{k_: v for k_, v in e.items() if k_ not in DERIVED_EXAMPLE_KEYS} for e in old_examples]
+    examples.sort(key=lambda e: (e.get("rank") if e.get("rank") is not None else math.inf, -(e.get("score") or 0)))
+    for r, e in enumerate(examples, start=1):
+        e.setdefault("rank", r)
+    return examples
+
+
+def _train_texts(
+    train_examples: Sequence[Any] | Mapping[int, str] | None,
+    old_examples: Sequence[Mapping[str, Any]],
+    examples: Sequence[dict[str, Any]],
+) -> dict[int, str]:
+    """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids."""
+    texts, ids = texts_of(train_examples)
+    for e in old_examples:
+        if e.get("text") is not None:
+            texts.setdefault(int(e["index"]), str(e["text"]))
+    for e in examples:
+        if e.get("id") is None and int(e["index"]) in ids:
+            e["id"] = ids[int(e["index"])]
+    return texts
+
+
+ClusterResult = tuple[list[dict[str, Any]], dict[str, Any], dict[int, int]]  # clusters, clustering, row -> cluster
+
+
+def _fitted_clusters(
+    embeddings: np.ndarray,
+    embedding_index: Sequence[int] | None,
+    scores: Mapping[int, float],
+    texts: dict[int, str],
+    findings: Sequence[Mapping[str, Any]],
+    k: int | None,
+    seed: int,
+) -> ClusterResult:
+    """Clusters fitted to the gradient embeddings, with the 2-D map."""
+    emb = np.asarray(embeddings, dtype=np.float64)
+    if emb.ndim != 2:
+        raise GradianError(f"embeddings must be 2-D (n_rows, k), got shape {emb.shape}", where="embeddings")
+    index = [int(i) for i in (embedding_index if embedding_index is not None else range(emb.shape[0]))]
+    if len(index) != emb.shape[0]:
+        raise GradianError(
+            f"{len(index)} embedding row indices for {emb.shape[0]} embedding rows", where="embeddings index"
+        )
+    fit = fit_clusters(emb, k=k, seed=seed)
+    clusters, row_cluster = summarize_clusters(
+        fit.assignment, index, scores, texts=texts or None, findings=findings, top_rows=10
+    )
+    clustering: dict[str, Any] = {"how": fit.how, "k": fit.k, "silhouette": fit.silhouette}
+    clustering["silhouette_by_k"] = {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()}
+    clustering["map"] = _map(index, fit.coords, row_cluster, scores, seed)
+    return clusters, clustering, row_cluster
+
+
+def _saved_clusters(
+    previous: Mapping[str, Any],
+    old_examples: Sequence[Mapping[str, Any]],
+    scores: Mapping[int, float],
+    texts: dict[int, str],
+    findings: Sequence[Mapping[str, Any]],
+) -> ClusterResult:
+    """The cluster assignment, labels and map of a report built before, summarised again."""
+    saved = {int(e["index"]): int(e["cluster"]) for e in old_examples if e.get("cluster") is not None}
+    index = sorted(saved)
+    labels = {int(c["id"]): str(c.get("label") or "") for c in previous["clusters"]}
+    clusters, row_cluster = summarize_clusters(
+        [saved[i] for i in index],
+        index,
+        scores,
+        texts=texts if len(texts) >= len(index) else None,
+        findings=findings,
+        top_rows=10,
+        labels=labels,
+    )
+    old = dict(previous.get("clustering") or {})
+    clustering = {**old, "how": str(old.get("how") or "saved cluster assignment")}
+    if old.get("map"):
+        m = old["map"]
+        clustering["map"] = {**m, "cluster": [row_cluster.get(int(i)) for i in m.get("index", [])]}
+    return clusters, clustering, row_cluster
+
+
+def _annotate_examples(
+    examples: Sequence[dict[str, Any]],
+    findings: Sequence[Mapping[str, Any]],
+    row_cluster: Mapping[int, int],
+    texts: Mapping[int, str],
+    contributions: Mapping[int, Mapping[int, float]],
+    top_n: int,
+) -> None:
+    """Every example gains its cluster and finding codes; the ``top_n`` shown rows their text and contributions."""
+    row_codes: dict[int, list[str]] = {}
+    for f in map(Finding.from_dict, findings):
+        for r in f.train_rows():
+            codes = row_codes.setdefault(r, [])
+            if f.code not in codes:
+                codes.append(f.code)
+    for e in examples:
+        i = int(e["index"])
+        e["cluster"] = row_cluster.get(i)
+        e["findings"] = row_codes.get(i, [])
+        if e["rank"] <= top_n:
+            if i in texts:
+                e["text"] = texts[i][:TEXT_CHARS]
+            if i in contributions:
+                e["contributions"] = [
+                    {"item": item, "score": s} for item, s in sorted(contributions[i].items(), key=lambda t: -t[1])
+                ]
+
+
+def _regressed_with_text(
+    regressed: Sequence[Mapping[str, Any]], eval_texts: Mapping[int, str], eval_ids: Mapping[int, Any]
+) -> list[dict[str, Any]]:
+    """The regressed eval items, each with its text and id from the eval rows when given."""
+    out = []
+    for item in regressed:
+        r = dict(item)
+        i = int(r["index"])
+        if i in eval_texts:
+            r["text"] = eval_texts[i][:TEXT_CHARS]
+        if r.get("id") is None and i in eval_ids:
+            r["id"] = eval_ids[i]
+        out.append(r)
+    return out
 
 
 def _regressed_item_scores(
@@ -326,8 +384,8 @@ def _map(
         keep = np.sort(np.concatenate([np.array(sorted(top)), pick]))
     return {
         "how": "first two principal components (SVD) of the L2-normalised embeddings",
-        "index": [int(index[j]) for j in keep],
-        "x": [round(float(coords[j, 0]), 5) for j in keep],
-        "y": [round(float(coords[j, 1]), 5) for j in keep],
-        "cluster": [row_cluster.get(int(index[j])) for j in keep],
+        "index": [int(index[j]) for j in keep.tolist()],
+        "x": [round(float(coords[j, 0]), 5) for j in keep.tolist()],
+        "y": [round(float(coords[j, 1]), 5) for j in keep.tolist()],
+        "cluster": [row_cluster.get(int(index[j])) for j in keep.tolist()],
     }

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Finding
+from gradian.report.schema import Cluster, ClusterFinding
+
 MAX_K = 12
 MIN_ROWS_PER_CLUSTER = 5  # k <= n // 5
 SILHOUETTE_SAMPLE = 1000
@@ -256,27 +259,13 @@ def distinctive_terms(
 
 
 def finding_train_rows(finding: Mapping[str, Any]) -> list[int]:
-    """Training-row indices a diagnose finding flags: ``evidence.rows``, unless the evidence says the rows are eval
-    rows (``evidence.split == "eval"``)."""
-    ev = finding.get("evidence") or {}
-    if not isinstance(ev, Mapping) or str(ev.get("split", "train")).lower() == "eval":
-        return []
-    rows = ev.get("rows") or []
-    out = []
-    for r in rows:
-        try:
-            out.append(int(r))
-        except (TypeError, ValueError):
-            continue
-    return out
+    """Training-row indices a diagnose finding (a report.json dict) flags: :meth:`Finding.train_rows`."""
+    return Finding.from_dict(finding).train_rows()
 
 
 def finding_title(finding: Mapping[str, Any]) -> str:
-    """A short human name for a finding: ``message-ish name (CODE name)``."""
-    code = str(finding.get("code") or "?")
-    name = str(finding.get("name") or "")
-    human = name.replace("_", " ") if name else code
-    return f"{human} ({code} {name})".strip() if name else f"{human}"
+    """A short human name for a finding (a report.json dict): :attr:`Finding.title`."""
+    return Finding.from_dict(finding).title
 
 
 def summarize_clusters(
@@ -327,38 +316,37 @@ def summarize_clusters(
             label = " / ".join(terms) if terms else "(no distinctive terms)"
         elif labels and g in labels:
             label = labels[g]
-        cf = []
+        cf: list[ClusterFinding] = []
         for f, frows in flagged:
             hit = len(frows & member_set)
             if not hit:
                 continue
             share = hit / size if size else 0.0
             cf.append(
-                {
-                    "code": f.get("code"),
-                    "name": f.get("name"),
-                    "severity": f.get("severity"),
-                    "count": hit,
-                    "percent": round(100.0 * share, 1),
-                    "text": f"{100.0 * share:.0f}% of this cluster is flagged: {finding_title(f)}",
-                    "fix": f.get("fix"),
-                }
+                ClusterFinding(
+                    code=f.get("code"),
+                    name=f.get("name"),
+                    severity=f.get("severity"),
+                    count=hit,
+                    percent=round(100.0 * share, 1),
+                    text=f"{100.0 * share:.0f}% of this cluster is flagged: {finding_title(f)}",
+                    fix=f.get("fix"),
+                )
             )
-        cf.sort(key=lambda d: (-d["count"], str(d["code"])))
-        clusters.append(
-            {
-                "id": new_id[g],
-                "size": size,
-                "size_share": size / n if n else 0.0,
-                "harm_share": c_pos / total_pos if total_pos > 0 else 0.0,
-                "harm_total": c_pos,
-                "mean_harm": float(harm[mask].mean()) if size else 0.0,
-                "n_harmful": int((harm[mask] > 0).sum()),
-                "rows": sorted(members),
-                "top_rows": ranked[:top_rows],
-                "label": label,
-                "terms": terms,
-                "findings": cf,
-            }
+        cf.sort(key=lambda d: (-d.count, str(d.code)))
+        cluster = Cluster(
+            id=new_id[g],
+            size=size,
+            size_share=size / n if n else 0.0,
+            harm_share=c_pos / total_pos if total_pos > 0 else 0.0,
+            harm_total=c_pos,
+            mean_harm=float(harm[mask].mean()) if size else 0.0,
+            n_harmful=int((harm[mask] > 0).sum()),
+            rows=sorted(members),
+            top_rows=ranked[:top_rows],
+            label=label,
+            terms=terms,
+            findings=cf,
         )
+        clusters.append(cluster.to_dict())
     return clusters, row_cluster

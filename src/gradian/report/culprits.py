@@ -341,9 +341,9 @@ def group_rows(
         group = Group("content", rest, share(rest))
         content = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "content"]
         for f, frows in content:
-            hit = len(frows & left)
-            if hit >= policy.flag_share * len(left):
-                group.shared.append(_shared(f, hit, len(left)))
+            n_hit = len(frows & left)
+            if n_hit >= policy.flag_share * len(left):
+                group.shared.append(_shared(f, n_hit, len(left)))
         group.shared.sort(key=lambda d: -d["count"])
         if texts:
             inside = [terms_of(texts[r]) for r in rest if r in texts]
@@ -380,9 +380,9 @@ def extend_by_direction(
         closer = z > best_z
         best_z[closer], best_g[closer] = z[closer], gi
     taken = {r for g in groups for r in g.rows}
-    for j in np.flatnonzero((best_z > policy.extend_z) & (s > med)):
+    for j in np.flatnonzero((best_z > policy.extend_z) & (s > med)).tolist():
         if int(rows[j]) not in taken:
-            groups[best_g[j]].rows.append(int(rows[j]))
+            groups[int(best_g[j])].rows.append(int(rows[j]))
     score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
     for g in groups:
         g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gradian.numbers import as_float, pct
 from gradian.report import svg
+from gradian.report.schema import Cluster, Finding, Fix
 from gradian.report.svg import esc
 
 SUMMARY_CHARS = 160
@@ -24,22 +26,14 @@ TOKEN_TEXT_OPEN = 2000  # a row split by token longer than this (characters) is 
 
 
 def _f(v: Any, digits: int = 3) -> str:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
+    x = as_float(v)
+    if x is None:
         return "—"
     if not math.isfinite(x):
         return str(x)
     if x != 0 and (abs(x) >= 1e4 or abs(x) < 10 ** (-digits)):
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}f}"
-
-
-def _pct(v: Any) -> str:
-    try:
-        return f"{100.0 * float(v):.0f}%"
-    except (TypeError, ValueError):
-        return "—"
 
 
 def _shown_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -98,13 +92,11 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         if ev:
             series.append(("eval loss", [p["step"] for p in ev], [p["eval_loss"] for p in ev]))
         markers = []
-        for f in report.get("findings") or []:
-            steps = (f.get("evidence") or {}).get("steps") if isinstance(f.get("evidence"), Mapping) else None
-            for s in steps or []:
-                try:
-                    markers.append((float(s), f"{f.get('code')} {f.get('name')}: {f.get('message', '')}"))
-                except (TypeError, ValueError):
-                    continue
+        for f in _findings(report):
+            for s in f.evidence.get("steps") or []:
+                step = as_float(s)
+                if step is not None:
+                    markers.append((step, f"{f.code} {f.name}: {f.message}"))
         title = "Loss curve"
         out.append(
             ("plot-loss", "Loss curve", svg.line_chart(title, series, xlabel="step", ylabel="loss", markers=markers))
@@ -134,9 +126,9 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 svg.histogram("Harm per training row", scores, xlabel="harm"),
             )
         )
-    clusters = report.get("clusters") or []
+    clusters = _clusters(report)
     if clusters:
-        cats = [f"C{c['id']}" for c in clusters]
+        cats = [f"C{c.id}" for c in clusters]
         out.append(
             (
                 "plot-cluster-harm",
@@ -145,8 +137,8 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                     "Share of harm vs share of rows, by cluster",
                     cats,
                     [
-                        ("harm share", [c.get("harm_share", 0.0) for c in clusters]),
-                        ("row share", [c.get("size_share", 0.0) for c in clusters]),
+                        ("harm share", [c.harm_share for c in clusters]),
+                        ("row share", [c.size_share for c in clusters]),
                     ],
                     ylabel="share",
                     colors=["#D55E00", "#9AA5B1"],
@@ -156,14 +148,14 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     m = (report.get("clustering") or {}).get("map") or {}
     if m.get("x"):
         ids = {int(e["index"]): e for e in report.get("examples") or []}
-        order = {int(c["id"]): i for i, c in enumerate(clusters)}
+        order = {c.id: i for i, c in enumerate(clusters)}
         pts = []
         for i, x, y, c in zip(m["index"], m["x"], m["y"], m.get("cluster") or [None] * len(m["x"]), strict=False):
             e = ids.get(int(i), {})
             tip = f"row {i}" + (f" ({e.get('id')})" if e.get("id") is not None else "")
             tip += f", cluster {c}, harm {_f(e.get('score'))}"
             pts.append((x, y, order.get(c, len(clusters)) if c is not None else len(clusters), tip))
-        names = [f"C{c['id']}" for c in clusters]
+        names = [f"C{c.id}" for c in clusters]
         out.append(
             (
                 "plot-map",
@@ -308,7 +300,7 @@ def _verdict_html(report: Mapping[str, Any]) -> str:
     if groups:
         body = "".join(
             f"<tr><td>{i}</td><td>{esc(g.get('cause', ''))}</td><td class=num>{esc(g.get('size', 0))}</td>"
-            f"<td class=num>{_pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
+            f"<td class=num>{pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
             for i, g in enumerate(groups, start=1)
         )
         parts.append(
@@ -413,8 +405,12 @@ def _generations_html(report: Mapping[str, Any]) -> str:
     )
 
 
+def _clusters(report: Mapping[str, Any]) -> list[Cluster]:
+    return [Cluster.from_dict(c) for c in report.get("clusters") or []]
+
+
 def _clusters_html(report: Mapping[str, Any]) -> str:
-    clusters = report.get("clusters") or []
+    clusters = _clusters(report)
     how = (report.get("clustering") or {}).get("how", "")
     if not clusters:
         return f"<p>{esc(how or 'No clusters.')}</p>"
@@ -422,22 +418,19 @@ def _clusters_html(report: Mapping[str, Any]) -> str:
     ids = {int(e["index"]): e.get("id") for e in report.get("examples") or []}
     rows = []
     for i, c in enumerate(clusters):
-        f_html = (
-            "".join(f"<div>{esc(f['text'])}</div>" for f in c.get("findings") or [])
-            or '<span class="muted">none</span>'
-        )
+        f_html = "".join(f"<div>{esc(f.text)}</div>" for f in c.findings) or '<span class="muted">none</span>'
         top = ", ".join(
             esc(r) + (f" <span class=muted>({esc(ids[r])})</span>" if ids.get(r) is not None else "")
-            for r in (c.get("top_rows") or [])[:5]
+            for r in c.top_rows[:5]
         )
-        share = max(0.0, min(1.0, float(c.get("harm_share", 0.0))))
+        share = max(0.0, min(1.0, c.harm_share))
         rows.append(
-            f'<tr class="{"culprit" if c["id"] in culprits else ""}">'
-            f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c["id"])}</td>'
-            f"<td>{esc(c.get('label') or '')}</td>"
-            f"<td class=num>{esc(c['size'])} <span class=muted>({_pct(c.get('size_share'))})</span></td>"
-            f'<td class=num>{_pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
-            f"<td class=num>{_f(c.get('mean_harm'))}</td><td>{f_html}</td><td>{top}</td></tr>"
+            f'<tr class="{"culprit" if c.id in culprits else ""}">'
+            f'<td><span class="swatch" style="background:{svg.color(i)}"></span>C{esc(c.id)}</td>'
+            f"<td>{esc(c.label)}</td>"
+            f"<td class=num>{esc(c.size)} <span class=muted>({pct(c.size_share)})</span></td>"
+            f'<td class=num>{pct(share)}<div class="bar"><span style="width:{100 * share:.0f}%"></span></div></td>'
+            f"<td class=num>{_f(c.mean_harm)}</td><td>{f_html}</td><td>{top}</td></tr>"
         )
     return (
         f'<p class="sub">{esc(how)}.</p>'
@@ -492,18 +485,29 @@ def _top_rows_html(report: Mapping[str, Any]) -> str:
     )
 
 
+def _findings(report: Mapping[str, Any]) -> list[Finding]:
+    """The report's diagnose findings, typed, in the report's order."""
+    return [Finding.from_dict(f) for f in report.get("findings") or []]
+
+
+def _fix_cell(fix: Fix | None) -> str:
+    """A fix as the findings tables show it: its sentence, then the command to run when there is one."""
+    if fix is None:
+        return ""
+    return fix.sentence() + (f". Run: {fix.command}" if fix.command else "")
+
+
 def _findings_html(report: Mapping[str, Any]) -> str:
-    findings = report.get("findings") or []
+    findings = _findings(report)
     if not findings:
         return "<p>diagnose reported no findings (or was not run).</p>"
-    order = {"error": 0, "warning": 1, "info": 2}
     rows = []
-    for f in sorted(findings, key=lambda f: (order.get(str(f.get("severity")).lower(), 3), str(f.get("code")))):
+    for f in sorted(findings, key=lambda f: (-f.severity.rank, f.code)):  # errors first, by code within each
         rows.append(
-            f"<tr><td>{_sev(f.get('severity'))}</td><td><code>{esc(f.get('code', ''))}</code></td>"
-            f"<td>{esc(f.get('name', ''))}</td><td class=text>{esc(f.get('message', ''))}</td>"
-            f"<td class=text>{esc(_evidence_summary(f.get('evidence')))}</td>"
-            f"<td class=text>{esc(f.get('fix') or '')}</td></tr>"
+            f"<tr><td>{_sev(f.severity.value)}</td><td><code>{esc(f.code)}</code></td>"
+            f"<td>{esc(f.name)}</td><td class=text>{esc(f.message)}</td>"
+            f"<td class=text>{esc(_evidence_summary(f.evidence))}</td>"
+            f"<td class=text>{esc(_fix_cell(f.fix))}</td></tr>"
         )
     return (
         '<table id="findings"><thead><tr><th>severity</th><th>code</th><th>name</th><th>message</th><th>evidence</th>'
@@ -602,8 +606,22 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md: the same content as text tables (no plots)."""
-    v = report.get("verdict") or {}
-    lines = ["# Gradian report", "", "## Verdict", ""]
+    lines = ["# Gradian report", ""]
+    lines += _md_verdict(report.get("verdict") or {})
+    lines += _md_regressed(report)
+    lines += _md_generations(report)
+    lines += _md_clusters(report)
+    shown = _shown_rows(report)
+    lines += _md_top_rows(shown)
+    lines += _md_token_harm(shown)
+    lines += _md_findings(report)
+    lines += ["", "## Plots", "", "The plots are in report.html.", ""]
+    return "\n".join(lines)
+
+
+def _md_verdict(v: Mapping[str, Any]) -> list[str]:
+    """The verdict: headline, sentences, confidence, groups, next steps, rows to drop and the criterion."""
+    lines = ["## Verdict", ""]
     if not v.get("reliable", True):
         lines += ["> **Attribution may be unreliable:** setup errors below.", ""]
     lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
@@ -617,7 +635,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             _md_table(
                 ["group", "cause", "rows", "share of harm", "what the rows share"],
                 [
-                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), _pct(g.get("harm_share")),
+                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), pct(g.get("harm_share")),
                      md_escape(_group_trait(g))]
                     for i, g in enumerate(v["groups"], start=1)
                 ],
@@ -634,8 +652,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
             "",
         ]
     lines += [f"_Criterion: {md_escape(v.get('criterion', ''))}._", ""]
+    return lines
 
-    lines += ["## Regressed items", ""]
+
+def _md_regressed(report: Mapping[str, Any]) -> list[str]:
+    """The eval items that got worse after fine-tuning."""
+    lines = ["## Regressed items", ""]
     reg = report.get("regressed") or []
     if reg:
         lines.append(
@@ -656,9 +678,13 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("No eval item got worse after fine-tuning.")
-    lines += _md_generations(report)
-    lines += ["", "## Clusters", ""]
-    clusters = report.get("clusters") or []
+    return lines
+
+
+def _md_clusters(report: Mapping[str, Any]) -> list[str]:
+    """How the rows were clustered, and one table line per cluster."""
+    lines = ["", "## Clusters", ""]
+    clusters = _clusters(report)
     lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
     if clusters:
         lines.append(
@@ -666,20 +692,24 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 ["cluster", "label", "rows", "share of harm", "mean harm", "findings", "top rows"],
                 [
                     [
-                        f"C{c['id']}",
-                        md_escape(c.get("label") or ""),
-                        f"{c['size']} ({_pct(c.get('size_share'))})",
-                        _pct(c.get("harm_share")),
-                        _f(c.get("mean_harm")),
-                        "; ".join(md_escape(f["text"]) for f in c.get("findings") or []) or "none",
-                        ", ".join(str(r) for r in (c.get("top_rows") or [])[:5]),
+                        f"C{c.id}",
+                        md_escape(c.label),
+                        f"{c.size} ({pct(c.size_share)})",
+                        pct(c.harm_share),
+                        _f(c.mean_harm),
+                        "; ".join(md_escape(f.text) for f in c.findings) or "none",
+                        ", ".join(str(r) for r in c.top_rows[:5]),
                     ]
                     for c in clusters
                 ],
             )
         )
-    lines += ["", "## Top rows", ""]
-    shown = _shown_rows(report)
+    return lines
+
+
+def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The most harmful training rows."""
+    lines = ["", "## Top rows", ""]
     if shown:
         lines.append(
             _md_table(
@@ -699,21 +729,25 @@ def render_markdown(report: Mapping[str, Any]) -> str:
                 ],
             )
         )
-    lines += _md_token_harm(shown)
-    lines += ["", "## Setup findings", ""]
-    findings = report.get("findings") or []
+    return lines
+
+
+def _md_findings(report: Mapping[str, Any]) -> list[str]:
+    """diagnose's setup findings."""
+    lines = ["", "## Setup findings", ""]
+    findings = _findings(report)
     if findings:
         lines.append(
             _md_table(
                 ["severity", "code", "name", "message", "evidence", "fix"],
                 [
                     [
-                        md_escape(f.get("severity", "")),
-                        md_escape(f.get("code", "")),
-                        md_escape(f.get("name", "")),
-                        md_escape(f.get("message", "")),
-                        md_escape(_evidence_summary(f.get("evidence"))),
-                        md_escape(f.get("fix") or ""),
+                        f.severity.value,
+                        md_escape(f.code),
+                        md_escape(f.name),
+                        md_escape(f.message),
+                        md_escape(_evidence_summary(f.evidence)),
+                        md_escape(_fix_cell(f.fix)),
                     ]
                     for f in findings
                 ],
@@ -721,8 +755,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("diagnose reported no findings (or was not run).")
-    lines += ["", "## Plots", "", "The plots are in report.html.", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _md_generations(report: Mapping[str, Any]) -> list[str]:

@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gradian.numbers import finite_float
+
 # Okabe-Ito, colour-blind safe; then a few extra distinct tones for up to 12 clusters.
 PALETTE = [
     "#0072B2",
@@ -63,7 +65,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks = []
+    ticks: list[float] = []
     t = start
     while t <= hi + step * 1e-9 and len(ticks) < 50:
         if t >= lo - step * 1e-9:
@@ -337,7 +339,4 @@ def scatter(
 
 
 def _finite(v: object) -> bool:
-    try:
-        return v is not None and math.isfinite(float(v))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    return finite_float(v) is not None

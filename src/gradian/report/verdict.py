@@ -22,13 +22,14 @@ The thresholds live in :class:`gradian.report.culprits.CulpritPolicy`, recorded 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from gradian.attribute.regression import describe_change
+from gradian.numbers import pct as _pct  # (lead: rename the calls to pct on merge)
 from gradian.report.clusters import finding_title, finding_train_rows
 from gradian.report.culprits import CulpritPolicy, find_culprits
 
@@ -36,10 +37,6 @@ SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
     "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
 )
-
-
-def _pct(x: float) -> str:
-    return f"{100.0 * x:.0f}%"
 
 
 def _rows_word(n: int) -> str:
@@ -109,7 +106,7 @@ class _Draft:
     sentences: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
 
-    def done(self, kind: str, cause: str, headline: str, explained: set[str] = frozenset(), **extra: Any) -> dict:
+    def done(self, kind: str, cause: str, headline: str, explained: Set[str] = frozenset(), **extra: Any) -> dict:
         """Close the verdict: row-level errors not explained by a culprit group are still worth fixing."""
         explained = {str(f.get("code")) for f in self.errors} | set(explained)
         other = [
@@ -177,30 +174,12 @@ def make_verdict(
     scores = {int(e["index"]): float(e.get("score") or 0.0) for e in examples}
     ids = {int(e["index"]): e.get("id") for e in examples}
     errors = setup_errors(findings, n_rows)
-    head_rule = (
-        f"whose local false discovery rate against the bulk's empirical null is under {policy.head_fdr:g}"
-        if policy.head_fdr > 0
-        else f"whose harm exceeds the median by {policy.head_z:g} robust spreads"
-    )
-    extension = (
-        f"; each group also takes the rows with harm above the median whose gradient direction is {policy.extend_z:g} "
-        "robust spreads closer to the group's than the low-harm rows are"
-        if policy.extend_z > 0
-        else ""
-    )
-    criterion = (
-        f"culprit rows are the rows {head_rule} (at most {_pct(policy.max_head_fraction)} of the rows) and stable: "
-        f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over {policy.bootstrap} resamples "
-        f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
-        f"{_pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
-        f"the groups must carry >= {_pct(policy.min_head_share)} of the positive harm"
-    )
     draft = _Draft(
         errors,
         findings,
         {
             "reliable": not errors,
-            "criterion": criterion,
+            "criterion": criterion_text(policy),
             "policy": policy.to_dict(),
             "confidence": _confidence(None),
             "groups": [],
@@ -220,22 +199,7 @@ def make_verdict(
     setup_cause = "setup" if errors else "unknown"
 
     if not regressed:
-        reg = regression or {}
-        if reg.get("rose"):
-            scale = str(reg.get("scale", "absolute"))
-            drift = (
-                ""
-                if reg.get("drift") is None
-                else f" (the items that improved moved by {describe_change(reg['drift'], scale)})"
-            )
-            draft.sentences.append(
-                f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
-                f"fine-tune's ordinary drift{drift}: the change is within noise, so there is no regression to "
-                "attribute."
-            )
-            return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
-        draft.sentences.append("No eval item got worse after fine-tuning, so there is no regression to attribute.")
-        return draft.done("no_regression", setup_cause, "No regression to explain.")
+        return _no_regression(draft, regression, setup_cause)
 
     total_pos = sum(s for s in scores.values() if s > 0)
     n_reg = f"{len(regressed)} regressed eval item{'s' if len(regressed) != 1 else ''}"
@@ -250,13 +214,7 @@ def make_verdict(
             )
         return draft.done("no_harm", setup_cause, "No training row explains the regression.")
 
-    if item_scores is not None and item_rows is not None:
-        col = {int(r): j for j, r in enumerate(item_rows)}
-        keep = [col.get(r, -1) for r in rows]
-        S = np.asarray(item_scores, dtype=np.float64)
-        S = np.where(np.array(keep) >= 0, S[:, np.maximum(keep, 0)], 0.0) if S.ndim == 2 else None
-    else:
-        S = None
+    S = _aligned_item_scores(item_scores, item_rows, rows)
     emb = _aligned_embeddings(embeddings, embedding_rows, rows)
     found = find_culprits(
         S, np.array([scores[r] for r in rows]), rows, findings=findings, texts=texts, embeddings=emb, policy=policy
@@ -266,6 +224,62 @@ def make_verdict(
     if found.concentrated:
         return _concentrated(draft, found, clusters, scores, ids, n_rows, n_reg)
     return _spread(draft, found, n_reg, setup_cause)
+
+
+def criterion_text(policy: CulpritPolicy) -> str:
+    """The culprit criterion in words (report.json's ``verdict.criterion``)."""
+    head_rule = (
+        f"whose local false discovery rate against the bulk's empirical null is under {policy.head_fdr:g}"
+        if policy.head_fdr > 0
+        else f"whose harm exceeds the median by {policy.head_z:g} robust spreads"
+    )
+    extension = (
+        f"; each group also takes the rows with harm above the median whose gradient direction is {policy.extend_z:g} "
+        "robust spreads closer to the group's than the low-harm rows are"
+        if policy.extend_z > 0
+        else ""
+    )
+    return (
+        f"culprit rows are the rows {head_rule} (at most {_pct(policy.max_head_fraction)} of the rows) and stable: "
+        f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over {policy.bootstrap} resamples "
+        f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
+        f"{_pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
+        f"the groups must carry >= {_pct(policy.min_head_share)} of the positive harm"
+    )
+
+
+def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_cause: str) -> dict[str, Any]:
+    """The verdict when no item regressed: nothing rose, or nothing rose beyond the fine-tune's drift."""
+    reg = regression or {}
+    if reg.get("rose"):
+        scale = str(reg.get("scale", "absolute"))
+        drift = (
+            ""
+            if reg.get("drift") is None
+            else f" (the items that improved moved by {describe_change(reg['drift'], scale)})"
+        )
+        draft.sentences.append(
+            f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
+            f"fine-tune's ordinary drift{drift}: the change is within noise, so there is no regression to "
+            "attribute."
+        )
+        return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
+    draft.sentences.append("No eval item got worse after fine-tuning, so there is no regression to attribute.")
+    return draft.done("no_regression", setup_cause, "No regression to explain.")
+
+
+def _aligned_item_scores(
+    item_scores: np.ndarray | None, item_rows: Sequence[int] | None, rows: Sequence[int]
+) -> np.ndarray | None:
+    """The per-item harm with its columns in ``rows`` order (zeros for a row it lacks), or None."""
+    if item_scores is None or item_rows is None:
+        return None
+    S = np.asarray(item_scores, dtype=np.float64)
+    if S.ndim != 2:
+        return None
+    col = {int(r): j for j, r in enumerate(item_rows)}
+    keep = np.array([col.get(r, -1) for r in rows])
+    return np.where(keep >= 0, S[:, np.maximum(keep, 0)], 0.0)
 
 
 def _aligned_embeddings(

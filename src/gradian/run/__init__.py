@@ -7,7 +7,7 @@ reads the trainer's log history. Nothing here imports torch or unpickles a file.
 
 from __future__ import annotations
 
-from gradian.run.discovery import discover
+from gradian.run.discovery import discover, read_adapter_config
 from gradian.run.logs import load_logs, read_tensorboard, read_trainer_log_jsonl, read_trainer_state
 from gradian.run.pickled_args import PickledArgs, read_training_args_bin
 from gradian.run.setup import format_settings, load_setup
@@ -20,6 +20,7 @@ __all__ = [
     "TrainerLogs",
     "TrainingSetup",
     "discover",
+    "read_adapter_config",
     "format_settings",
     "load_logs",
     "load_setup",

@@ -193,6 +193,7 @@ def _listed(art: RunArtifacts, text: str, notes: list[str]) -> list[tuple[int | 
     have = ", ".join(ck.name for ck in art.checkpoints) or "none"
     where = str(art.run_dir) if art.run_dir else "--checkpoints"
     picked: list[tuple[int | None, Path]] = []
+    step: int | None
     for item in (s.strip() for s in text.split(",")):
         if not item:
             continue

@@ -60,8 +60,14 @@ def list_checkpoints(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: checkpoint_step(p) or 0)
 
 
-def read_adapter_config(path: Path) -> dict[str, Any]:
-    """adapter_config.json, checked for the keys a LoRA adapter must have."""
+def read_adapter_config(path: str | Path) -> dict[str, Any]:
+    """adapter_config.json (``path``: the file, or the adapter folder), checked for the keys a LoRA adapter must
+    have. The one reader of it: discovery, diagnose and attribute all check it the same way."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "adapter_config.json"
+    if not path.is_file():
+        raise GradianError("no adapter_config.json", where=str(path.parent), fix="pass the PEFT adapter directory")
     data = load_json_file(path)
     if not isinstance(data, dict):
         raise GradianError(
@@ -177,8 +183,6 @@ def discover(
 ) -> RunArtifacts:
     """Resolve a run directory plus explicit flags into :class:`RunArtifacts`."""
     art = RunArtifacts()
-    notes = art.notes
-
     run_path = _explicit("run", run)
     adapter_path = _explicit("adapter", adapter)
     config_path = _explicit("config", config)
@@ -187,8 +191,22 @@ def discover(
     art.train_file = _explicit("train", train)
     art.eval_file = _explicit("eval", eval)
 
-    # --- the run dir and its checkpoints
-    search_dirs: list[Path] = []  # where config / logs may be, most specific first
+    search_dirs = _find_run_dir(art, run_path)  # where config / logs may be, most specific first
+    newest = art.checkpoints[-1] if art.checkpoints else None
+    _find_adapter(art, adapter_path, newest)
+    _find_trainer_state(art, newest)
+    _find_configs(art, search_dirs, newest, config_path)
+    _find_logs(art, logs_path, search_dirs)
+    _find_base(art, base)
+    _find_tokenizer(art, tokenizer_path, search_dirs)
+    _find_dataset_files(art)
+    return art
+
+
+def _find_run_dir(art: RunArtifacts, run_path: Path | None) -> list[Path]:
+    """The run dir and its checkpoints (a checkpoint-N dir: those up to N); returns the folders to search for config
+    and logs, most specific first."""
+    search_dirs: list[Path] = []
     if run_path is not None:
         if run_path.is_file():
             if run_path.name == "adapter_config.json":
@@ -205,9 +223,11 @@ def discover(
         else:
             art.checkpoints = list_checkpoints(run_path)
             search_dirs = [run_path]
-    newest = art.checkpoints[-1] if art.checkpoints else None
+    return search_dirs
 
-    # --- adapter
+
+def _find_adapter(art: RunArtifacts, adapter_path: Path | None, newest: Path | None) -> None:
+    """--adapter, else the run dir's adapter, else the newest checkpoint's; then its config and weights file."""
     if adapter_path is not None:
         if adapter_path.is_file():
             adapter_path = adapter_path.parent
@@ -223,9 +243,9 @@ def discover(
             art.adapter_dir = art.run_dir
         elif newest is not None and _has_adapter(newest):
             art.adapter_dir = newest
-            notes.append(f"no adapter in {art.run_dir}; using the newest checkpoint's, {newest.name}")
+            art.notes.append(f"no adapter in {art.run_dir}; using the newest checkpoint's, {newest.name}")
         else:
-            notes.append(f"no adapter_config.json in {art.run_dir} or its checkpoints")
+            art.notes.append(f"no adapter_config.json in {art.run_dir} or its checkpoints")
     if art.adapter_dir is not None:
         art.adapter_config = read_adapter_config(art.adapter_dir / "adapter_config.json")
         weights = art.adapter_dir / "adapter_model.safetensors"
@@ -234,26 +254,30 @@ def discover(
             art.adapter_weights = weights
         elif pickled.is_file():
             art.adapter_weights_pickle = pickled
-            notes.append(
+            art.notes.append(
                 f"{pickled} is a pickle, which gradian never loads; convert it to adapter_model.safetensors "
                 "(load it once yourself with PeftModel.from_pretrained and save_pretrained(safe_serialization=True))"
             )
         else:
-            notes.append(f"no adapter_model.safetensors in {art.adapter_dir}")
+            art.notes.append(f"no adapter_model.safetensors in {art.adapter_dir}")
 
-    # --- trainer state
+
+def _find_trainer_state(art: RunArtifacts, newest: Path | None) -> None:
+    """trainer_state.json of the run dir, else of the newest checkpoint."""
     if art.run_dir is not None:
         if (art.run_dir / "trainer_state.json").is_file():
             art.trainer_state = art.run_dir / "trainer_state.json"
         elif newest is not None and (newest / "trainer_state.json").is_file():
             art.trainer_state = newest / "trainer_state.json"
         else:
-            notes.append(f"no trainer_state.json in {art.run_dir} or its checkpoints")
+            art.notes.append(f"no trainer_state.json in {art.run_dir} or its checkpoints")
 
-    # --- config files, lowest precedence first
+
+def _find_configs(art: RunArtifacts, search_dirs: list[Path], newest: Path | None, config_path: Path | None) -> None:
+    """The config files, lowest precedence first (--config last), and the TensorBoard event files."""
     found: list[Path] = []
     for folder in reversed(search_dirs):
-        found += _config_candidates(folder, notes)
+        found += _config_candidates(folder, art.notes)
     if newest is not None and not any(p.name == "training_args.bin" for p in found):
         if (newest / "training_args.bin").is_file():
             found.insert(0, newest / "training_args.bin")
@@ -267,9 +291,11 @@ def discover(
         art.config_explicit = config_path
     art.config_files = found
     if not found and not art.tensorboard_files and (art.run_dir is not None or config_path is not None):
-        notes.append("no training config found (pass the YAML or training_args.json with --config)")
+        art.notes.append("no training config found (pass the YAML or training_args.json with --config)")
 
-    # --- logs: --logs, else trainer_state.json, else trainer_log.jsonl, else TensorBoard
+
+def _find_logs(art: RunArtifacts, logs_path: Path | None, search_dirs: list[Path]) -> None:
+    """The trainer logs: --logs, else trainer_state.json, else trainer_log.jsonl, else TensorBoard."""
     if logs_path is not None:
         if logs_path.is_dir():
             tb = _tensorboard_files(logs_path)
@@ -298,23 +324,27 @@ def discover(
         elif art.tensorboard_files:
             art.log_file = art.tensorboard_files[-1]
         elif art.run_dir is not None:
-            notes.append("no trainer logs found (trainer_state.json, trainer_log.jsonl or TensorBoard events)")
+            art.notes.append("no trainer logs found (trainer_state.json, trainer_log.jsonl or TensorBoard events)")
     if len(art.tensorboard_files) > 1 and art.log_file == art.tensorboard_files[-1]:
-        notes.append(f"{len(art.tensorboard_files)} TensorBoard event files; reading the newest, {art.log_file}")
+        art.notes.append(f"{len(art.tensorboard_files)} TensorBoard event files; reading the newest, {art.log_file}")
 
-    # --- base model
+
+def _find_base(art: RunArtifacts, base: str | None) -> None:
+    """--base, else the adapter config's base model, else one named in a config file."""
     if base is not None:
         art.base = str(_explicit_base(base))
     elif isinstance(art.adapter_config.get("base_model_name_or_path"), str):
         art.base = art.adapter_config["base_model_name_or_path"]
     else:
-        art.base, where = _peek_base(found)
+        art.base, where = _peek_base(art.config_files)
         if art.base is not None:
-            notes.append(f"base model {art.base} from {where}")
+            art.notes.append(f"base model {art.base} from {where}")
         else:
-            notes.append("base model unknown (pass --base)")
+            art.notes.append("base model unknown (pass --base)")
 
-    # --- tokenizer: --tokenizer, else the run dir (or adapter dir), else a local base folder
+
+def _find_tokenizer(art: RunArtifacts, tokenizer_path: Path | None, search_dirs: list[Path]) -> None:
+    """--tokenizer, else the adapter dir or run dir, else a local base folder."""
     if tokenizer_path is not None:
         art.tokenizer_dir = tokenizer_path
     else:
@@ -327,15 +357,18 @@ def discover(
             if base_dir.is_dir() and any((base_dir / f).is_file() for f in _TOKENIZER_FILES):
                 art.tokenizer_dir = base_dir
             elif not base_dir.is_dir():
-                notes.append(f"no tokenizer in the run; the base {art.base} is not a local folder (pass --tokenizer)")
+                art.notes.append(
+                    f"no tokenizer in the run; the base {art.base} is not a local folder (pass --tokenizer)"
+                )
 
-    # --- train / eval files named in an Axolotl config
+
+def _find_dataset_files(art: RunArtifacts) -> None:
+    """Train / eval files named in an Axolotl config, when no flag named them."""
     if art.train_file is None:
-        art.train_file = _dataset_file(found, "train")
+        art.train_file = _dataset_file(art.config_files, "train")
         if art.train_file is not None:
-            notes.append(f"train file {art.train_file} from the config's datasets")
+            art.notes.append(f"train file {art.train_file} from the config's datasets")
     if art.eval_file is None:
-        art.eval_file = _dataset_file(found, "eval")
+        art.eval_file = _dataset_file(art.config_files, "eval")
         if art.eval_file is not None:
-            notes.append(f"eval file {art.eval_file} from the config's test_datasets")
-    return art
+            art.notes.append(f"eval file {art.eval_file} from the config's test_datasets")

@@ -9,37 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from gradian.errors import GradianError
+from gradian.numbers import as_float
 from gradian.run.textfiles import load_json_file
 from gradian.run.types import LogPoint, RunArtifacts, TrainerLogs
 
 _SUMMARY_KEYS = {"train_loss", "train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos"}
 
 
-def _num(value: Any) -> float | None:
-    """A float from a JSON number or a "NaN"/"inf" string; None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def _point_from(entry: dict[str, Any], step: int, *, lr_key: str = "learning_rate") -> LogPoint:
-    point = LogPoint(step=step, epoch=_num(entry.get("epoch")))
-    point.loss = _num(entry.get("loss"))
-    point.grad_norm = _num(entry.get("grad_norm"))
-    point.learning_rate = _num(entry.get(lr_key))
-    point.eval_loss = _num(entry.get("eval_loss"))
+    point = LogPoint(step=step, epoch=as_float(entry.get("epoch")))
+    point.loss = as_float(entry.get("loss"))
+    point.grad_norm = as_float(entry.get("grad_norm"))
+    point.learning_rate = as_float(entry.get(lr_key))
+    point.eval_loss = as_float(entry.get("eval_loss"))
     skip = {"epoch", "step", "loss", "grad_norm", lr_key, "eval_loss", "current_steps", "total_steps"}
     for key, value in entry.items():
         if key in skip:
             continue
-        number = _num(value)
+        number = as_float(value)
         if number is not None and not isinstance(value, str):
             point.extra[key] = number
     return point
@@ -81,7 +68,7 @@ def read_trainer_state(path: str | Path) -> TrainerLogs:
             continue
         step = entry.get("step")
         if not isinstance(step, int) or isinstance(step, bool):
-            step_f = _num(step)
+            step_f = as_float(step)
             if step_f is None or not math.isfinite(step_f):
                 raise GradianError(
                     f"log_history entry {i} has no integer step (step={step!r})",

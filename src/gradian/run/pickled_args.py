@@ -28,6 +28,12 @@ class _Stub:
 
     _module = "?"
     _name = "?"
+    # set per instance in __new__ (declared here for the type checker only)
+    _args: tuple[Any, ...]
+    _kwargs: dict[str, Any]
+    _state: Any
+    _items: dict[Any, Any]
+    _list: list[Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _Stub:
         obj = object.__new__(cls)

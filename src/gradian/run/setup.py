@@ -18,11 +18,14 @@ actually saved). Framework defaults fill what no file set, with a source like ``
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gradian.data.types import FormatSettings
 from gradian.errors import GradianError
+from gradian.numbers import as_float
 from gradian.options.train import TRL_MAX_LENGTH
 from gradian.run.configs import (
     AXOLOTL_DEPRECATED,
@@ -60,16 +63,10 @@ def _float(cf: ConfigFile, key: str, data: dict[str, Any] | None = None) -> Any:
     value = (cf.data if data is None else data).get(key, _MISSING)
     if value is _MISSING or value is None:
         return value
-    if isinstance(value, bool):
+    number = as_float(value)
+    if number is None:
         raise _type_error(cf, key, value, "a number", "2.0e-4")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    raise _type_error(cf, key, value, "a number", "2.0e-4")
+    return number
 
 
 def _int(cf: ConfigFile, key: str, data: dict[str, Any] | None = None) -> Any:
@@ -164,6 +161,24 @@ def _src(cf: ConfigFile, key: str) -> str:
     return f"{cf.name}: {key}"
 
 
+def _positive_int(cf: ConfigFile, key: str) -> Any:
+    """An int key that counts only when > 0 (max_steps: -1 and 0 mean "use the epochs")."""
+    value = _int(cf, key)
+    return value if value not in (_MISSING, None) and value > 0 else _MISSING
+
+
+_modules_comma = partial(_modules, comma=True)  # LLaMA-Factory: "q_proj,v_proj"
+
+# A framework's mapping as data: (TrainingSetup field, the config's key, the typed getter that reads it), applied in
+# order (a later row overrides an earlier one for the same field, with a note).
+Mapping = tuple[tuple[str, str, Callable[[ConfigFile, str], Any]], ...]
+
+
+def _set_all(b: _Builder, cf: ConfigFile, mapping: Mapping) -> None:
+    for name, key, get in mapping:
+        b.set(name, get(cf, key), _src(cf, key))
+
+
 def _precision(b: _Builder, cf: ConfigFile) -> None:
     bf16 = cf.data.get("bf16")
     if isinstance(bf16, str) and bf16.strip().lower() == "auto":
@@ -220,19 +235,64 @@ def _eval_strategy(b: _Builder, cf: ConfigFile) -> None:
         b.set("eval_strategy", new, _src(cf, "eval_strategy"))
 
 
+_HF_TRAINING: Mapping = (  # TrainingArguments (TRL, transformers, LLaMA-Factory)
+    ("learning_rate", "learning_rate", _float),
+    ("num_epochs", "num_train_epochs", _float),
+    ("max_steps", "max_steps", _positive_int),
+    ("per_device_batch_size", "per_device_train_batch_size", _int),
+    ("gradient_accumulation_steps", "gradient_accumulation_steps", _int),
+    ("seed", "seed", _int),
+    ("scheduler", "lr_scheduler_type", _str),
+)
+_HF_SFT: Mapping = (  # TRL's SFTConfig
+    ("packing", "packing", _bool),
+    ("packing_strategy", "packing_strategy", _str),
+    ("truncation_mode", "truncation_mode", _str),
+    ("dataset_text_field", "dataset_text_field", _str),
+)
+_AXOLOTL_TRAINING: Mapping = (
+    ("base_model", "base_model", _str),
+    ("learning_rate", "learning_rate", _float),
+    ("num_epochs", "num_epochs", _float),
+    ("max_steps", "max_steps", _positive_int),
+    ("per_device_batch_size", "micro_batch_size", _int),
+    ("gradient_accumulation_steps", "gradient_accumulation_steps", _int),
+    ("world_size", "world_size", _int),
+)
+_AXOLOTL_LORA_TARGETS: Mapping = (
+    ("lora_r", "lora_r", _int),
+    ("lora_alpha", "lora_alpha", _float),
+    ("lora_dropout", "lora_dropout", _float),
+    ("target_modules", "lora_target_modules", _modules),
+)
+_AXOLOTL_LORA_VARIANT: Mapping = (
+    ("use_rslora", "peft_use_rslora", _bool),
+    ("use_dora", "peft_use_dora", _bool),
+    ("modules_to_save", "lora_modules_to_save", _modules),
+)
+_LLAMAFACTORY_LORA: Mapping = (
+    ("lora_r", "lora_rank", _int),
+    ("lora_alpha", "lora_alpha", _float),
+    ("lora_dropout", "lora_dropout", _float),
+    ("target_modules", "lora_target", _modules_comma),
+    ("modules_to_save", "additional_target", _modules_comma),
+    ("use_rslora", "use_rslora", _bool),
+    ("use_dora", "use_dora", _bool),
+)
+_PEFT_LORA: Mapping = (  # adapter_config.json
+    ("lora_r", "r", _int),
+    ("lora_alpha", "lora_alpha", _float),
+    ("lora_dropout", "lora_dropout", _float),
+    ("target_modules", "target_modules", _modules),
+    ("use_rslora", "use_rslora", _bool),
+    ("use_dora", "use_dora", _bool),
+    ("modules_to_save", "modules_to_save", _modules),
+)
+
+
 def _common_hf(b: _Builder, cf: ConfigFile) -> None:
     """TrainingArguments keys, shared by TRL / transformers dumps and LLaMA-Factory YAML."""
-    b.set("learning_rate", _float(cf, "learning_rate"), _src(cf, "learning_rate"))
-    b.set("num_epochs", _float(cf, "num_train_epochs"), _src(cf, "num_train_epochs"))
-    max_steps = _int(cf, "max_steps")
-    if max_steps not in (_MISSING, None) and max_steps > 0:
-        b.set("max_steps", max_steps, _src(cf, "max_steps"))
-    b.set("per_device_batch_size", _int(cf, "per_device_train_batch_size"), _src(cf, "per_device_train_batch_size"))
-    b.set(
-        "gradient_accumulation_steps", _int(cf, "gradient_accumulation_steps"), _src(cf, "gradient_accumulation_steps")
-    )
-    b.set("seed", _int(cf, "seed"), _src(cf, "seed"))
-    b.set("scheduler", _str(cf, "lr_scheduler_type"), _src(cf, "lr_scheduler_type"))
+    _set_all(b, cf, _HF_TRAINING)
     _warmup(b, cf)
     _checkpointing(b, cf)
     _eval_strategy(b, cf)
@@ -257,10 +317,7 @@ def _apply_hf(b: _Builder, cf: ConfigFile) -> None:
         b.set("max_length_key", "max_length", _src(cf, "max_length"))
     elif "max_seq_length" in data:  # TRL < 0.16 with max_seq_length None: min(model_max_length, 1024)
         b.set("max_length", TRL_MAX_LENGTH, f"{cf.name}: max_seq_length (null: TRL default {TRL_MAX_LENGTH})")
-    b.set("packing", _bool(cf, "packing"), _src(cf, "packing"))
-    b.set("packing_strategy", _str(cf, "packing_strategy"), _src(cf, "packing_strategy"))
-    b.set("truncation_mode", _str(cf, "truncation_mode"), _src(cf, "truncation_mode"))
-    b.set("dataset_text_field", _str(cf, "dataset_text_field"), _src(cf, "dataset_text_field"))
+    _set_all(b, cf, _HF_SFT)
     eos = _str(cf, "eos_token")
     if eos != "<EOS_TOKEN>":  # TrainingArguments.to_dict writes every *_token field as "<KEY_TOKEN>", set or not
         b.set("eos_token", eos, _src(cf, "eos_token"))
@@ -271,45 +328,28 @@ def _apply_hf(b: _Builder, cf: ConfigFile) -> None:
     if isinstance(init, dict) and isinstance(init.get("attn_implementation"), str):
         b.set("attn_implementation", init["attn_implementation"], f"{cf.name}: model_init_kwargs.attn_implementation")
     if cf.framework == "axolotl":  # AxolotlTrainingArguments carry some of the YAML's keys
-        b.set("packing", _bool(cf, "sample_packing"), _src(cf, "sample_packing"))
-        b.set("max_length", _int(cf, "sequence_len"), _src(cf, "sequence_len"))
+        _set_all(b, cf, (("packing", "sample_packing", _bool), ("max_length", "sequence_len", _int)))
 
 
 def _apply_axolotl(b: _Builder, cf: ConfigFile) -> None:
     data = cf.data
-    b.set("base_model", _str(cf, "base_model"), _src(cf, "base_model"))
-    b.set("learning_rate", _float(cf, "learning_rate"), _src(cf, "learning_rate"))
-    b.set("num_epochs", _float(cf, "num_epochs"), _src(cf, "num_epochs"))
-    max_steps = _int(cf, "max_steps")
-    if max_steps not in (_MISSING, None) and max_steps > 0:
-        b.set("max_steps", max_steps, _src(cf, "max_steps"))
-    b.set("per_device_batch_size", _int(cf, "micro_batch_size"), _src(cf, "micro_batch_size"))
-    b.set(
-        "gradient_accumulation_steps", _int(cf, "gradient_accumulation_steps"), _src(cf, "gradient_accumulation_steps")
-    )
-    b.set("world_size", _int(cf, "world_size"), _src(cf, "world_size"))
+    _set_all(b, cf, _AXOLOTL_TRAINING)
     seq = _int(cf, "sequence_len")
     if seq not in (_MISSING, None):
         b.set("max_length", seq, _src(cf, "sequence_len"))
         b.set("max_length_key", "sequence_len", _src(cf, "sequence_len"))
     b.set("packing", _bool(cf, "sample_packing"), _src(cf, "sample_packing"))
     b.flag("train_on_inputs", _bool(cf, "train_on_inputs"), _src(cf, "train_on_inputs"))
-    b.set("lora_r", _int(cf, "lora_r"), _src(cf, "lora_r"))
-    b.set("lora_alpha", _float(cf, "lora_alpha"), _src(cf, "lora_alpha"))
-    b.set("lora_dropout", _float(cf, "lora_dropout"), _src(cf, "lora_dropout"))
-    b.set("target_modules", _modules(cf, "lora_target_modules"), _src(cf, "lora_target_modules"))
+    _set_all(b, cf, _AXOLOTL_LORA_TARGETS)
     if _bool(cf, "lora_target_linear") is True:
         b.set("target_modules", "all-linear", _src(cf, "lora_target_linear"))
-    b.set("use_rslora", _bool(cf, "peft_use_rslora"), _src(cf, "peft_use_rslora"))
-    b.set("use_dora", _bool(cf, "peft_use_dora"), _src(cf, "peft_use_dora"))
-    b.set("modules_to_save", _modules(cf, "lora_modules_to_save"), _src(cf, "lora_modules_to_save"))
+    _set_all(b, cf, _AXOLOTL_LORA_VARIANT)
     _precision(b, cf)
     b.set("scheduler", _str(cf, "lr_scheduler"), _src(cf, "lr_scheduler"))
     _warmup(b, cf)
     _checkpointing(b, cf)
     _eval_strategy(b, cf)
-    b.set("eval_size", _float(cf, "val_set_size"), _src(cf, "val_set_size"))
-    b.set("seed", _int(cf, "seed"), _src(cf, "seed"))
+    _set_all(b, cf, (("eval_size", "val_set_size", _float), ("seed", "seed", _int)))
     if isinstance(data.get("attn_implementation"), str):
         b.set("attn_implementation", data["attn_implementation"], _src(cf, "attn_implementation"))
     for key, impl in _ATTN.items():
@@ -351,13 +391,7 @@ def _apply_llamafactory(b: _Builder, cf: ConfigFile) -> None:
         b.set("packing", True, _src(cf, "neat_packing"))
     b.set("eval_size", _float(cf, "val_size"), _src(cf, "val_size"))
     b.flag("finetuning_type", _str(cf, "finetuning_type"), _src(cf, "finetuning_type"))
-    b.set("lora_r", _int(cf, "lora_rank"), _src(cf, "lora_rank"))
-    b.set("lora_alpha", _float(cf, "lora_alpha"), _src(cf, "lora_alpha"))
-    b.set("lora_dropout", _float(cf, "lora_dropout"), _src(cf, "lora_dropout"))
-    b.set("target_modules", _modules(cf, "lora_target", comma=True), _src(cf, "lora_target"))
-    b.set("modules_to_save", _modules(cf, "additional_target", comma=True), _src(cf, "additional_target"))
-    b.set("use_rslora", _bool(cf, "use_rslora"), _src(cf, "use_rslora"))
-    b.set("use_dora", _bool(cf, "use_dora"), _src(cf, "use_dora"))
+    _set_all(b, cf, _LLAMAFACTORY_LORA)
     flash = _str(cf, "flash_attn")
     if flash in _LF_ATTN:
         b.set("attn_implementation", _LF_ATTN[flash], _src(cf, "flash_attn"))
@@ -372,13 +406,7 @@ def _apply_llamafactory(b: _Builder, cf: ConfigFile) -> None:
 
 def _apply_adapter_config(b: _Builder, config: dict[str, Any], name: str = "adapter_config.json") -> None:
     cf = ConfigFile(path=Path(name), kind="adapter_config", framework=None, data=config)
-    b.set("lora_r", _int(cf, "r"), _src(cf, "r"))
-    b.set("lora_alpha", _float(cf, "lora_alpha"), _src(cf, "lora_alpha"))
-    b.set("lora_dropout", _float(cf, "lora_dropout"), _src(cf, "lora_dropout"))
-    b.set("target_modules", _modules(cf, "target_modules"), _src(cf, "target_modules"))
-    b.set("use_rslora", _bool(cf, "use_rslora"), _src(cf, "use_rslora"))
-    b.set("use_dora", _bool(cf, "use_dora"), _src(cf, "use_dora"))
-    b.set("modules_to_save", _modules(cf, "modules_to_save"), _src(cf, "modules_to_save"))
+    _set_all(b, cf, _PEFT_LORA)
     for key in ("rank_pattern", "alpha_pattern"):
         value = config.get(key)
         if value is not None and not isinstance(value, dict):

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from gradian.data.templates import END_OF_TURN_TOKENS
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import fmt_num, key_ev
@@ -18,7 +19,6 @@ LINEAR_FAMILIES = {
     "falcon": {"query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"},
     "phi": {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"},
 }
-END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>")
 FLASH_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention", "kernels", "flash")
 
 
@@ -157,6 +157,8 @@ def too_few_steps(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )
     if steps < t.min_steps:
         ga, bs = s.gradient_accumulation_steps or 1, s.per_device_batch_size or 1
+        cur: float | None
+        value: int | None
         if ga > 1:
             key, cur, value = "gradient_accumulation_steps", ga, 1
             text = "Reduce gradient accumulation (or train more epochs)"
@@ -393,7 +395,7 @@ def _added_tokens(ctx: DiagnoseContext) -> list[str]:
             out += [x.strip() for x in v.split(",") if x.strip()]
     sp = raw.get("special_tokens")
     if isinstance(sp, dict) and ctx.tokenizer is not None:
-        vocab = getattr(ctx.tokenizer, "get_vocab", dict)()
+        vocab: dict[str, int] = getattr(ctx.tokenizer, "get_vocab", dict)()
         out += [str(v) for v in sp.values() if isinstance(v, str) and v not in vocab]
     return out
 
@@ -536,7 +538,7 @@ def eos_turn_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     tok = ctx.tokenizer
     if not tmpl:
         return
-    eot = next((m for m in END_OF_TURN if m in tmpl), None)
+    eot = next((m for m in END_OF_TURN_TOKENS if m in tmpl), None)
     eos = getattr(tok, "eos_token", None)
     if eot is None or eot == eos:
         return

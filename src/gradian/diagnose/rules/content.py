@@ -86,7 +86,8 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     seen_in="Gopher (Rae et al. 2021), datatrove GopherRepetitionFilter",
 )  # fmt: skip
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows, worst = [], Counter()
+    rows: list[int] = []
+    worst: Counter[str] = Counter()
     for e in ctx.train:
         tgt = e.target_text()
         if len(tgt) < 40:
@@ -127,7 +128,8 @@ def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[
             with_m = [ms for ms in per_row if m in ms]
             if any(sum(1 for ms in with_m if o in ms) >= 0.8 * len(with_m) for o in learned if o != m):
                 paired.add(m)
-        rows, used = [], Counter()
+        rows: list[int] = []
+        used: Counter[str] = Counter()
         for e, ms in zip(text_rows, per_row, strict=True):
             hit = (ms & paired) | ts.known_markers(e.text or "")
             if hit:
@@ -195,7 +197,8 @@ _PLACEHOLDER = re.compile(
     seen_in="C4 filter (rows containing '{')",
 )  # fmt: skip
 def placeholder(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows, found = [], Counter()
+    rows: list[int] = []
+    found: Counter[str] = Counter()
     for e in ctx.train:
         hits = _PLACEHOLDER.findall(e.plain_text())
         if hits:
@@ -228,7 +231,8 @@ _MARKUP = re.compile(
     seen_in="scraped data",
 )  # fmt: skip
 def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows, found = [], Counter()
+    rows: list[int] = []
+    found: Counter[str] = Counter()
     for e in ctx.train:
         hits = _MARKUP.findall(e.target_text())
         if hits:
@@ -355,8 +359,8 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: set[int] = set()
     if low:
         ordinary = [segs[k][1] for k, s in scores if s >= med]
-        main_lang = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))]).most_common(1)
-        main_lang = main_lang[0][0]
+        langs = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))])
+        main_lang = langs.most_common(1)[0][0]
         for i, x in low:
             sc = _lang_scores(x)
             top = max(sc, key=sc.__getitem__)

@@ -50,11 +50,12 @@ def _tokenizer_config(d: Path | None) -> dict:
     fix="Save the tokenizer you trained with next to the adapter (tokenizer.save_pretrained(output_dir)).",
 )  # fmt: skip
 def template_train_vs_serve(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    saved = _tokenizer_config(ctx.artifacts.adapter_dir).get("chat_template")
+    adapter_dir = ctx.artifacts.adapter_dir
+    saved = _tokenizer_config(adapter_dir).get("chat_template")
     used = ctx.chat_template()
-    if saved and used and saved.strip() != used.strip():
+    if adapter_dir and saved and used and saved.strip() != used.strip():
         yield Hit("the adapter's saved chat template differs from the training tokenizer's",
-                  evidence={"file": str(ctx.artifacts.adapter_dir / "tokenizer_config.json"), "key": "chat_template",
+                  evidence={"file": str(adapter_dir / "tokenizer_config.json"), "key": "chat_template",
                             "value": saved[:120], "source": "adapter dir"},
                   fix=Fix(text="Save the training tokenizer with the adapter"))  # fmt: skip
 

@@ -54,7 +54,8 @@ def schema(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ):
         if not problems:
             continue
-        rows, reasons = [], Counter()
+        rows: list[int] = []
+        reasons: Counter[str] = Counter()
         for p in problems:
             idx = getattr(p, "index", getattr(p, "row", getattr(p, "line", None)))
             if isinstance(idx, int):
@@ -468,7 +469,8 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     eos = getattr(tok, "eos_token", None) if tok is not None else None
     specials.discard(getattr(tok, "unk_token", None) if tok is not None else None)
     pat = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
-    rows, found = [], Counter()
+    rows: list[int] = []
+    found: Counter[str] = Counter()
     for e in ctx.train:
         if e.format == "text":
             continue  # pre-rendered text is expected to contain markers

@@ -6,13 +6,14 @@ import math
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeGuard
 
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.types import Fix
 
 
-def _finite(x: float | None) -> bool:
+def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and math.isfinite(x)
 
 
@@ -71,7 +72,8 @@ def nonfinite(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def loss_collapse(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ls = _losses(ctx)
     low = [s for s, v in ls if v <= t.floor]
-    run, best = [], []
+    run: list[int] = []
+    best: list[int] = []
     for s, v in ls:
         run = run + [s] if v <= t.floor else []
         if len(run) > len(best):
@@ -214,14 +216,15 @@ def eval_rising(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     seen_in="alpaca-lora#502",
 )  # fmt: skip
 def epoch_staircase(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    pts = [p for p in ctx.logs.train if _finite(p.loss) and p.epoch is not None]
+    pts = [(p.step, p.epoch, p.loss) for p in ctx.logs.train if _finite(p.loss) and p.epoch is not None]
     if not pts:
         return
-    n_ep = int(math.floor(max(p.epoch for p in pts) - 1e-9))
-    stairs, bounds = [], 0
+    n_ep = int(math.floor(max(e for _, e, _ in pts) - 1e-9))
+    stairs: list[int] = []
+    bounds = 0
     for b in range(1, n_ep + 1):
-        pre = [p.loss for p in pts if b - 0.25 <= p.epoch < b]
-        post = [p.loss for p in pts if b < p.epoch <= b + 0.25]
+        pre = [v for _, e, v in pts if b - 0.25 <= e < b]
+        post = [v for _, e, v in pts if b < e <= b + 0.25]
         if len(pre) < 2 or len(post) < 2:
             continue
         bounds += 1
@@ -229,7 +232,7 @@ def epoch_staircase(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         if a > 0 and c < (1 - t.drop) * a:
             stairs.append(b)
     if bounds and len(stairs) == bounds:
-        steps = [next(p.step for p in pts if p.epoch > b) for b in stairs]
+        steps = [next(s for s, e, _ in pts if e > b) for b in stairs]
         yield Hit(
             f"train loss drops > {t.drop:.0%} at every epoch boundary ({stairs}): memorising",
             evidence=_ev(ctx, steps, epochs=stairs, key="num_epochs", value=ctx.setup.num_epochs),
