@@ -249,6 +249,9 @@ def test_weak_rows_of_a_group_join_it_by_their_gradient_direction(seed):
     assert r0 <= 0.7
     off = verdict(S, embeddings=E, policy=CulpritPolicy(extend_z=0))
     assert off["drop_rows"] == without["drop_rows"]
+    joined = sum(g["by_direction"] for g in with_dir["groups"])
+    assert joined == len(set(with_dir["drop_rows"]) - set(without["drop_rows"])) > 0
+    assert all(g["by_direction"] == 0 for g in without["groups"])
 
 
 def test_direction_extension_keeps_two_groups_apart():

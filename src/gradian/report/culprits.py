@@ -121,6 +121,7 @@ class Group:
     finding: Mapping[str, Any] | None = None  # the mechanical finding that defines it
     shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
     terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
+    by_direction: int = 0  # rows that joined it by their gradient direction (extend_by_direction)
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -132,6 +133,7 @@ class Group:
             "finding": None if f is None else {"code": f.get("code"), "name": f.get("name")},
             "shared": self.shared,
             "terms": self.terms,
+            "by_direction": self.by_direction,
         }
 
 
@@ -158,7 +160,10 @@ class Culprits:
 
 
 def _robust(x: np.ndarray) -> tuple[float, float]:
-    """Median and robust spread (1.4826 x MAD; the standard deviation, or 1, when the MAD is 0)."""
+    """Median and robust spread (1.4826 x MAD; the standard deviation, or 1, when the MAD is 0) of the finite values."""
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return float("nan"), 1.0
     med = float(np.median(x))
     spread = 1.4826 * float(np.median(np.abs(x - med)))
     return med, spread if spread > 0 else (float(np.std(x)) or 1.0)
@@ -191,22 +196,26 @@ def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.
     binned on ``grid`` points so it costs O(n)) and ``pi0`` the share of values within one spread over a normal's
     68.3%, capped at 1."""
     s = np.asarray(s, dtype=np.float64)
-    sd = float(np.std(s))
-    if len(s) < 3 or sd <= 0:
-        return np.ones(len(s))
-    h = 1.06 * sd * len(s) ** -0.2  # Scott's rule
-    lo, hi = float(s.min()) - 4 * h, float(s.max()) + 4 * h
-    counts, edges = np.histogram(s, bins=grid, range=(lo, hi))
+    out = np.ones(len(s))
+    ok = np.isfinite(s)
+    x = s[ok]
+    sd = float(np.std(x)) if len(x) else 0.0
+    if len(x) < 3 or sd <= 0 or not (np.isfinite(med) and np.isfinite(spread) and spread > 0):
+        return out  # a value that is not finite is never a discovery
+    h = 1.06 * sd * len(x) ** -0.2  # Scott's rule
+    lo, hi = float(x.min()) - 4 * h, float(x.max()) + 4 * h
+    counts, edges = np.histogram(x, bins=grid, range=(lo, hi))
     step = edges[1] - edges[0]
     half = int(np.ceil(4 * h / step))
-    x = np.arange(-half, half + 1) * step
-    kernel = np.exp(-0.5 * (x / h) ** 2) / (h * np.sqrt(2 * np.pi))
-    density = np.convolve(counts / len(s), kernel, mode="same")
+    offsets = np.arange(-half, half + 1) * step
+    kernel = np.exp(-0.5 * (offsets / h) ** 2) / (h * np.sqrt(2 * np.pi))
+    density = np.convolve(counts / len(x), kernel, mode="same")
     centers = (edges[:-1] + edges[1:]) / 2
-    f = np.interp(s, centers, density)
-    f0 = np.exp(-0.5 * ((s - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
-    pi0 = min(1.0, float(np.mean(np.abs(s - med) < spread)) / 0.6827)
-    return np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
+    f = np.interp(x, centers, density)
+    f0 = np.exp(-0.5 * ((x - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
+    pi0 = min(1.0, float(np.mean(np.abs(x - med) < spread)) / 0.6827)
+    out[ok] = np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
+    return out
 
 
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
@@ -383,6 +392,7 @@ def extend_by_direction(
     for j in np.flatnonzero((best_z > policy.extend_z) & (s > med)).tolist():
         if int(rows[j]) not in taken:
             groups[int(best_g[j])].rows.append(int(rows[j]))
+            groups[int(best_g[j])].by_direction += 1
     score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
     for g in groups:
         g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))

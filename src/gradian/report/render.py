@@ -349,6 +349,8 @@ def _group_trait(g: Mapping[str, Any]) -> str:
     ]
     if g.get("terms"):
         bits.append("terms: " + " / ".join(g["terms"]))
+    if g.get("by_direction"):
+        bits.append(f"{g['by_direction']} rows joined by their gradient direction")
     return "; ".join(bits) or "no shared finding or term"
 
 

@@ -313,8 +313,13 @@ def _concentrated(draft, found, clusters, scores, ids, n_rows: int, n_reg: str) 
     agree = f", agreement {conf['stability']:.2f})" if conf["stability"] is not None else ")"
     draft.sentences.append(
         f"{_rows_word(len(head)).capitalize()} ({_pct(len(head) / n_rows if n_rows else 0)} of the training data) "
-        f"carry {_pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows, and "
-        f"{sure}{agree}."
+        f"carry {_pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows"
+        + (
+            f" ({joined} of them joined because their gradient points the way the group's does)"
+            if (joined := sum(g.by_direction for g in groups))
+            else ""
+        )
+        + f", and {sure}{agree}."
     )
     explained: set[str] = set()
     fixes: list[str] = []
