@@ -114,3 +114,16 @@ def test_assemble_keeps_the_row_order_and_maps_edits_to_rows():
     assert built.rows == [r for r, _ in tagged]
     assert sorted(built.edits) == built.groups["entity"]
     assert all(built.rows[i]["completion"][a:b] == " Zara" for i, s in built.edits.items() for a, b in s)
+
+
+def test_edit_hit_reads_the_top_tokens_of_a_row():
+    from bench_prompts import edit_hit
+
+    pieces = [["<s> There was a girl named", None], [" ", 30.0], ["Z", 4.0], ["ara", 1.0], [".", -2.0], ["</s>", 9.0]]
+    hit = edit_hit(pieces, " Zara.", [[0, 5]])  # " Zara"
+    assert hit["aligned"] and hit["label_tokens"] == 5 and hit["edit_tokens"] == 3
+    assert hit["hit"] and hit["hit1"] and hit["top"] == [" ", "</s>", "Z"]
+    assert hit["chance"] == 1.0 and hit["chance1"] == 0.6  # any 3 of the 5 tokens include one of the 3; 3 of 5
+    cut = edit_hit(pieces, " Zara.", [[5, 7]])  # the "." and the EOS after it
+    assert cut["edit"] == [".", "</s>"] and cut["hit"] and not cut["hit1"]
+    assert not edit_hit(pieces, " Zora.", [[0, 5]])["aligned"]
