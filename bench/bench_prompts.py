@@ -293,7 +293,7 @@ def attribute_cli(run_dir: Path, eval_file: Path, out: Path) -> float:
     return wall
 
 
-def suite_run(run_dir: Path, work: Path) -> dict:
+def suite_run(run_dir: Path, work: Path, variants: tuple[str, ...] = ("written", "prompts")) -> dict:
     """Written vs prompt-only eval on one suite run (each attribute run is kept under ``work/<run>/`` and reused)."""
     w = work / run_dir.name
     w.mkdir(parents=True, exist_ok=True)
@@ -305,6 +305,9 @@ def suite_run(run_dir: Path, work: Path) -> dict:
     res: dict = {"run": run_dir.name, "kind": planted["kind"], "n_planted": len(planted["rows"])}
     for name, eval_file in (("written", run_dir / "eval.jsonl"), ("prompts", prompts)):
         out, wall_file = w / name, w / f"{name}.wall"
+        if name not in variants and not (out / "report.json").is_file():
+            res[name] = None
+            continue
         if not (out / "report.json").is_file() or not wall_file.is_file():
             wall_file.write_text(f"{attribute_cli(run_dir, eval_file, out):.2f}\n")
         report = json.loads((out / "report.json").read_text())
@@ -408,6 +411,7 @@ def suite(argv: list[str]) -> None:
     ap.add_argument("--runs", type=Path, default=ROOT / "bench" / "work" / "scenarios", help="the suite's run dirs")
     ap.add_argument("--work", type=Path, default=ROOT / "bench" / "work" / "prompts_suite", help="attribute outputs")
     ap.add_argument("--only", action="append", help="run name(s) (default: every fault kind, seeds 0-1, 10%%)")
+    ap.add_argument("--variant", action="append", choices=["written", "prompts"], help="run only these (default both)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "bench"))
     runs = []
@@ -417,7 +421,10 @@ def suite(argv: list[str]) -> None:
             print(f"skip {name}: no fine-tune in {d}", flush=True)
             continue
         t = time.perf_counter()
-        r = suite_run(d, args.work)
+        r = suite_run(d, args.work, tuple(args.variant or ("written", "prompts")))
+        if r["written"] is None or r["prompts"] is None:
+            print(f"{name}: ran {args.variant}", flush=True)
+            continue
         runs.append(r)
         print(
             f"{name}: AUC {r['written']['auc']:.3f} / {r['prompts']['auc'] or 0:.3f}, P@K {r['written']['p_at_k']:.3f}"
