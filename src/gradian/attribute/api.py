@@ -489,6 +489,12 @@ def _complete_eval(
             batch_size=batch_size,
         )  # fmt: skip
     comp = dist.broadcast(comp)
+    left_out = n * max(samples, 1) - sum(len(v) for v in comp.values())
+    if left_out:
+        notes.append(
+            f"{left_out} generated eval completion(s) left out: empty (the base model stopped at once) or nothing "
+            "left before a byte token that forms no character"
+        )
     how = f"sampled (seed {seed})" if samples else "greedy"
     items, extra = with_completions(eval_ex, comp, how)
     each = f"{samples} {how} completions" if samples else "a greedy completion"

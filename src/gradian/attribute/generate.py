@@ -7,9 +7,11 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   left out, as a written completion leaves it out) or after ``max_new_tokens``. With ``cut`` (the default) it is then
   cut after the first token at which the fine-tune's most likely next token differs from the base model's (teacher
   forced over the completion; kept whole when they never differ): the base model's answer up to where the fine-tune
-  departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long completion in the
-  mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items regressed, the cut
-  completions 10). The result is an ordinary written completion: formatted and scored exactly as one.
+  departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long completion in
+  the mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items regressed, the cut
+  completions 10). A completion never ends inside a character split over byte tokens (:func:`whole_chars`); one
+  with nothing left is left out (noted), as is a row with none. The result is an ordinary written completion:
+  formatted and scored exactly as one.
 * Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
 
 Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
@@ -125,22 +127,47 @@ def complete_prompts(
     cut: bool = EVAL_CUT,
     batch_size: int = 8,
 ) -> dict[int, list[str]]:
-    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs)."""
+    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs, and off
+    a broken character: :func:`whole_chars`). A completion with nothing left (the base model stops at once, or writes
+    a byte that forms no character) is left out, and a row with none is missing."""
     rows = [ex for ex in examples if ex.prompt_only]
     prompts = [prompt_ids(ex, tokenizer) for ex in rows]
     new = generate(
         model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size,
         samples=samples, seed=seed, seeds=[ex.index for ex in rows],
     )  # fmt: skip
+    ends = [[len(seq) for seq in seqs] for seqs in new]
     if cut:
         flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
-        ks = departures(model, tokenizer, flat, batch_size=batch_size)
-        it = iter(ks)
-        new = [[seq[: next(it) + 1] for seq in seqs] for seqs in new]
-    return {
-        ex.index: [continuation_text(tokenizer, p, seq) for seq in seqs]
-        for ex, p, seqs in zip(rows, prompts, new, strict=True)
-    }
+        it = iter(departures(model, tokenizer, flat, batch_size=batch_size))
+        ends = [[next(it) + 1 for _ in seqs] for seqs in new]
+    out: dict[int, list[str]] = {}
+    for ex, p, seqs, es in zip(rows, prompts, new, ends, strict=True):
+        whole = [(seq, whole_chars(tokenizer, p, seq, e)) for seq, e in zip(seqs, es, strict=True)]
+        texts = [continuation_text(tokenizer, p, seq[:e]) for seq, e in whole if e]
+        if texts:
+            out[ex.index] = texts
+    return out
+
+
+def whole_chars(tokenizer: Any, prompt: Sequence[int], seq: Sequence[int], end: int) -> int:
+    """``end`` (tokens of ``seq`` kept) moved off a broken character: a character split over byte tokens is completed
+    (at most 3 more tokens), else the completion ends before its first broken one (0: nothing is left). A byte token
+    that forms no character decodes to U+FFFD, which the tokenizer reads back as other, unlikely tokens: the item
+    would score text the base model never wrote."""
+
+    def whole(e: int) -> bool:
+        return "\ufffd" not in continuation_text(tokenizer, prompt, seq[:e])
+
+    end = min(end, len(seq))
+    if whole(end):
+        return end
+    for e in range(end + 1, min(end + 3, len(seq)) + 1):
+        if whole(e):
+            return e
+    while end > 0 and not whole(end):
+        end -= 1
+    return end
 
 
 def departures(
