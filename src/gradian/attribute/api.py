@@ -489,12 +489,6 @@ def _complete_eval(
             batch_size=batch_size,
         )  # fmt: skip
     comp = dist.broadcast(comp)
-    left_out = n * max(samples, 1) - sum(len(v) for v in comp.values())
-    if left_out:
-        notes.append(
-            f"{left_out} generated eval completion(s) left out: empty (the base model stopped at once) or nothing "
-            "left before a byte token that forms no character"
-        )
     how = f"sampled (seed {seed})" if samples else "greedy"
     items, extra = with_completions(eval_ex, comp, how)
     each = f"{samples} {how} completions" if samples else "a greedy completion"
@@ -503,6 +497,12 @@ def _complete_eval(
         f"{n} eval row(s) had only a prompt: the base model wrote {each} of at most {max_new_tokens} tokens for each"
         f"{until} (report.json eval[].completion, marked generated)"
     )
+    left_out = n * max(samples, 1) - sum(len(v) for v in comp.values())
+    if left_out:
+        notes.append(
+            f"{left_out} generated eval completion(s) left out: empty (the base model stopped at once) or nothing "
+            "left before a byte token that forms no character"
+        )
     info = {"rows": n, "how": how, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens, "cut": cut}
     return items, extra, info | {"completions": {str(k): v for k, v in comp.items()}}
 
