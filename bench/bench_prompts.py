@@ -2,6 +2,14 @@
 
     python bench/bench_prompts.py            # -> bench/results/prompts.json
     python bench/bench_prompts.py cost       # token harm vs the training-gradient pass on the same 48 rows
+    python bench/bench_prompts.py suite --runs bench/work/scenarios   # -> bench/results/prompts_suite.json
+
+``suite``: on the planted-fault suite (bench/scenarios/; default runs: every fault kind, seeds 0-1, 10%), the real
+`gradian attribute` CLI with its defaults twice per run, with the written eval completions and with the prompts only
+(outputs kept under bench/work/prompts_suite/<run>/ and reused); AUC and P@K of each ranking against planted.json's
+rows, and for the planted rows in the top K whether one of the three highest-harm tokens overlaps the row's recorded
+edit (planted.json ``edits``, or rebuilt by the generator for runs made before edits were recorded), with the rate
+three random label tokens would reach.
 
 Four `gradian attribute` runs (the full pipeline, report included) on the bundled fine-tune, sharing one gradient
 store: the written eval completions; the same 20 eval rows with their completions removed (prompt only; the base
