@@ -240,3 +240,19 @@ def test_generated_completions_end_on_whole_characters():
     assert "\ufffd" in continuation_text(tok, prompt, lone[:1])
     assert whole_chars(tok, prompt, lone, 1) == 0 and whole_chars(tok, prompt, lone, len(lone)) == 0
     assert whole_chars(tok, prompt, [], 0) == 0
+
+
+def test_cut_also_stops_where_the_finetune_lowers_the_base_token(fp64_model):
+    """The cut's departure: the argmax moves, or the fine-tune's NLL of the base model's token rises by more than
+    min_rise (a regression that keeps the argmax: a name still written, less surely)."""
+    from gradian.attribute.generate import departures, generate
+
+    tok, model = fp64_model.tokenizer, fp64_model.model
+    prompts = [tok(p, add_special_tokens=False).input_ids for p in (
+        "Once upon a time, there was a little girl named", "One day, a boy went to the", "The sun was")]  # fmt: skip
+    pairs = [(p, g[0]) for p, g in zip(prompts, generate(model, tok, prompts, adapter=False, max_new_tokens=16),
+                                       strict=True)]  # fmt: skip
+    argmax_only = departures(model, tok, pairs, min_rise=float("inf"))
+    default = departures(model, tok, pairs)
+    assert all(0 <= d <= a < len(c) for d, a, (_, c) in zip(default, argmax_only, pairs, strict=True))
+    assert departures(model, tok, pairs, min_rise=-1.0) == [0, 0, 0]  # every token "rises" by more than -1 nat

@@ -5,13 +5,15 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   ``samples=N`` draws N completions per prompt (plain sampling, temperature 1, seeded per row by ``seed`` + row index,
   so a row's samples do not depend on the batch). The completion stops at EOS (or the template's end of turn, which is
   left out, as a written completion leaves it out) or after ``max_new_tokens``. With ``cut`` (the default) it is then
-  cut after the first token at which the fine-tune's most likely next token differs from the base model's (teacher
-  forced over the completion; kept whole when they never differ): the base model's answer up to where the fine-tune
-  departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long completion in
-  the mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items regressed, the cut
-  completions 10). A completion never ends inside a character split over byte tokens (:func:`whole_chars`); one
-  with nothing left is left out (noted), as is a row with none. The result is an ordinary written completion:
-  formatted and scored exactly as one.
+  cut after the first token at which the fine-tune departs (teacher forced over the completion; kept whole when it
+  never does): its most likely next token differs from the base model's, or its NLL of the base model's token is
+  more than ``CUT_RISE`` (0.1) nats higher, a regression that leaves the argmax where it was (a name the fine-tune
+  still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to where the
+  fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
+  completion in the mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items
+  regressed, the cut completions 10). A completion never ends inside a character split over byte tokens
+  (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is an ordinary
+  written completion: formatted and scored exactly as one.
 * Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
 
 Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
@@ -30,6 +32,7 @@ MAX_NEW_TOKENS = 32  # tokens generated per completion / continuation
 EVAL_SAMPLES = 0  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled ones
 EVAL_SEED = 0
 EVAL_CUT = True  # cut generated eval completions where the fine-tune departs from the base model
+CUT_RISE = 0.1  # nats: a token whose NLL rises more under the fine-tune is a departure too (the argmax may not move)
 SIDE_BY_SIDE = 20  # regressed items (most regressed first) shown as base vs fine-tune continuations; 0 = none
 
 
@@ -171,10 +174,16 @@ def whole_chars(tokenizer: Any, prompt: Sequence[int], seq: Sequence[int], end: 
 
 
 def departures(
-    model, tokenizer: Any, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *, batch_size: int = 8
+    model,
+    tokenizer: Any,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    batch_size: int = 8,
+    min_rise: float = CUT_RISE,
 ) -> list[int]:
-    """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune's and the base
-    model's most likely next tokens differ (the last index when they never do)."""
+    """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune departs from the
+    base model: their most likely next tokens differ, or the fine-tune's NLL of the completion's token is more than
+    ``min_rise`` nats above the base model's (the last index when neither happens)."""
     import torch
 
     from gradian.attribute.engine import pad_id_of
@@ -192,13 +201,15 @@ def departures(
                 ids[b, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
                 am[b, : len(p) + len(c)] = 1
             ids, am = ids.to(dev), am.to(dev)
-            tuned = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+            nxt = torch.roll(ids, -1, dims=1)[..., None]  # the token each position predicts
+            lt = torch.log_softmax(model(input_ids=ids, attention_mask=am).logits.float(), -1)
             with model.disable_adapter():
-                base = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+                lb = torch.log_softmax(model(input_ids=ids, attention_mask=am).logits.float(), -1)
+            moved = (lt.argmax(-1) != lb.argmax(-1)) | ((lb.gather(-1, nxt) - lt.gather(-1, nxt))[..., 0] > min_rise)
+            moved = moved.cpu()
             for b, (p, c) in enumerate(batch):
                 pos = range(len(p) - 1, len(p) + len(c) - 1)  # logits at pos predict completion token pos + 1 - len(p)
-                k = next((j for j, t in enumerate(pos) if tuned[b, t] != base[b, t]), max(len(c) - 1, 0))
-                out.append(k)
+                out.append(next((j for j, t in enumerate(pos) if moved[b, t]), max(len(c) - 1, 0)))
     return out
 
 
