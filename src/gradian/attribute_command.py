@@ -74,8 +74,9 @@ def attribute_command(
     eval_cut: bool = typer.Option(
         EVAL_CUT,
         "--eval-cut/--no-eval-cut",
-        help="Cut each generated eval completion after the first token where the fine-tune's most likely next token "
-        "differs from the base model's (--no-eval-cut: keep it whole).",
+        help="Cut each generated eval completion after the first token where the fine-tune departs: its most likely "
+        "next token differs from the base model's, or its NLL of that token is > 0.1 nats higher (--no-eval-cut: "
+        "keep it whole).",
     ),
     max_new_tokens: int = typer.Option(
         MAX_NEW_TOKENS, "--max-new-tokens", min=1, help="Tokens generated per eval completion and per continuation."
