@@ -44,7 +44,9 @@ SCIFI = (
 ).split()
 
 
-def auc_pk(report: dict, planted: set[int]) -> tuple[float, float]:
+def auc_pk(report: dict, planted: set[int]) -> tuple[float | None, float | None]:
+    if not report.get("examples"):  # no item regressed: nothing ranked
+        return None, None
     s = np.array([e["score"] for e in report["examples"]])
     y = np.array([e["index"] in planted for e in report["examples"]])
     pos, neg = s[y], s[~y]
@@ -117,8 +119,8 @@ def main() -> None:
             "regressed": len(report["regressed"]),
             "regressed_targets": sum(r.get("row", r["index"]) < 12 for r in report["regressed"]),
             "eval_items": len(report["eval"]),
-            "auc": round(auc, 4),
-            "p_at_36": round(pk, 4),
+            "auc": None if auc is None else round(auc, 4),
+            "p_at_36": None if pk is None else round(pk, 4),
             "token_harm_top3_hits": hits,
             "planted_rows_with_token_harm": n,
             "token_harm_top3_rate": round(hits / n, 4) if n else None,
