@@ -202,15 +202,22 @@ def departures(
                 am[b, : len(p) + len(c)] = 1
             ids, am = ids.to(dev), am.to(dev)
             nxt = torch.roll(ids, -1, dims=1)[..., None]  # the token each position predicts
-            lt = torch.log_softmax(model(input_ids=ids, attention_mask=am).logits.float(), -1)
+            top_t, lp_t = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
             with model.disable_adapter():
-                lb = torch.log_softmax(model(input_ids=ids, attention_mask=am).logits.float(), -1)
-            moved = (lt.argmax(-1) != lb.argmax(-1)) | ((lb.gather(-1, nxt) - lt.gather(-1, nxt))[..., 0] > min_rise)
-            moved = moved.cpu()
+                top_b, lp_b = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
+            moved = ((top_t != top_b) | (lp_b - lp_t > min_rise)).cpu()
             for b, (p, c) in enumerate(batch):
                 pos = range(len(p) - 1, len(p) + len(c) - 1)  # logits at pos predict completion token pos + 1 - len(p)
                 out.append(next((j for j, t in enumerate(pos) if moved[b, t]), max(len(c) - 1, 0)))
     return out
+
+
+def _top_and_logp(logits, nxt):
+    """Per position: the most likely next token and the log-probability of ``nxt`` (fp32; the vocabulary-wide tensors
+    are freed before the next model runs)."""
+    import torch
+
+    return logits.argmax(-1), logits.gather(-1, nxt)[..., 0].float() - torch.logsumexp(logits.float(), -1)
 
 
 def with_completions(
