@@ -10,10 +10,10 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   more than ``CUT_RISE`` (0.1) nats higher, a regression that leaves the argmax where it was (a name the fine-tune
   still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to where the
   fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
-  completion in the mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items
-  regressed, the cut completions 10). A completion never ends inside a character split over byte tokens
-  (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is an ordinary
-  written completion: formatted and scored exactly as one.
+  completion in the mean NLL per token (on the bundled example, 32 whole tokens leave none of the 12 target
+  items regressed beyond the drift, the cut completions 11). A completion never ends inside a character split over
+  byte tokens (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is
+  an ordinary written completion: formatted and scored exactly as one.
 * Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
 
 Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
