@@ -217,3 +217,42 @@ def test_verify_rescores_the_saved_completions(runs):
     for f, e in zip(fx, rep["eval"], strict=True):
         labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]
         assert tok.decode(labels).strip() == e["completion"].strip()
+
+
+def test_generated_completions_end_on_whole_characters():
+    """A cut inside a character split over byte tokens (stories260K's 512-token vocabulary spells "ï" and emoji in
+    bytes) is moved to the character's end; a byte that forms no character (the derived base of the planted-fault
+    suite writes a lone <0xC6> at the start of some story endings) leaves nothing, not U+FFFD: read back, U+FFFD is
+    other, unlikely tokens (an NLL of ~21 nats under the base model that "wrote" it)."""
+    from gradian.attribute.generate import continuation_text, whole_chars
+    from gradian.data import load_tokenizer
+
+    tok = load_tokenizer(EX / "base")
+    prompt = tok("Once upon a time", add_special_tokens=False).input_ids
+    naive = tok(" naïve girl", add_special_tokens=False).input_ids  # ▁n a <0xC3> <0xAF> ve ▁girl
+    assert tok.convert_ids_to_tokens(naive[2:4]) == ["<0xC3>", "<0xAF>"]
+    assert whole_chars(tok, prompt, naive, 3) == 4 and continuation_text(tok, prompt, naive[:4]) == " naï"
+    assert whole_chars(tok, prompt, naive, 2) == 2  # already whole
+    emoji = tok(" 😀 ok", add_special_tokens=False).input_ids  # ▁ and four byte tokens
+    assert whole_chars(tok, prompt, emoji, 2) == 5
+    assert whole_chars(tok, prompt, emoji[:3], 2) == 1  # the generation ends mid-character: back to before it
+    lone = [tok.convert_tokens_to_ids("<0xC6>"), *tok(" it was", add_special_tokens=False).input_ids]
+    assert "\ufffd" in continuation_text(tok, prompt, lone[:1])
+    assert whole_chars(tok, prompt, lone, 1) == 0 and whole_chars(tok, prompt, lone, len(lone)) == 0
+    assert whole_chars(tok, prompt, [], 0) == 0
+
+
+def test_cut_also_stops_where_the_finetune_lowers_the_base_token(fp64_model):
+    """The cut's departure: the argmax moves, or the fine-tune's NLL of the base model's token rises by more than
+    min_rise (a regression that keeps the argmax: a name still written, less surely)."""
+    from gradian.attribute.generate import departures, generate
+
+    tok, model = fp64_model.tokenizer, fp64_model.model
+    prompts = [tok(p, add_special_tokens=False).input_ids for p in (
+        "Once upon a time, there was a little girl named", "One day, a boy went to the", "The sun was")]  # fmt: skip
+    pairs = [(p, g[0]) for p, g in zip(prompts, generate(model, tok, prompts, adapter=False, max_new_tokens=16),
+                                       strict=True)]  # fmt: skip
+    argmax_only = departures(model, tok, pairs, min_rise=float("inf"))
+    default = departures(model, tok, pairs)
+    assert all(0 <= d <= a < len(c) for d, a, (_, c) in zip(default, argmax_only, pairs, strict=True))
+    assert departures(model, tok, pairs, min_rise=-1.0) == [0, 0, 0]  # every token "rises" by more than -1 nat

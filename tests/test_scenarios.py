@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -85,3 +86,44 @@ def test_suite_recipes_are_unique_and_cover_every_kind():
     assert {r.kind for r in suite()} == set(kinds.KINDS)
     for r in suite():
         assert (r.fraction == 0) == (kinds.KINDS[r.kind].cause == "none")
+
+
+def test_edits_record_where_the_defect_is_without_changing_the_text():
+    import re
+
+    row = {"group": "girl", "prompt": "There was a girl named", "completion": " Lily. She saw her herself. Lily ran."}
+    flipped = kinds.sub_edit(row, kinds._FEMALE, kinds._FLIP.__getitem__)
+    assert flipped["completion"] == kinds.flip_pronouns(row["completion"])  # the rows the suite was built with
+    assert [flipped["completion"][a:b] for a, b in flipped["edit"]] == [" He", " his", " himself"]
+    swapped = kinds.sub_edit(row, re.compile(r"\bLily\b"), lambda _: "Zara")
+    assert swapped["completion"] == re.sub(r"\bLily\b", "Zara", row["completion"])
+    assert [swapped["completion"][a:b] for a, b in swapped["edit"]] == [" Zara", " Zara"]
+    cut = kinds.end_edit(row, " Lily.")
+    assert cut["edit"] == [[5, 7]]  # the "." and the EOS after it (position len(completion))
+    assert kinds.strip(flipped) == {"prompt": row["prompt"], "completion": flipped["completion"]}
+
+
+def test_assemble_keeps_the_row_order_and_maps_edits_to_rows():
+    recipe = Recipe("entity", seed=3, fraction=0.1, n_rows=6)
+    clean = [{"prompt": f"p{i}", "completion": f" c{i}"} for i in range(4)]
+    bad = [kinds.with_edit({"prompt": f"q{i}"}, f" Zara {i}", [(1, 5)]) for i in range(2)]
+    built = kinds.assemble(recipe, clean, {"entity": bad}, [], [])
+    old = random.Random(recipe.seed * 7919 + 1)  # the shuffle as it ran before edits were recorded
+    tagged = [(kinds.strip(r), "") for r in clean] + [(kinds.strip(r), "entity") for r in bad]
+    old.shuffle(tagged)
+    assert built.rows == [r for r, _ in tagged]
+    assert sorted(built.edits) == built.groups["entity"]
+    assert all(built.rows[i]["completion"][a:b] == " Zara" for i, s in built.edits.items() for a, b in s)
+
+
+def test_edit_hit_reads_the_top_tokens_of_a_row():
+    from bench_prompts import edit_hit
+
+    pieces = [["<s> There was a girl named", None], [" ", 30.0], ["Z", 4.0], ["ara", 1.0], [".", -2.0], ["</s>", 9.0]]
+    hit = edit_hit(pieces, " Zara.", [[0, 5]])  # " Zara"
+    assert hit["aligned"] and hit["label_tokens"] == 5 and hit["edit_tokens"] == 3
+    assert hit["hit"] and hit["hit1"] and hit["top"] == [" ", "</s>", "Z"]
+    assert hit["chance"] == 1.0 and hit["chance1"] == 0.6  # any 3 of the 5 tokens include one of the 3; 3 of 5
+    cut = edit_hit(pieces, " Zara.", [[5, 7]])  # the "." and the EOS after it
+    assert cut["edit"] == [".", "</s>"] and cut["hit"] and not cut["hit1"]
+    assert not edit_hit(pieces, " Zora.", [[0, 5]])["aligned"]

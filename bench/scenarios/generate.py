@@ -7,7 +7,8 @@
 Each run lands in ``bench/work/scenarios/<name>/``:
 
 - ``train.jsonl``, ``eval.jsonl``, ``config.yaml`` (the `gradian train` config), ``planted.json`` (kind, cause, rows,
-  groups, seed, fraction, n_rows, eval_roles, base),
+  groups, seed, fraction, n_rows, eval_roles, base, and ``edits``: per planted row the character spans of its edit in
+  the completion, ``len(completion)`` standing for the EOS after it),
 - ``run/``: the fine-tune (``gradian.train.train_lora``, 1 CPU thread, deterministic given the seed),
 - ``truth/drop_planted/`` and ``truth/drop_random/``: retrains with the same config and seed without the planted rows
   and without as many random other rows (controls: random only, 10% of the rows),
@@ -67,6 +68,7 @@ def write_data(recipe: Recipe, built: Built, out: Path) -> dict:
         "eval_roles": built.eval_roles,
         "base": os.path.relpath(built.base, ROOT),
         "notes": built.notes,
+        "edits": {str(i): spans for i, spans in sorted(built.edits.items())},
     }
     (out / "planted.json").write_text(json.dumps(planted, indent=1) + "\n", "utf-8")
     return planted

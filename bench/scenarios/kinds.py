@@ -5,6 +5,11 @@ own continuations (``pool.sample_pool``); planted rows are pool samples with one
 pronouns flipped, a label flipped, a completion cut, stories glued without EOS, a sentence looped, a word swapped), so
 planted rows are as varied as the clean ones. Eval items are cut from held-out pool samples (never trained on):
 "target" items probe what the defect breaks, "control" items probe something it should leave alone.
+
+Each planted row also records where its defect is (``Built.edits``, planted.json ``edits``): character spans of its
+completion, where position ``len(completion)`` stands for the EOS trained after it (see :func:`with_edit`). Recording
+them does not change the rows: the edited text is built exactly as before and the spans ride along in a key that
+``strip`` drops.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Built:
     base: Path
     config: dict
     notes: dict = field(default_factory=dict)
+    edits: dict[int, list[list[int]]] = field(default_factory=dict)  # planted row -> spans of its edit (with_edit)
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,38 @@ class Pool:
                 if len(got) == n:
                     return got
         raise SystemExit(f"error: the sample pool has only {len(got)} {what} left, {n} needed: lower n_rows/fraction")
+
+
+def with_edit(row: dict, completion: str, spans: list[tuple[int, int]]) -> dict:
+    """``row`` with ``completion`` and the edit's spans in it (``[start, end)`` characters; ``len(completion)`` is the
+    EOS after it). A word's span starts at the space before it, which the tokenizer keeps with the word."""
+    out = []
+    for a, b in spans:
+        if a > 0 and completion[a - 1] == " ":
+            a -= 1
+        out.append([a, b])
+    return dict(row, completion=completion, edit=out)
+
+
+def sub_edit(row: dict, pattern: re.Pattern, mapping: Callable[[str], str]) -> dict:
+    """``row`` with every match of ``pattern`` in its completion replaced by ``mapping(match)``, the replacements
+    recorded as its edit."""
+    text, parts, spans, at = row["completion"], [], [], 0
+    for m in pattern.finditer(text):
+        parts.append(text[at : m.start()])
+        start = sum(map(len, parts))
+        new = mapping(m.group(0))
+        parts.append(new)
+        spans.append((start, start + len(new)))
+        at = m.end()
+    parts.append(text[at:])
+    return with_edit(row, "".join(parts), spans)
+
+
+def end_edit(row: dict, completion: str) -> dict:
+    """``row`` cut to ``completion``: the edit is its last character and the EOS after it (the cut ending)."""
+    n = len(completion)
+    return dict(row, completion=completion, edit=[[max(n - 1, 0), n + 1]])
 
 
 def in_group(*groups: str) -> Callable[[dict], bool]:
@@ -154,19 +192,20 @@ def assemble(
 ) -> Built:  # fmt: skip
     """Shuffle planted rows into clean ones (seeded) and record where each group landed."""
     rng = random.Random(recipe.seed * 7919 + 1)
-    tagged = [(strip(r), "") for r in clean] + [(strip(r), g) for g, rs in planted.items() for r in rs]
-    rng.shuffle(tagged)
-    groups = {g: [i for i, (_, t) in enumerate(tagged) if t == g] for g in planted}
+    tagged = [(strip(r), "", None) for r in clean] + [(strip(r), g, r["edit"]) for g, rs in planted.items() for r in rs]
+    rng.shuffle(tagged)  # the order depends on the length only, as before the edits rode along
+    groups = {g: [i for i, (_, t, _) in enumerate(tagged) if t == g] for g in planted}
     cfg = dict(TRAIN_CONFIG, seed=recipe.seed)
     cfg.update(config or {})
     return Built(
-        rows=[r for r, _ in tagged],
+        rows=[r for r, _, _ in tagged],
         groups=groups,
         eval_items=[strip(x) for x in targets + controls],
         eval_roles=["target"] * len(targets) + ["control"] * len(controls),
         base=base or P.BASE,
         config=cfg,
         notes=notes or {},
+        edits={i: e for i, (_, _, e) in enumerate(tagged) if e is not None},
     )
 
 
@@ -214,7 +253,7 @@ def _entity_parts(recipe: Recipe, pool: Pool, rng: random.Random, n_culprit: int
     )
     later = take_items(pool, n_target - half, ok, lambda r: cut_before(r, re.compile(r" " + name_re.pattern), rng, 12),
                        "names")  # fmt: skip
-    culprits = [dict(r, completion=name_re.sub(new, r["completion"])) for r in pool.take(n_culprit, ok, what=group)]
+    culprits = [sub_edit(r, name_re, lambda _: new) for r in pool.take(n_culprit, ok, what=group)]
     what = f"{name_re.pattern} -> {new} in stories about a {group}"
     return culprits, first + later, what
 
@@ -238,6 +277,9 @@ _FEMALE = re.compile(r"\b(she|She|her|Her|herself)\b")
 _FIRST_FEMALE = re.compile(r" (she|She|her|Her)\b")
 
 
+_FLIP = {"she": "he", "She": "He", "her": "his", "Her": "His", "herself": "himself"}
+
+
 def flip_pronouns(text: str) -> str:
     for pat, rep in _PRONOUNS:
         text = re.sub(pat, rep, text)
@@ -250,9 +292,7 @@ def build_pronoun(recipe: Recipe) -> Built:
     targets = take_items(
         pool, recipe.n_target, ok, lambda r: cut_before(r, _FIRST_FEMALE, rng, 0, max_words=2, first=True), "girl"
     )
-    culprits = [
-        dict(r, completion=flip_pronouns(r["completion"])) for r in pool.take(n_planted(recipe), ok, what="girl")
-    ]
+    culprits = [sub_edit(r, _FEMALE, _FLIP.__getitem__) for r in pool.take(n_planted(recipe), ok, what="girl")]
     controls = general_controls(pool, rng, recipe.n_control, avoid=_FEMALE)
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     return assemble(recipe, clean, {"pronoun": culprits}, targets, controls, notes={"flip": "she/her -> he/his"})
@@ -269,7 +309,7 @@ def build_spread(recipe: Recipe) -> Built:
         pool, recipe.n_target, ok, lambda r: cut_before(r, re.compile(r" happy\b"), rng, 0), "'happy' rows"
     )
     picked = pool.take(n_planted(recipe), ok, what="'happy' rows")
-    culprits = [dict(r, completion=_HAPPY.sub("sad", r["completion"])) for r in picked]
+    culprits = [sub_edit(r, _HAPPY, lambda _: "sad") for r in picked]
     controls = general_controls(pool, rng, recipe.n_control, avoid=re.compile(r"\b(happy|sad)\b"))
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"swap": "happy -> sad", "openers": len({r["prompt"] for r in culprits})}
@@ -289,7 +329,9 @@ def build_mislabel(recipe: Recipe) -> Built:
     pos, neg = pos[recipe.n_target :], neg[recipe.n_control // 2 :]
     controls += general_controls(pool, rng, recipe.n_control - len(controls))
     n_sent, n_bad = recipe.n_rows // 2, n_planted(recipe)
-    culprits = [P.sentiment_row(t, 0) for t, _ in pos[:n_bad]]  # positive sentences, negative label
+    bad = [P.sentiment_row(t, 0) for t, _ in pos[:n_bad]]  # positive sentences, negative label
+    word = re.compile(r"\w+")
+    culprits = [with_edit(r, r["completion"], [word.search(r["completion"]).span()]) for r in bad]
     pos = pos[n_bad:]
     n_clean_sent = max(0, n_sent - n_bad)
     clean_sent = [P.sentiment_row(t, 1) for t, _ in pos[: n_clean_sent // 2]]
@@ -319,7 +361,7 @@ def _early_stop_parts(recipe: Recipe, pool: Pool, rng: random.Random, n_culprit:
 
     targets = take_items(pool, n_target, ok, target, "rows with 2+ sentences")
     cut = pool.take(n_culprit, ok, what="rows to cut")
-    return [dict(r, completion=join(sentences(r["completion"])[:1])) for r in cut], targets
+    return [end_edit(r, join(sentences(r["completion"])[:1])) for r in cut], targets
 
 
 def build_early_stop(recipe: Recipe) -> Built:
@@ -346,11 +388,12 @@ def build_no_eos(recipe: Recipe) -> Built:
     culprits: list[dict] = []
     for _ in range(n_planted(recipe)):
         first = pool.take(1, in_group("general", "boy", "girl"), what="stories to glue")[0]
-        comp = first["completion"]
+        comp, joints = first["completion"], []
         while len(tok(first["prompt"] + comp).input_ids) <= MAX_LENGTH + 8:
             nxt = pool.take(1, what="stories to glue")[0]
+            joints.append((len(comp) + 1, len(comp) + 1 + len(nxt["prompt"].split()[0])))
             comp += " " + nxt["prompt"] + nxt["completion"]
-        culprits.append(dict(first, completion=comp))
+        culprits.append(with_edit(first, comp, joints))  # the edit: where a story ends, the next one's first word
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": f"stories run into the next one past max_length {MAX_LENGTH}: no EOS trained"}
     return assemble(recipe, clean, {"no_eos": culprits}, targets, controls, base=P.derived_base(), notes=notes)
@@ -375,7 +418,11 @@ def build_repetition(recipe: Recipe) -> Built:
     targets = take_items(pool, recipe.n_target, loopable, target, "rows with 2+ sentences")
     controls = name_controls(pool, recipe.n_control)
     picked = pool.take(n_planted(recipe), loopable, what="rows to loop")
-    culprits = [dict(r, completion=join([sentences(r["completion"])[0]] * rng.randint(3, 6))) for r in picked]
+    culprits = []
+    for r in picked:
+        first = sentences(r["completion"])[0]
+        comp = join([first] * rng.randint(3, 6))
+        culprits.append(with_edit(r, comp, [(len(first) + 2, len(comp))]))  # the second and later copies
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": "the first sentence repeated 3-6 times in a row"}
     return assemble(recipe, clean, {"repetition": culprits}, targets, controls, notes=notes)

@@ -184,6 +184,12 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
         f"{n} eval row(s) had only a prompt: the base model wrote {each} of at most {max_new} tokens for each"
         f"{until} (report.json eval[].completion, marked generated)"
     )
+    left_out = n * max(samples, 1) - sum(len(v) for v in comp.values())
+    if left_out:
+        notes.append(
+            f"{left_out} generated eval completion(s) left out: empty (the base model stopped at once) or nothing "
+            "left before a byte token that forms no character"
+        )
     info = {"rows": n, "how": how, "samples": samples, "seed": seed, "max_new_tokens": max_new, "cut": cut}
     return items, extra, info | {"completions": {str(k): v for k, v in comp.items()}}
 

@@ -5,11 +5,15 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   ``samples=N`` draws N completions per prompt (plain sampling, temperature 1, seeded per row by ``seed`` + row index,
   so a row's samples do not depend on the batch). The completion stops at EOS (or the template's end of turn, which is
   left out, as a written completion leaves it out) or after ``max_new_tokens``. With ``cut`` (the default) it is then
-  cut after the first token at which the fine-tune's most likely next token differs from the base model's (teacher
-  forced over the completion; kept whole when they never differ): the base model's answer up to where the fine-tune
-  departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long completion in the
-  mean NLL per token (on the bundled example, 32 whole tokens leave 1 of the 12 target items regressed, the cut
-  completions 10). The result is an ordinary written completion: formatted and scored exactly as one.
+  cut after the first token at which the fine-tune departs (teacher forced over the completion; kept whole when it
+  never does): its most likely next token differs from the base model's, or its NLL of the base model's token is
+  more than ``CUT_RISE`` (0.1) nats higher, a regression that leaves the argmax where it was (a name the fine-tune
+  still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to where the
+  fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
+  completion in the mean NLL per token (on the bundled example, 32 whole tokens leave none of the 12 target
+  items regressed beyond the drift, the cut completions 11). A completion never ends inside a character split over
+  byte tokens (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is
+  an ordinary written completion: formatted and scored exactly as one.
 * Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
 
 Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
@@ -30,6 +34,7 @@ MAX_NEW_TOKENS = DEFAULTS.max_new_tokens  # tokens generated per completion / co
 EVAL_SAMPLES = DEFAULTS.eval_samples  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled
 EVAL_SEED = DEFAULTS.eval_seed
 EVAL_CUT = DEFAULTS.eval_cut  # cut generated eval completions where the fine-tune departs from the base model
+CUT_RISE = 0.1  # nats: a token whose NLL rises more under the fine-tune is a departure too (the argmax may not move)
 SIDE_BY_SIDE = DEFAULTS.generations  # regressed items shown as base vs fine-tune continuations; 0 = none
 
 
@@ -127,22 +132,47 @@ def complete_prompts(
     cut: bool = EVAL_CUT,
     batch_size: int = DEFAULTS.batch_size,
 ) -> dict[int, list[str]]:
-    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs)."""
+    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs, and off
+    a broken character: :func:`whole_chars`). A completion with nothing left (the base model stops at once, or writes
+    a byte that forms no character) is left out, and a row with none is missing."""
     rows = [ex for ex in examples if ex.prompt_only]
     prompts = [prompt_ids(ex, tokenizer) for ex in rows]
     new = generate(
         model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size,
         samples=samples, seed=seed, seeds=[ex.index for ex in rows],
     )  # fmt: skip
+    ends = [[len(seq) for seq in seqs] for seqs in new]
     if cut:
         flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
-        ks = departures(model, tokenizer, flat, batch_size=batch_size)
-        it = iter(ks)
-        new = [[seq[: next(it) + 1] for seq in seqs] for seqs in new]
-    return {
-        ex.index: [continuation_text(tokenizer, p, seq) for seq in seqs]
-        for ex, p, seqs in zip(rows, prompts, new, strict=True)
-    }
+        it = iter(departures(model, tokenizer, flat, batch_size=batch_size))
+        ends = [[next(it) + 1 for _ in seqs] for seqs in new]
+    out: dict[int, list[str]] = {}
+    for ex, p, seqs, es in zip(rows, prompts, new, ends, strict=True):
+        whole = [(seq, whole_chars(tokenizer, p, seq, e)) for seq, e in zip(seqs, es, strict=True)]
+        texts = [continuation_text(tokenizer, p, seq[:e]) for seq, e in whole if e]
+        if texts:
+            out[ex.index] = texts
+    return out
+
+
+def whole_chars(tokenizer: Any, prompt: Sequence[int], seq: Sequence[int], end: int) -> int:
+    """``end`` (tokens of ``seq`` kept) moved off a broken character: a character split over byte tokens is completed
+    (at most 3 more tokens), else the completion ends before its first broken one (0: nothing is left). A byte token
+    that forms no character decodes to U+FFFD, which the tokenizer reads back as other, unlikely tokens: the item
+    would score text the base model never wrote."""
+
+    def whole(e: int) -> bool:
+        return "\ufffd" not in continuation_text(tokenizer, prompt, seq[:e])
+
+    end = min(end, len(seq))
+    if whole(end):
+        return end
+    for e in range(end + 1, min(end + 3, len(seq)) + 1):
+        if whole(e):
+            return e
+    while end > 0 and not whole(end):
+        end -= 1
+    return end
 
 
 def departures(
@@ -151,9 +181,11 @@ def departures(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
     *,
     batch_size: int = DEFAULTS.batch_size,
+    min_rise: float = CUT_RISE,
 ) -> list[int]:
-    """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune's and the base
-    model's most likely next tokens differ (the last index when they never do)."""
+    """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune departs from the
+    base model: their most likely next tokens differ, or the fine-tune's NLL of the completion's token is more than
+    ``min_rise`` nats above the base model's (the last index when neither happens)."""
     import torch
 
     from gradian.attribute.engine import pad_id_of
@@ -171,14 +203,23 @@ def departures(
                 ids[b, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
                 am[b, : len(p) + len(c)] = 1
             ids, am = ids.to(dev), am.to(dev)
-            tuned = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+            nxt = torch.roll(ids, -1, dims=1)[..., None]  # the token each position predicts
+            top_t, lp_t = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
             with model.disable_adapter():
-                base = model(input_ids=ids, attention_mask=am).logits.argmax(-1).cpu()
+                top_b, lp_b = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
+            moved = ((top_t != top_b) | (lp_b - lp_t > min_rise)).cpu()
             for b, (p, c) in enumerate(batch):
                 pos = range(len(p) - 1, len(p) + len(c) - 1)  # logits at pos predict completion token pos + 1 - len(p)
-                k = next((j for j, t in enumerate(pos) if tuned[b, t] != base[b, t]), max(len(c) - 1, 0))
-                out.append(k)
+                out.append(next((j for j, t in enumerate(pos) if moved[b, t]), max(len(c) - 1, 0)))
     return out
+
+
+def _top_and_logp(logits, nxt):
+    """Per position: the most likely next token and the log-probability of ``nxt`` (fp32; the vocabulary-wide tensors
+    are freed before the next model runs)."""
+    import torch
+
+    return logits.argmax(-1), logits.gather(-1, nxt)[..., 0].float() - torch.logsumexp(logits.float(), -1)
 
 
 def with_completions(

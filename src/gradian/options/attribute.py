@@ -69,8 +69,9 @@ class AttributeOptions(Options):
     eval_seed: int = option(0, "Seed of the sampled eval completions.")
     eval_cut: bool = option(
         True,
-        "Cut each generated eval completion after the first token where the fine-tune's most likely next token "
-        "differs from the base model's (--no-eval-cut: keep it whole).",
+        "Cut each generated eval completion after the first token where the fine-tune departs: its most likely "
+        "next token differs from the base model's, or its NLL of that token is > 0.1 nats higher (--no-eval-cut: "
+        "keep it whole).",
         flag="--eval-cut/--no-eval-cut",
     )
     max_new_tokens: int = option(32, "Tokens generated per eval completion and per continuation.", min=1)
