@@ -437,8 +437,9 @@ def suite(argv: list[str]) -> None:
             continue
         runs.append(r)
         print(
-            f"{name}: AUC {r['written']['auc']:.3f} / {r['prompts']['auc'] or 0:.3f}, P@K {r['written']['p_at_k']:.3f}"
-            f" / {r['prompts']['p_at_k'] or 0:.3f}; token harm {r['written']['token_harm']['hits']}/"
+            f"{name}: AUC {r['written']['auc'] or 0:.3f} / {r['prompts']['auc'] or 0:.3f}, P@K "
+            f"{r['written']['p_at_k'] or 0:.3f} / {r['prompts']['p_at_k'] or 0:.3f}; token harm "
+            f"{r['written']['token_harm']['hits']}/"
             f"{r['written']['token_harm']['rows']}, {r['prompts']['token_harm']['hits']}/"
             f"{r['prompts']['token_harm']['rows']}; {time.perf_counter() - t:.0f}s",
             flush=True,
