@@ -86,8 +86,9 @@ def train(base: Path, out: Path, run_dir: Path, config: dict, exclude: list[int]
 
 
 def nll_settings(run_dir: Path) -> dict:
+    """A report.json stub that `gradian.verify.measure` reads: how the eval items are formatted and where they are."""
     fmt = {"max_length": MAX_LENGTH, "mask": "completion_only", "add_eos": False}
-    return {"format": fmt, "eval_eos": False, "eval": str(run_dir / "eval.jsonl")}
+    return {"settings": {"format": fmt, "eval_eos": False, "eval": str(run_dir / "eval.jsonl")}}
 
 
 def recovery(items: list[dict], key: str) -> dict:
