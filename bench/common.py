@@ -143,10 +143,13 @@ def med(xs: list[float]) -> float:
 KF_CPU: list[float] = []  # process CPU seconds of the last kronfluence_scores call: [factors, scores]
 
 
-def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, damping=None, workdir=None):
+def kronfluence_scores(
+    model, fx, qfx, *, fp64: bool = False, bs: int = 8, damping=None, workdir=None, empirical: bool = True
+):
     """kronfluence EK-FAC on the same LoRA modules: factors (covariance, eigendecomposition, lambda) + pairwise
     scores. Training loss = summed label-token NLL per row, measurement = mean NLL per completion token per query
-    (gradian's conventions). Returns (scores (n_query, n_train) with kronfluence's sign, factor s, score s)."""
+    (gradian's conventions). ``empirical=False``: kronfluence's default true Fisher (labels sampled from the model,
+    seeded). Returns (scores (n_query, n_train) with kronfluence's sign, factor s, score s)."""
     from kronfluence.analyzer import Analyzer, prepare_model
     from kronfluence.arguments import FactorArguments, ScoreArguments
     from kronfluence.task import Task
@@ -174,7 +177,7 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             if not sample:
                 return token_losses(logits, batch["input_ids"], batch["loss_mask"]).sum()
-            with torch.no_grad():  # true Fisher: labels sampled from the model (not used: empirical Fisher below)
+            with torch.no_grad():  # true Fisher (empirical=False): labels sampled from the model
                 probs = torch.softmax(logits.detach().double(), -1)
                 sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1).view(probs.shape[:-1])
             ids = torch.cat([batch["input_ids"][:, :1], sampled[:, :-1]], 1)
@@ -197,11 +200,11 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
     wd = Path(workdir or tempfile.mkdtemp())
     analyzer = Analyzer("bench", model, task, cpu=DEVICE == "cpu", disable_tqdm=True, output_dir=str(wd))
     f64 = torch.float64
-    fa = FactorArguments(strategy="ekfac", use_empirical_fisher=True)
+    fa = FactorArguments(strategy="ekfac", use_empirical_fisher=empirical)
     sa = ScoreArguments(damping_factor=damping)
     if fp64:
         fa = FactorArguments(
-            strategy="ekfac", use_empirical_fisher=True, activation_covariance_dtype=f64,
+            strategy="ekfac", use_empirical_fisher=empirical, activation_covariance_dtype=f64,
             gradient_covariance_dtype=f64, eigendecomposition_dtype=f64, per_sample_gradient_dtype=f64,
             lambda_dtype=f64,
         )  # fmt: skip
@@ -209,6 +212,7 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
             damping_factor=damping, per_sample_gradient_dtype=f64, precondition_dtype=f64, score_dtype=f64
         )
     train_ds, query_ds = tensors(fx), tensors(qfx)
+    torch.manual_seed(0)  # the true Fisher's sampled labels
     t0, c0 = time.perf_counter(), time.process_time()
     analyzer.fit_all_factors("f", train_ds, per_device_batch_size=bs, factor_args=fa, overwrite_output_dir=True)
     t1, c1 = time.perf_counter(), time.process_time()
