@@ -44,6 +44,12 @@ CACHE = HERE / "work" / "peers_suite"
 RESULT = HERE / "results" / "peers_suite.json"
 # kronfluence EK-FAC: the empirical Fisher (gradian's default, so the same estimator) and its own default true Fisher
 PEERS = {"kronfluence": True, "kronfluence_true": False}
+BERGSON = ("bergson", "bergson_cos")  # its gradient inner product, raw and unit-normalised
+WHO = ("gradian", *PEERS, *BERGSON)
+LABEL = {
+    "gradian": "gradian (EK-FAC)", "kronfluence": "kronfluence EK-FAC, emp. Fisher",
+    "kronfluence_true": "kronfluence EK-FAC, true Fisher", "bergson": "bergson, dot", "bergson_cos": "bergson, cosine",
+}  # fmt: skip
 
 
 def resolve_base(d: Path, base: str) -> Path:
@@ -87,7 +93,8 @@ def ranking(scores: np.ndarray, cols: list[int], planted: set[int]) -> dict[str,
     return {"auc": auc(scores, pos), "p_at_k": float(pos[top].mean())}
 
 
-def run_one(d: Path, threads: int) -> dict:
+def run_one(d: Path, threads: int, have: dict | None = None) -> dict:
+    """One run's rankings; what ``have`` (a cached result) holds already is kept, only missing methods are run."""
     planted = json.loads((d / "planted.json").read_text())
     rep = json.loads((d / "attr" / "report.json").read_text())
     rows = {int(i) for i in planted.get("rows") or []}
@@ -97,22 +104,27 @@ def run_one(d: Path, threads: int) -> dict:
     S = np.load(d / "attr" / "item_scores.npy").astype(np.float64)
     out = {"run": d.name, "kind": planted.get("kind"), "seed": planted.get("seed"), "fraction": planted.get("fraction"),
            "n_rows": len(cols), "n_planted": len(rows), "n_regressed": len(items), "explained": explained(d),
-           "threads": threads}  # fmt: skip
+           "threads": threads} | (have or {})  # fmt: skip
     if not items:
         return out | {"note": "no regressed item: a default run ranks nothing"}
     saved = S[[query_items.index(i) for i in items]].sum(0)
-    out["gradian"] = ranking(saved, cols, rows)
+    if all(w in out for w in WHO):
+        return out
 
     model, fx, efx = load_suite_run(d, resolve_base(d, str(planted.get("base") or "examples/stories260k/base")))
     if [f.index for f in fx] != cols:
         raise SystemExit(f"{d}: the formatted rows differ from attr/embeddings_index.npy; regenerate the run")
     qfx = [efx[i] for i in items]
-    wall, cpu, res = common.timed(lambda: common.gradian_run(model, fx, qfx))
-    fresh = np.asarray(res.item_scores, dtype=np.float64).sum(0)
-    out["gradian"] |= {"seconds": wall, "cpu_seconds": cpu, "fresh_auc": ranking(fresh, cols, rows)["auc"],
-                       "fresh_vs_saved_pearson": float(np.corrcoef(fresh, saved)[0, 1])}  # fmt: skip
-
+    if "gradian" not in out:
+        wall, cpu, res = common.timed(lambda: common.gradian_run(model, fx, qfx))
+        fresh = np.asarray(res.item_scores, dtype=np.float64).sum(0)
+        out["gradian"] = ranking(saved, cols, rows) | {
+            "seconds": wall, "cpu_seconds": cpu, "fresh_auc": ranking(fresh, cols, rows)["auc"],
+            "fresh_vs_saved_pearson": float(np.corrcoef(fresh, saved)[0, 1]),
+        }  # fmt: skip
     for label, empirical in PEERS.items():
+        if label in out:
+            continue
         c0, t0 = time.process_time(), time.perf_counter()
         kf, f_s, s_s = common.kronfluence_scores(
             copy.deepcopy(model), fx, qfx, workdir=CACHE / "kf", empirical=empirical
@@ -121,6 +133,28 @@ def run_one(d: Path, threads: int) -> dict:
         harm = -kf.numpy().sum(0)  # kronfluence: positive = helpful
         out[label] = ranking(harm, cols, rows) | {
             "seconds": time.perf_counter() - t0, "factor_s": f_s, "score_s": s_s, "cpu_seconds": kf_cpu,
+            "spearman_vs_gradian": spearman(harm, saved),
+        }  # fmt: skip
+    if any(w not in out for w in BERGSON):
+        out |= bergson(model, fx, qfx, cols, rows, saved)
+    return out
+
+
+def bergson(model, fx, qfx, cols: list[int], rows: set[int], saved: np.ndarray) -> dict:
+    """bergson's gradient inner product (``build`` / ``score`` defaults) and its unit-normalised (cosine) variant,
+    summed over the queries; harm = minus the inner product (a descent step on a row moves the query loss by
+    minus it)."""
+    m = copy.deepcopy(model)
+    wd = CACHE / "bergson"
+    grads = lambda rows, mean: common.bergson_grads(m, rows, mean=mean, workdir=wd)  # noqa: E731
+    wall, cpu, (G, Q) = common.timed(lambda: (grads(fx, False), grads(qfx, True)))
+    unit = lambda X: X / X.norm(dim=1, keepdim=True).clamp_min(1e-30)  # noqa: E731
+    out = {}
+    for label, (g, q) in {"bergson": (G, Q), "bergson_cos": (unit(G), unit(Q))}.items():
+        c0, t0 = time.process_time(), time.perf_counter()
+        harm = -(g @ q.sum(0)).numpy()
+        out[label] = ranking(harm, cols, rows) | {
+            "seconds": wall + time.perf_counter() - t0, "cpu_seconds": cpu + time.process_time() - c0,
             "spearman_vs_gradian": spearman(harm, saved),
         }  # fmt: skip
     return out
@@ -137,41 +171,45 @@ def mean(xs: list) -> float | None:
     return float(np.mean(xs)) if xs else None
 
 
-WHO = ("gradian", *PEERS)
-
-
 def summarise(results: list[dict]) -> dict:
+    done = [r for r in results if all(w in r for w in WHO)]
     by_kind: dict[str, dict] = {}
-    for kind in sorted({r["kind"] for r in results}):
-        rs = [r for r in results if r["kind"] == kind and all(w in r for w in WHO)]
-        row: dict = {"runs": len(rs), "explained": sum(r["explained"] for r in rs)}
-        for who in WHO:
-            for m in ("auc", "p_at_k", "seconds", "cpu_seconds"):
-                row[f"{who}_{m}"] = mean([r[who][m] for r in rs])
-        for who in PEERS:
+    for kind in [k for k in KINDS if any(r["kind"] == k for r in done)]:
+        rs = [r for r in done if r["kind"] == kind]
+        by_kind[kind] = {"runs": len(rs), "explained": sum(r["explained"] for r in rs)} | averages(rs)
+    return {"by_kind": by_kind, "all": {"runs": len(done)} | averages(done), "runs": results}
+
+
+def averages(rs: list[dict]) -> dict:
+    row = {}
+    for who in WHO:
+        for m in ("auc", "p_at_k", "seconds", "cpu_seconds"):
+            row[f"{who}_{m}"] = mean([r[who][m] for r in rs])
+        if who != "gradian":
             row[f"{who}_spearman"] = mean([r[who]["spearman_vs_gradian"] for r in rs])
-        by_kind[kind] = row
-    return {"by_kind": by_kind, "runs": results}
+    return row
 
 
 def fmt(x: float | None, spec: str = ".3f") -> str:
     return "–" if x is None else format(x, spec)
 
 
-def _cells(r: dict, metric: str, spec: str, who: tuple[str, ...] = WHO) -> str:
-    return " / ".join(fmt(r[f"{w}_{metric}"], spec) for w in who)
-
-
 def table(summary: dict) -> str:
-    """Per kind: AUC, P@K and CPU seconds for gradian / kronfluence (empirical Fisher) / kronfluence (true Fisher)."""
-    g = "gradian / kf emp. / kf true"
-    lines = [f"| kind | runs | explained | AUC ({g}) | P@K ({g}) | Spearman with gradian (kf emp. / kf true) | "
-             f"CPU s ({g}) |", "|---|---:|---:|---|---|---|---|"]  # fmt: skip
-    for kind, r in summary["by_kind"].items():
-        lines.append(
-            f"| {kind} | {r['runs']} | {r['explained']} | {_cells(r, 'auc', '.3f')} | {_cells(r, 'p_at_k', '.2f')} | "
-            f"{_cells(r, 'spearman', '.3f', tuple(PEERS))} | {_cells(r, 'cpu_seconds', '.1f')} |"
-        )
+    """Per kind, each method's mean ROC-AUC · P@K; then, over all runs, Spearman with gradian and CPU seconds."""
+    lines = ["| kind | runs | explained | " + " | ".join(LABEL[w] for w in WHO) + " |",
+             "|---|---:|---:|" + "---:|" * len(WHO)]  # fmt: skip
+    rows = [*summary["by_kind"].items(), ("**all**", summary["all"] | {"explained": "–"})]
+    for kind, r in rows:
+        cells = " | ".join(f"{fmt(r[f'{w}_auc'])} · {fmt(r[f'{w}_p_at_k'], '.2f')}" for w in WHO)
+        lines.append(f"| {kind} | {r['runs']} | {r['explained']} | {cells} |")
+    a = summary["all"]
+    over = lambda name, vals: f"| {name} | " + " | ".join(vals) + " |"  # noqa: E731
+    lines += [
+        "", over("over all runs", [LABEL[w] for w in WHO]), "|---|" + "---:|" * len(WHO),
+        over("Spearman with gradian's scores", ["–", *(fmt(a[f"{w}_spearman"]) for w in WHO[1:])]),
+        over("CPU seconds per run (mean)", [fmt(a[f"{w}_cpu_seconds"], ".1f") for w in WHO]),
+        over("wall seconds per run (mean)", [fmt(a[f"{w}_seconds"], ".1f") for w in WHO]),
+    ]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -191,12 +229,11 @@ def main() -> None:
         if not (d / "attr" / "item_scores.npy").is_file():
             print(f"{name}: no attr/item_scores.npy under {args.runs}; run bench/bench_verdict.py run --only {name}")
             continue
-        if cached.is_file() and not args.redo:
-            results.append(json.loads(cached.read_text()))
+        have = json.loads(cached.read_text()) if cached.is_file() and not args.redo else None
+        if args.table or (have and all(w in have for w in WHO)):
+            results += [have] if have else []
             continue
-        if args.table:
-            continue
-        r = run_one(d, args.threads)
+        r = run_one(d, args.threads, have)
         cached.write_text(json.dumps(r, indent=1))
         parts = [f"{w} AUC {fmt(r[w]['auc'])} ({fmt(r[w]['cpu_seconds'], '.1f')} CPU s)" for w in WHO if w in r]
         print(f"{name}: " + ", ".join(parts), flush=True)

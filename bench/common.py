@@ -9,6 +9,7 @@ torchvision pin breaks beside the CPU torch build; kronfluence 1.0.1 never impor
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import statistics
@@ -233,3 +234,36 @@ def write_json(path: Path, data: dict) -> None:
         path = path.with_name(f"gpu_{path.name}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------------- bergson
+
+
+def bergson_grads(model, rows, *, mean: bool, bs: int = 8, workdir=None) -> torch.Tensor:
+    """bergson's per-example LoRA gradients (its in-memory collector, no projection, no normalizer: the defaults of
+    ``bergson build``), one flat row per example in ``rows`` order. Loss: cross-entropy over the label tokens,
+    summed per row (``mean=False``, training rows) or averaged per token (``mean=True``, queries: gradian's
+    conventions). Install: ``pip install --no-deps bergson jaxtyping wadler_lindig ml_dtypes natsort petname
+    simple_parsing docstring_parser`` (its torchvision/torchaudio/bitsandbytes pins are not imported on this path)."""
+    from bergson import GradientProcessor, IndexConfig, InMemoryCollector
+    from bergson.collector.collector import CollectorComputer
+    from datasets import Dataset
+
+    from gradian.attribute.collector import find_lora_blocks
+
+    wd = Path(workdir or tempfile.mkdtemp())
+    cfg = IndexConfig(run_path=str(wd / "index"), loss_reduction="mean" if mean else "sum")
+    cfg.partial_run_path.mkdir(parents=True, exist_ok=True)
+    labels = [[t if m else -100 for t, m in zip(f.input_ids, [False, *f.loss_mask[1:]], strict=True)] for f in rows]
+    data = Dataset.from_dict({"input_ids": [list(f.input_ids) for f in rows], "labels": labels})
+    names = {f"{b.name.removeprefix('base_model.')}.default" for b in find_lora_blocks(model)}
+    collector = InMemoryCollector(model=model.base_model, cfg=cfg, processor=GradientProcessor(), data=data,
+                                  target_modules=names)  # fmt: skip
+    batches = [list(range(s, min(s + bs, len(rows)))) for s in range(0, len(rows), bs)]
+    logging.disable(logging.INFO)  # bergson logs every tracked module's name per call
+    computer = CollectorComputer(model=model, data=data, collector=collector, batches=batches, cfg=cfg)
+    try:
+        computer.run_with_collector_hooks()
+    finally:
+        logging.disable(logging.NOTSET)
+    return torch.cat([collector.gradients[n].double() for n in sorted(collector.gradients)], 1)
