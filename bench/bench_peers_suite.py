@@ -190,6 +190,18 @@ def averages(rs: list[dict]) -> dict:
     return row
 
 
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("kronfluence", "bergson", "torch", "transformers", "peft"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
 def fmt(x: float | None, spec: str = ".3f") -> str:
     return "–" if x is None else format(x, spec)
 
@@ -238,7 +250,7 @@ def main() -> None:
         parts = [f"{w} AUC {fmt(r[w]['auc'])} ({fmt(r[w]['cpu_seconds'], '.1f')} CPU s)" for w in WHO if w in r]
         print(f"{name}: " + ", ".join(parts), flush=True)
         results.append(r)
-    summary = summarise(results)
+    summary = summarise(results) | {"versions": versions(), "command": " ".join(["python", *sys.argv])}
     common.write_json(RESULT, summary)
     print(table(summary))
 

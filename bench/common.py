@@ -1,9 +1,14 @@
-"""Shared setup for the bench scripts: models, rows, timing, memory, and the kronfluence reference.
+"""Shared setup for the bench scripts: models, rows, timing, memory, and the kronfluence and bergson references.
 
 kronfluence is a bench-only dependency (not in pyproject). Install it without its declared dependencies (its
 torchvision pin breaks beside the CPU torch build; kronfluence 1.0.1 never imports torchvision on this path):
 
     pip install --no-deps kronfluence==1.0.1 einops einconv opt-einsum
+
+bergson likewise (bench_peers_suite.py; its torchvision/torchaudio/torchopt/bitsandbytes pins are not imported here):
+
+    pip install --no-deps bergson==2.5.1 jaxtyping wadler_lindig ml_dtypes natsort petname simple_parsing \
+        docstring_parser
 """
 
 from __future__ import annotations
@@ -243,8 +248,7 @@ def bergson_grads(model, rows, *, mean: bool, bs: int = 8, workdir=None) -> torc
     """bergson's per-example LoRA gradients (its in-memory collector, no projection, no normalizer: the defaults of
     ``bergson build``), one flat row per example in ``rows`` order. Loss: cross-entropy over the label tokens,
     summed per row (``mean=False``, training rows) or averaged per token (``mean=True``, queries: gradian's
-    conventions). Install: ``pip install --no-deps bergson jaxtyping wadler_lindig ml_dtypes natsort petname
-    simple_parsing docstring_parser`` (its torchvision/torchaudio/bitsandbytes pins are not imported on this path)."""
+    conventions). Install: see the module docstring."""
     from bergson import GradientProcessor, IndexConfig, InMemoryCollector
     from bergson.collector.collector import CollectorComputer
     from datasets import Dataset
