@@ -172,12 +172,17 @@ def mean(xs: list) -> float | None:
 
 
 def summarise(results: list[dict]) -> dict:
+    """Means per kind and culprit fraction (keys like ``entity 10%``) and per fraction over all kinds."""
     done = [r for r in results if all(w in r for w in WHO)]
     by_kind: dict[str, dict] = {}
-    for kind in [k for k in KINDS if any(r["kind"] == k for r in done)]:
-        rs = [r for r in done if r["kind"] == kind]
-        by_kind[kind] = {"runs": len(rs), "explained": sum(r["explained"] for r in rs)} | averages(rs)
-    return {"by_kind": by_kind, "all": {"runs": len(done)} | averages(done), "runs": results}
+    overall: dict[str, dict] = {}
+    for pct in sorted({round(100 * r["fraction"]) for r in done}):
+        at = [r for r in done if round(100 * r["fraction"]) == pct]
+        for kind in [k for k in KINDS if any(r["kind"] == k for r in at)]:
+            rs = [r for r in at if r["kind"] == kind]
+            by_kind[f"{kind} {pct}%"] = {"runs": len(rs), "explained": sum(r["explained"] for r in rs)} | averages(rs)
+        overall[f"{pct}%"] = {"runs": len(at), "explained": sum(r["explained"] for r in at)} | averages(at)
+    return {"by_kind": by_kind, "by_fraction": overall, "all": {"runs": len(done)} | averages(done), "runs": results}
 
 
 def averages(rs: list[dict]) -> dict:
@@ -210,7 +215,7 @@ def table(summary: dict) -> str:
     """Per kind, each method's mean ROC-AUC · P@K; then, over all runs, Spearman with gradian and CPU seconds."""
     lines = ["| kind | runs | explained | " + " | ".join(LABEL[w] for w in WHO) + " |",
              "|---|---:|---:|" + "---:|" * len(WHO)]  # fmt: skip
-    rows = [*summary["by_kind"].items(), ("**all**", summary["all"] | {"explained": "–"})]
+    rows = [*summary["by_kind"].items(), *((f"**all kinds, {k}**", v) for k, v in summary["by_fraction"].items())]
     for kind, r in rows:
         cells = " | ".join(f"{fmt(r[f'{w}_auc'])} · {fmt(r[f'{w}_p_at_k'], '.2f')}" for w in WHO)
         lines.append(f"| {kind} | {r['runs']} | {r['explained']} | {cells} |")
