@@ -1,14 +1,20 @@
-"""Shared setup for the bench scripts: models, rows, timing, memory, and the kronfluence reference.
+"""Shared setup for the bench scripts: models, rows, timing, memory, and the kronfluence and bergson references.
 
 kronfluence is a bench-only dependency (not in pyproject). Install it without its declared dependencies (its
 torchvision pin breaks beside the CPU torch build; kronfluence 1.0.1 never imports torchvision on this path):
 
     pip install --no-deps kronfluence==1.0.1 einops einconv opt-einsum
+
+bergson likewise (bench_peers_suite.py; its torchvision/torchaudio/torchopt/bitsandbytes pins are not imported here):
+
+    pip install --no-deps bergson==2.5.1 jaxtyping wadler_lindig ml_dtypes natsort petname simple_parsing \
+        docstring_parser
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
 import statistics
@@ -143,10 +149,13 @@ def med(xs: list[float]) -> float:
 KF_CPU: list[float] = []  # process CPU seconds of the last kronfluence_scores call: [factors, scores]
 
 
-def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, damping=None, workdir=None):
+def kronfluence_scores(
+    model, fx, qfx, *, fp64: bool = False, bs: int = 8, damping=None, workdir=None, empirical: bool = True
+):
     """kronfluence EK-FAC on the same LoRA modules: factors (covariance, eigendecomposition, lambda) + pairwise
     scores. Training loss = summed label-token NLL per row, measurement = mean NLL per completion token per query
-    (gradian's conventions). Returns (scores (n_query, n_train) with kronfluence's sign, factor s, score s)."""
+    (gradian's conventions). ``empirical=False``: kronfluence's default true Fisher (labels sampled from the model,
+    seeded). Returns (scores (n_query, n_train) with kronfluence's sign, factor s, score s)."""
     from kronfluence.analyzer import Analyzer, prepare_model
     from kronfluence.arguments import FactorArguments, ScoreArguments
     from kronfluence.task import Task
@@ -174,7 +183,7 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
             logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             if not sample:
                 return token_losses(logits, batch["input_ids"], batch["loss_mask"]).sum()
-            with torch.no_grad():  # true Fisher: labels sampled from the model (not used: empirical Fisher below)
+            with torch.no_grad():  # true Fisher (empirical=False): labels sampled from the model
                 probs = torch.softmax(logits.detach().double(), -1)
                 sampled = torch.multinomial(probs.view(-1, probs.shape[-1]), 1).view(probs.shape[:-1])
             ids = torch.cat([batch["input_ids"][:, :1], sampled[:, :-1]], 1)
@@ -197,11 +206,11 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
     wd = Path(workdir or tempfile.mkdtemp())
     analyzer = Analyzer("bench", model, task, cpu=DEVICE == "cpu", disable_tqdm=True, output_dir=str(wd))
     f64 = torch.float64
-    fa = FactorArguments(strategy="ekfac", use_empirical_fisher=True)
+    fa = FactorArguments(strategy="ekfac", use_empirical_fisher=empirical)
     sa = ScoreArguments(damping_factor=damping)
     if fp64:
         fa = FactorArguments(
-            strategy="ekfac", use_empirical_fisher=True, activation_covariance_dtype=f64,
+            strategy="ekfac", use_empirical_fisher=empirical, activation_covariance_dtype=f64,
             gradient_covariance_dtype=f64, eigendecomposition_dtype=f64, per_sample_gradient_dtype=f64,
             lambda_dtype=f64,
         )  # fmt: skip
@@ -209,6 +218,7 @@ def kronfluence_scores(model, fx, qfx, *, fp64: bool = False, bs: int = 8, dampi
             damping_factor=damping, per_sample_gradient_dtype=f64, precondition_dtype=f64, score_dtype=f64
         )
     train_ds, query_ds = tensors(fx), tensors(qfx)
+    torch.manual_seed(0)  # the true Fisher's sampled labels
     t0, c0 = time.perf_counter(), time.process_time()
     analyzer.fit_all_factors("f", train_ds, per_device_batch_size=bs, factor_args=fa, overwrite_output_dir=True)
     t1, c1 = time.perf_counter(), time.process_time()
@@ -229,3 +239,35 @@ def write_json(path: Path, data: dict) -> None:
         path = path.with_name(f"gpu_{path.name}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------------- bergson
+
+
+def bergson_grads(model, rows, *, mean: bool, bs: int = 8, workdir=None) -> torch.Tensor:
+    """bergson's per-example LoRA gradients (its in-memory collector, no projection, no normalizer: the defaults of
+    ``bergson build``), one flat row per example in ``rows`` order. Loss: cross-entropy over the label tokens,
+    summed per row (``mean=False``, training rows) or averaged per token (``mean=True``, queries: gradian's
+    conventions). Install: see the module docstring."""
+    from bergson import GradientProcessor, IndexConfig, InMemoryCollector
+    from bergson.collector.collector import CollectorComputer
+    from datasets import Dataset
+
+    from gradian.attribute.collector import find_lora_blocks
+
+    wd = Path(workdir or tempfile.mkdtemp())
+    cfg = IndexConfig(run_path=str(wd / "index"), loss_reduction="mean" if mean else "sum")
+    cfg.partial_run_path.mkdir(parents=True, exist_ok=True)
+    labels = [[t if m else -100 for t, m in zip(f.input_ids, [False, *f.loss_mask[1:]], strict=True)] for f in rows]
+    data = Dataset.from_dict({"input_ids": [list(f.input_ids) for f in rows], "labels": labels})
+    names = {f"{b.name.removeprefix('base_model.')}.default" for b in find_lora_blocks(model)}
+    collector = InMemoryCollector(model=model.base_model, cfg=cfg, processor=GradientProcessor(), data=data,
+                                  target_modules=names)  # fmt: skip
+    batches = [list(range(s, min(s + bs, len(rows)))) for s in range(0, len(rows), bs)]
+    logging.disable(logging.INFO)  # bergson logs every tracked module's name per call
+    computer = CollectorComputer(model=model, data=data, collector=collector, batches=batches, cfg=cfg)
+    try:
+        computer.run_with_collector_hooks()
+    finally:
+        logging.disable(logging.NOTSET)
+    return torch.cat([collector.gradients[n].double() for n in sorted(collector.gradients)], 1)
