@@ -160,6 +160,26 @@ def test_the_option_defaults_are_the_ones_the_code_uses():
     assert TrainConfig is TrainOptions
 
 
+def test_the_method_registry_and_the_option_list_agree():
+    """The options name the methods without importing torch; gradian.attribute.methods registers one object per
+    name, in the same order, and the Kronecker-factored ones are the options' FACTOR_METHODS."""
+    import subprocess
+    import sys
+
+    from gradian.attribute.methods import REGISTRY, Method, method_of
+    from gradian.options.attribute import FACTOR_METHODS
+    from gradian.options.attribute import METHODS as OPT_METHODS
+
+    assert tuple(REGISTRY) == OPT_METHODS
+    assert all(isinstance(m, Method) and m.name == name and method_of(name) is m for name, m in REGISTRY.items())
+    assert tuple(n for n, m in REGISTRY.items() if m.factored) == FACTOR_METHODS
+    assert [n for n, m in REGISTRY.items() if m.normalized] == ["cosine"]
+    with pytest.raises(ValueError, match="unknown method 'tracin'"):
+        method_of("tracin")
+    code = "import sys, gradian.options; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
 def test_report_options_read_back_old_and_new_reports():
     saved = AttributeOptions(method="kfac", proj_dim=16, extra_methods=("cosine",))
     assert report_options({"options": saved.to_dict(), "settings": {"method": "ekfac"}}) == saved
