@@ -212,7 +212,7 @@ def test_verify_rescores_the_saved_completions(runs):
 
     rep = runs["prompts"]
     tok = load_tokenizer(EX / "run")
-    fx = _eval_rows(rep["settings"], tok)
+    fx = _eval_rows(rep, tok)
     assert [f.index for f in fx] == [e["index"] for e in rep["eval"]]
     for f, e in zip(fx, rep["eval"], strict=True):
         labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]

@@ -44,6 +44,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,10 @@ import typer
 
 from gradian.errors import GradianError
 from gradian.numbers import pct
-from gradian.options import AttributeOptions, VerifyOptions, report_options
+from gradian.options import AttributeOptions, VerifyOptions
 from gradian.options.base import split_kwargs
 from gradian.options.cli import options_command
+from gradian.report.schema import EvalItem, Report
 
 SCHEMA = "gradian.verify/1"
 DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
@@ -87,7 +89,8 @@ _SETUP_KEYS = {
 # --- inputs -------------------------------------------------------------------------------------------------------
 
 
-def read_report(out_dir: str | Path) -> dict[str, Any]:
+def read_report(out_dir: str | Path) -> Report:
+    """OUT_DIR/report.json, typed; one line when it is missing, unreadable or lacks the paths a re-train needs."""
     path = Path(out_dir) / "report.json"
     if not path.is_file():
         raise GradianError("no report.json", where=str(out_dir), fix="run `gradian attribute --out DIR` first")
@@ -99,27 +102,34 @@ def read_report(out_dir: str | Path) -> dict[str, Any]:
         raise GradianError(f"cannot read report.json ({first})", where=str(path), fix=fix) from None
     if not isinstance(report, dict) or "settings" not in report or "examples" not in report:
         raise GradianError("report.json has no settings/examples", where=str(path), fix="re-run `gradian attribute`")
+    rep = Report.from_dict(report)
     for key in ("base", "adapter", "train", "eval"):
-        if not report["settings"].get(key):
+        if not rep.settings.get(key):
             raise GradianError(
                 f"report.json settings lack {key!r}",
                 where=str(path),
                 fix="re-run `gradian attribute` (the file-level API records the paths)",
             )
-    return report
+    return rep
 
 
-def rows_to_drop(report: dict[str, Any], k: int | None = None) -> tuple[list[int], str]:
+def as_report(report: Report | Mapping[str, Any]) -> Report:
+    """report.json's content, typed (a dict, e.g. a stub with only ``settings``, is read back)."""
+    return report if isinstance(report, Report) else Report.from_dict(report)
+
+
+def rows_to_drop(report: Report | Mapping[str, Any], k: int | None = None) -> tuple[list[int], str]:
     """The blamed rows and where they came from: verdict ``drop_rows`` unless ``k`` is given, else top-K by score."""
-    verdict = report.get("verdict") or {}
-    drop = [int(r) for r in verdict.get("drop_rows") or []]
+    report = as_report(report)
+    verdict = report.verdict
+    drop = list(verdict.drop_rows) if verdict is not None else []
     if drop and k is None:
-        return sorted(set(drop)), f"verdict.drop_rows ({verdict.get('kind', '?')})"
-    examples = [e for e in report.get("examples", []) if e.get("score") is not None and math.isfinite(e["score"])]
-    ranked = sorted(examples, key=lambda e: (-float(e["score"]), int(e["index"])))
+        return sorted(set(drop)), f"verdict.drop_rows ({(verdict.kind if verdict else '') or '?'})"
+    scored = [(float(e.score), e.index) for e in report.examples if e.score is not None and math.isfinite(e.score)]
+    ranked = sorted(scored, key=lambda t: (-t[0], t[1]))
     if k is None:
         k = max(1, round(DEFAULT_TOP_SHARE * len(ranked)))
-    top = [int(e["index"]) for e in ranked[:k] if float(e["score"]) > 0]
+    top = [index for score, index in ranked[:k] if score > 0]
     return sorted(top), f"top {k} rows by harm score (positive scores only)"
 
 
@@ -172,12 +182,13 @@ def _originally_excluded(adapter_dir: str | Path) -> set[int]:
 # --- measuring ----------------------------------------------------------------------------------------------------
 
 
-def _eval_rows(settings: dict[str, Any], tokenizer: Any, options: AttributeOptions | None = None) -> list[Any]:
+def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> list[Any]:
     """The eval items as the report scored them (its formatting, ``eval_eos`` and generated completions)."""
     from gradian.data import format_examples, load_examples
     from gradian.data.types import FormatSettings
 
-    opts = options or report_options({"settings": settings})
+    report = as_report(report)
+    settings, opts = report.settings, report.attribute_options()
     names = {f.name for f in dataclasses.fields(FormatSettings)} - {"sources"}
     fs = FormatSettings(**{k: v for k, v in (settings.get("format") or {}).items() if k in names})
     fs = dataclasses.replace(fs, add_eos=opts.eval_eos)
@@ -193,7 +204,7 @@ def _eval_rows(settings: dict[str, Any], tokenizer: Any, options: AttributeOptio
 def measure(
     base: str,
     adapter_dir: str | Path,
-    report: dict[str, Any],
+    report: Report | Mapping[str, Any],
     *,
     device: str | None = None,
     dtype: str | None = None,
@@ -210,9 +221,10 @@ def measure(
     from gradian.attribute.loading import load
 
     hf_logging.disable_progress_bar()
-    opts = report_options(report)
+    report = as_report(report)
+    opts = report.attribute_options()
     lm = load(base, adapter_dir, device=device, dtype=dtype)
-    fx = _eval_rows(report["settings"], lm.tokenizer, opts)
+    fx = _eval_rows(report, lm.tokenizer)
     pad = engine.pad_id_of(lm.tokenizer)
     tuned = engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=True)
     base_nll = (
@@ -305,12 +317,12 @@ class VerifyPlan:
     """What the re-trains are: read from report.json and the run's training config before any training."""
 
     out: Path
-    report: dict[str, Any]
+    report: Report
     options: AttributeOptions  # the attribution's, read back from report.json
     base: str
     adapter: Path
     train: Path
-    regressed: list[dict[str, Any]]
+    regressed: list[EvalItem]
     drop: list[int]  # the blamed rows
     source: str  # where they came from
     random: list[int]  # as many other rows, drawn at random
@@ -346,10 +358,10 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     from gradian.train import build_config, normalize_config
 
     report = read_report(out)
-    st = report["settings"]
+    st = report.settings
     adapter = Path(st["adapter"])
-    regressed = [e for e in report.get("regressed") or [] if e.get("regressed", True)]
-    if not regressed or report.get("no_regression"):
+    regressed = [e for e in report.regressed if e.regressed is not False]
+    if not regressed or report.no_regression:
         raise GradianError("the report has no regressed eval item: nothing to verify", where=str(out / "report.json"))
     drop, source = rows_to_drop(report, opts.k)
     if not drop:
@@ -371,7 +383,7 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     if len(others) < len(drop):
         raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
     rand = sorted(random.Random(opts.random_seed).sample(others, len(drop)))
-    return VerifyPlan(out, report, report_options(report), str(st["base"]), adapter, Path(st["train"]), regressed,
+    return VerifyPlan(out, report, report.attribute_options(), str(st["base"]), adapter, Path(st["train"]), regressed,
                       drop, source, rand, all_rows, already, cfg, cfg_source, overrides, gradian_trained,
                       bool(reference), opts.random_seed)  # fmt: skip
 
@@ -428,7 +440,7 @@ def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]
     """Add each run's recovery of the regressed items (and the other items' change) to ``done.runs``; returns the
     regressed and the other items measured."""
     ft, base, nll = done.finetuned, done.base, done.nll
-    reg_idx = [int(e["index"]) for e in plan.regressed if int(e["index"]) in ft and int(e["index"]) in base]
+    reg_idx = [e.index for e in plan.regressed if e.index in ft and e.index in base]
     ref = nll["reference"] if plan.reference else ft
     other_idx = [i for i in ft if i not in set(reg_idx) and i in base]
     for name, r in done.runs.items():
@@ -486,7 +498,7 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
 def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any]:
     """The verify.json dict (see :func:`verify`)."""
     reg_idx, other_idx = _recoveries(plan, done)
-    ids = {int(e["index"]): e.get("id") for e in plan.report.get("eval", [])}
+    ids = {e.index: e.id for e in plan.report.eval or []}
     ref = done.nll.get("reference")
     return {
         "schema": SCHEMA,
@@ -494,13 +506,13 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
         "base": plan.base,
         "adapter": str(plan.adapter),
         "train": str(plan.train),
-        "eval": str(plan.report["settings"]["eval"]),
+        "eval": str(plan.report.settings["eval"]),
         "config": dataclasses.asdict(plan.config),
         "config_source": plan.config_source,
         "config_overrides": plan.overrides,
         "gradian_trained": plan.gradian_trained,
         "policy": POLICY,
-        "n_rows": len(plan.report["examples"]),
+        "n_rows": len(plan.report.examples),
         "originally_excluded": sorted(plan.already),
         "removed_from": plan.source,
         "random_seed": plan.random_seed,
