@@ -43,8 +43,8 @@ def plain(v: Any) -> Any:
 @dataclass
 class Record:
     """A report.json object with typed fields and open keys. ``to_dict`` writes the keys it was read with (in that
-    order), then the typed fields that are set (or ``ALWAYS`` written), then ``extra``; :meth:`set` sets a field as
-    a dict sets a key (it is written even when None)."""
+    order), then the typed fields that differ from their default (or are ``ALWAYS`` written), then ``extra``;
+    :meth:`set` sets a field as a dict sets a key (it is written even when None)."""
 
     ALWAYS: ClassVar[frozenset[str]] = frozenset()
 
@@ -55,6 +55,12 @@ class Record:
     def typed(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "order"))
 
+    @classmethod
+    def default_of(cls, name: str) -> Any:
+        """A field's default (``dataclasses.MISSING`` for a required one)."""
+        f = next(f for f in dataclasses.fields(cls) if f.name == name)
+        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
     def to_dict(self) -> dict[str, Any]:
         names = self.typed()
         out: dict[str, Any] = {}
@@ -63,7 +69,7 @@ class Record:
                 continue
             if k in names:
                 v = getattr(self, k)
-                if v is not None or k in self.order or k in self.ALWAYS:
+                if k in self.order or k in self.ALWAYS or v != self.default_of(k):
                     out[k] = plain(v)
             elif k in self.extra:
                 out[k] = self.extra[k]
@@ -81,9 +87,7 @@ class Record:
         self.order = tuple(k for k in self.order if k not in drop)
         self.extra = {k: v for k, v in self.extra.items() if k not in drop}
         for k in drop & set(self.typed()):
-            f = next(f for f in dataclasses.fields(self) if f.name == k)
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            setattr(self, k, default)
+            setattr(self, k, self.default_of(k))
 
     @classmethod
     def _read(cls: type[RecordT], data: Mapping[str, Any], **typed: Any) -> RecordT:
