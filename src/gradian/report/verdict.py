@@ -314,7 +314,7 @@ def _concentrated(
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):
-        who = f"Group {i} ({_rows_word(vg.size)}, {_pct(vg.harm_share)} of the harm)" if len(groups) > 1 else ""
+        who = f"Group {i} ({_rows_word(len(vg.rows))}, {_pct(vg.harm_share)} of the harm)" if len(groups) > 1 else ""
         if vg.cause == "mechanical" and g.finding is not None:
             main = typed_of.get(id(g.finding)) or Finding.from_dict(g.finding)
             also = [sh for sh in vg.shared if sh.code != main.code]

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradian.report.record import Record
+
 
 def _ints(v: Any) -> list[int]:
     return [int(r) for r in v or []]
@@ -29,23 +31,19 @@ class Confidence:
 
 
 @dataclass
-class SharedFinding:
-    """A finding as a culprit group's shared trait: how many of the group's rows it flags, and its fix."""
+class SharedFinding(Record):
+    """A finding as a culprit group's shared trait: how many of the group's rows it flags, and its fix (or, as a
+    group's defining ``finding``, its code and name only)."""
 
-    code: str | None
-    name: str | None
-    count: int
-    share: float
+    code: str | None = None
+    name: str | None = None
+    count: int = 0
+    share: float = 0.0
     fix: Any = None  # the finding's fix as report.json holds it
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "name": self.name, "count": self.count, "share": self.share, "fix": self.fix}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SharedFinding:
-        return cls(
-            data.get("code"), data.get("name"), data.get("count") or 0, data.get("share") or 0.0, data.get("fix")
-        )
+        return cls._read(data, **{k: data.get(k, cls.default_of(k)) for k in cls.typed()})
 
     @property
     def title(self) -> str:
@@ -55,42 +53,29 @@ class SharedFinding:
 
 
 @dataclass
-class VerdictGroup:
-    """Culprit rows that share one thing (:class:`gradian.report.culprits.Group` as report.json holds it)."""
+class VerdictGroup(Record):
+    """Culprit rows that share one thing (:class:`gradian.report.culprits.Group` as report.json holds it; keys it
+    gains later are kept)."""
 
-    cause: str  # mechanical | content
-    rows: list[int]  # most harmful first
-    harm_share: float
+    cause: str = ""  # mechanical | content
+    rows: list[int] = field(default_factory=list)  # most harmful first
+    size: int = 0
+    harm_share: float = 0.0
     finding: SharedFinding | None = None  # the mechanical finding that defines it (code and name)
     shared: list[SharedFinding] = field(default_factory=list)
     terms: list[str] = field(default_factory=list)
     by_direction: int = 0  # rows that joined it by their gradient direction
 
-    @property
-    def size(self) -> int:
-        return len(self.rows)
-
-    def to_dict(self) -> dict[str, Any]:
-        f = self.finding
-        return {
-            "cause": self.cause,
-            "rows": self.rows,
-            "size": self.size,
-            "harm_share": self.harm_share,
-            "finding": None if f is None else {"code": f.code, "name": f.name},
-            "shared": [s.to_dict() for s in self.shared],
-            "terms": self.terms,
-            "by_direction": self.by_direction,
-        }
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
         f = data.get("finding")
-        return cls(
+        return cls._read(
+            data,
             cause=str(data.get("cause") or ""),
             rows=_ints(data.get("rows")),
+            size=data.get("size", len(data.get("rows") or [])),
             harm_share=data.get("harm_share") or 0.0,
-            finding=SharedFinding(f.get("code"), f.get("name"), 0, 0.0) if isinstance(f, Mapping) else None,
+            finding=SharedFinding.from_dict(f) if isinstance(f, Mapping) else None,
             shared=[SharedFinding.from_dict(s) for s in data.get("shared") or []],
             terms=[str(t) for t in data.get("terms") or []],
             by_direction=data.get("by_direction") or 0,
@@ -116,29 +101,21 @@ class ConfigChange:
 
 
 @dataclass
-class Decision:
-    """The culprit decision behind a verdict (report.json ``verdict.how``; ``head`` at most 200 rows)."""
+class Decision(Record):
+    """The culprit decision behind a verdict (report.json ``verdict.how``: :class:`gradian.report.culprits.Culprits`
+    as it writes it, ``head`` cut to 200 rows; keys it gains later are kept)."""
 
-    concentrated: bool
-    head: list[int]
-    head_share: float
-    stability: float | None
-    groups: list[VerdictGroup]
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "concentrated": self.concentrated,
-            "head": self.head,
-            "head_share": self.head_share,
-            "stability": self.stability,
-            "groups": [g.to_dict() for g in self.groups],
-            "reason": self.reason,
-        }
+    concentrated: bool = False
+    head: list[int] = field(default_factory=list)
+    head_share: float = 0.0
+    stability: float | None = None
+    groups: list[VerdictGroup] = field(default_factory=list)
+    reason: str = ""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        return cls(
+        return cls._read(
+            data,
             concentrated=bool(data.get("concentrated")),
             head=_ints(data.get("head")),
             head_share=data.get("head_share") or 0.0,
