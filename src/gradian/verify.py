@@ -237,24 +237,89 @@ def measure(
     return as_map(tuned), (as_map(base_nll) if base_nll is not None else None)
 
 
+@dataclass
+class ItemRecovery:
+    """One regressed item under one re-train: its NLL and how much of its regression the re-train recovered."""
+
+    index: int
+    retrained_nll: float
+    recovered: float | None  # None when the item did not rise over its baseline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "retrained_nll": self.retrained_nll, "recovered": self.recovered}
+
+
+@dataclass
+class Recovery:
+    """How much of the regression ``finetuned - base`` one re-train recovered, per item and in summary."""
+
+    recovered_mean: float | None
+    recovered_total: float | None
+    mean_retrained_nll: float | None
+    still_regressed: int
+    items: list[ItemRecovery]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recovered_mean": self.recovered_mean,
+            "recovered_total": self.recovered_total,
+            "mean_retrained_nll": self.mean_retrained_nll,
+            "still_regressed": self.still_regressed,
+            "items": [i.to_dict() for i in self.items],
+        }
+
+
 def recovery(
     items: list[int], base: dict[int, float], ft: dict[int, float], retrained: dict[int, float], threshold: float
-) -> dict[str, Any]:
+) -> Recovery:
     """Per-item and summary recovery of the regression ``ft - base`` by ``retrained``."""
     per = []
     for i in items:
         gap = ft[i] - base[i]
-        rec = (ft[i] - retrained[i]) / gap if gap > 0 else None
-        per.append({"index": i, "retrained_nll": retrained[i], "recovered": rec})
-    recs = [p["recovered"] for p in per if p["recovered"] is not None]
+        per.append(ItemRecovery(i, retrained[i], (ft[i] - retrained[i]) / gap if gap > 0 else None))
+    recs = [p.recovered for p in per if p.recovered is not None]
     gap_sum = sum(ft[i] - base[i] for i in items)
-    return {
-        "recovered_mean": sum(recs) / len(recs) if recs else None,
-        "recovered_total": (sum(ft[i] - retrained[i] for i in items) / gap_sum) if gap_sum > 0 else None,
-        "mean_retrained_nll": sum(retrained[i] for i in items) / len(items) if items else None,
-        "still_regressed": sum(1 for i in items if retrained[i] - base[i] > threshold),
-        "items": per,
-    }
+    return Recovery(
+        recovered_mean=sum(recs) / len(recs) if recs else None,
+        recovered_total=(sum(ft[i] - retrained[i] for i in items) / gap_sum) if gap_sum > 0 else None,
+        mean_retrained_nll=sum(retrained[i] for i in items) / len(items) if items else None,
+        still_regressed=sum(1 for i in items if retrained[i] - base[i] > threshold),
+        items=per,
+    )
+
+
+@dataclass
+class RetrainRun:
+    """One re-train (verify.json ``runs[name]``): the rows it left out, how it trained, and what it recovered."""
+
+    removed: list[int]
+    n_rows_trained: int
+    global_step: int
+    train_loss: float | None
+    seconds: float
+    adapter: str
+    recovery: Recovery | None = None
+    other_items_mean_change: float | None = None  # the items that had not regressed, against the baseline
+    reference: bool = False  # the re-train on every row that the drops are measured against
+    recovered_vs_original: float | None = None  # the reference's own recovery against the original adapter
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "removed": self.removed,
+            "n_removed": len(self.removed),
+            "n_rows_trained": self.n_rows_trained,
+            "global_step": self.global_step,
+            "train_loss": self.train_loss,
+            "seconds": self.seconds,
+            "adapter": self.adapter,
+        }
+        if self.recovery is not None:
+            out |= self.recovery.to_dict()
+            out["other_items_mean_change"] = self.other_items_mean_change
+        if self.reference and self.recovery is not None:
+            out["note"] = "every row; the baseline the drops are measured against"
+            out["recovered_vs_original"] = self.recovered_vs_original
+        return out
 
 
 # --- the check ----------------------------------------------------------------------------------------------------
@@ -392,7 +457,7 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
 class Retrained:
     """The re-trains and every eval item's NLL under the original adapter, the base model and each re-train."""
 
-    runs: dict[str, dict[str, Any]]
+    runs: dict[str, RetrainRun]
     nll: dict[str, dict[int, float]]
     finetuned: dict[int, float]
     base: dict[int, float]
@@ -409,7 +474,7 @@ def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: boo
     ft_nll, base_nll = measure(plan.base, plan.adapter, plan.report, with_base=True, **measure_kw)
     assert base_nll is not None
     timings["measure_original_s"] = time.time() - t
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RetrainRun] = {}
     nll: dict[str, dict[int, float]] = {}
     for name, removed in plan.runs():
         run_dir = plan.out / "verify" / name
@@ -424,15 +489,8 @@ def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: boo
         t = time.time()
         nll[name], _ = measure(plan.base, run_dir, plan.report, **measure_kw)
         timings[f"measure_{name}_s"] = time.time() - t
-        runs[name] = {
-            "removed": removed,
-            "n_removed": len(removed),
-            "n_rows_trained": res.n_rows_trained,
-            "global_step": res.global_step,
-            "train_loss": res.train_loss,
-            "seconds": round(res.seconds, 2),
-            "adapter": str(run_dir),
-        }
+        runs[name] = RetrainRun(removed, res.n_rows_trained, res.global_step, res.train_loss, round(res.seconds, 2),
+                                str(run_dir), reference=name == "reference")  # fmt: skip
     return Retrained(runs, nll, ft_nll, base_nll, timings)
 
 
@@ -444,22 +502,20 @@ def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]
     ref = nll["reference"] if plan.reference else ft
     other_idx = [i for i in ft if i not in set(reg_idx) and i in base]
     for name, r in done.runs.items():
-        r |= recovery(reg_idx, base, ref, nll[name], plan.threshold)
+        r.recovery = recovery(reg_idx, base, ref, nll[name], plan.threshold)
         changes = [nll[name][i] - ref[i] for i in other_idx]
-        r["other_items_mean_change"] = sum(changes) / len(other_idx) if other_idx else None
+        r.other_items_mean_change = sum(changes) / len(other_idx) if other_idx else None
     if plan.reference:
-        runs_ref = done.runs["reference"]
-        runs_ref["note"] = "every row; the baseline the drops are measured against"
-        runs_ref["recovered_vs_original"] = recovery(reg_idx, base, ft, nll["reference"], plan.threshold)[
-            "recovered_mean"
-        ]
+        own = recovery(reg_idx, base, ft, nll["reference"], plan.threshold)
+        done.runs["reference"].recovered_vs_original = own.recovered_mean
     return reg_idx, other_idx
 
 
 def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> dict[str, Any]:
     """verify.json ``summary``: how much each removal recovered, whether the attribution holds, and side effects."""
     fl, rd = done.runs["drop_flagged"], done.runs["drop_random"]
-    a, b = fl["recovered_mean"], rd["recovered_mean"]
+    assert fl.recovery is not None and rd.recovery is not None
+    a, b = fl.recovery.recovered_mean, rd.recovery.recovered_mean
     margin = (a - b) if a is not None and b is not None else None
     confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
     n = len(plan.drop)
@@ -472,9 +528,9 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
             else "The blamed rows do not explain the regression much better than random rows."
         )
     )
-    side = fl.get("other_items_mean_change")
+    side = fl.other_items_mean_change
     th = plan.threshold
-    side_effect = bool(side is not None and side > th and side > (rd.get("other_items_mean_change") or 0.0) + th)
+    side_effect = bool(side is not None and side > th and side > (rd.other_items_mean_change or 0.0) + th)
     if side_effect:
         text += (
             f" But the {n_other} eval items that had not regressed got worse by {side:+.3f} nats/token on "
@@ -484,13 +540,13 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
     return {
         "recovered_flagged": a,
         "recovered_random": b,
-        "recovered_total_flagged": fl["recovered_total"],
-        "recovered_total_random": rd["recovered_total"],
+        "recovered_total_flagged": fl.recovery.recovered_total,
+        "recovered_total_random": rd.recovery.recovered_total,
         "margin": margin,
         "confirmed": confirmed,
         "side_effect": side_effect,
         "other_items_change_flagged": side,
-        "other_items_change_random": rd.get("other_items_mean_change"),
+        "other_items_change_random": rd.other_items_mean_change,
         "text": text,
     }
 
@@ -528,7 +584,7 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
             }
             for i in reg_idx
         ],
-        "runs": done.runs,
+        "runs": {name: r.to_dict() for name, r in done.runs.items()},
         "summary": _summary(plan, done, len(reg_idx), len(other_idx)),
         "timings": {k2: round(v, 2) for k2, v in done.timings.items()} | {"total_s": round(time.time() - t0, 2)},
     }
