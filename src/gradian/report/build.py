@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -175,8 +176,8 @@ def build_report(
     if isinstance(attribution, Report):
         attribution = attribution.to_dict()
     _check(attribution)
-    previous = Report.from_dict(attribution)  # what was saved (its clusters and text, when it was built before)
     report = Report.from_dict(attribution)
+    previous = Saved.of(report, built="clusters" in attribution)  # read before the derived keys are dropped
     report.forget(DERIVED_KEYS)
     if report.schema is None:
         report.set(schema=SCHEMA)
@@ -185,18 +186,18 @@ def build_report(
 
     examples = _ranked_examples(report.examples)
     scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
-    texts = _train_texts(train_examples, previous.examples, examples)
+    texts = _train_texts(train_examples, previous.texts, examples)
     eval_texts, eval_ids = texts_of(eval_examples)
 
     if embeddings is not None:
         clusters, clustering, row_cluster = _fitted_clusters(embeddings, embedding_index, scores, texts, found, k, seed)
-    elif "clusters" in attribution and previous.clusters:
+    elif previous.clusters:
         clusters, clustering, row_cluster = _saved_clusters(previous, scores, texts, found)
     else:
         clusters, row_cluster = [], {}
         clustering = ClusteringInfo("no gradient embeddings were given, so rows were not clustered", 0)
 
-    _annotate_examples(examples, found, row_cluster, texts, per_item_contributions(previous), top_n)
+    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, top_n)
     regressed = _regressed_with_text(report.regressed, eval_texts, eval_ids)
 
     n_rows = max(len(examples), len(row_cluster))
@@ -237,15 +238,12 @@ def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
 
 
 def _train_texts(
-    train_examples: Sequence[Any] | Mapping[int, str] | None,
-    old_examples: Sequence[RankedRow],
-    examples: Sequence[RankedRow],
+    train_examples: Sequence[Any] | Mapping[int, str] | None, saved: Mapping[int, str], examples: Sequence[RankedRow]
 ) -> dict[int, str]:
     """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids."""
     texts, ids = texts_of(train_examples)
-    for e in old_examples:
-        if e.text is not None:
-            texts.setdefault(e.index, str(e.text))
+    for i, text in saved.items():
+        texts.setdefault(i, text)
     for e in examples:
         if e.id is None and e.index in ids:
             e.set(id=ids[e.index])
@@ -253,6 +251,33 @@ def _train_texts(
 
 
 ClusterResult = tuple[list[Cluster], ClusteringInfo, dict[int, int]]  # clusters, clustering, row -> cluster
+
+
+@dataclass
+class Saved:
+    """What a report built before keeps for the next build: the shown rows' text, the cluster assignment, labels and
+    map, the findings and logs; and the per-item contributions of the attribution."""
+
+    texts: dict[int, str]
+    assignment: dict[int, int]  # row -> cluster id
+    clusters: list[Cluster]  # empty unless the report was built before
+    clustering: ClusteringInfo | None
+    findings: list[Finding]
+    logs: TrainerLog | None
+    contributions: dict[int, dict[int, float]]
+
+    @classmethod
+    def of(cls, report: Report, *, built: bool) -> Saved:
+        rows = report.examples
+        return cls(
+            texts={e.index: str(e.text) for e in rows if e.text is not None},
+            assignment={e.index: int(e.cluster) for e in rows if e.cluster is not None},
+            clusters=list(report.clusters) if built else [],
+            clustering=report.clustering,
+            findings=list(report.findings),
+            logs=report.logs,
+            contributions=per_item_contributions(report),
+        )
 
 
 def _fitted_clusters(
@@ -289,10 +314,10 @@ def _fitted_clusters(
 
 
 def _saved_clusters(
-    previous: Report, scores: Mapping[int, float], texts: dict[int, str], findings: Sequence[Finding]
+    previous: Saved, scores: Mapping[int, float], texts: dict[int, str], findings: Sequence[Finding]
 ) -> ClusterResult:
     """The cluster assignment, labels and map of a report built before, summarised again."""
-    saved = {e.index: int(e.cluster) for e in previous.examples if e.cluster is not None}
+    saved = previous.assignment
     index = sorted(saved)
     labels = {c.id: c.label for c in previous.clusters}
     clusters, row_cluster = summarize_clusters(

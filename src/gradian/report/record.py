@@ -5,7 +5,7 @@ the same file)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -13,14 +13,29 @@ RecordT = TypeVar("RecordT", bound="Record")
 
 
 def plain(v: Any) -> Any:
-    """A schema value as report.json holds it: typed objects through their ``to_dict``, containers element-wise."""
+    """A schema value as report.json holds it: a typed object (or a list of them) through its ``to_dict``; other
+    values (numbers, text, free-form lists and dicts) as they are, not copied."""
     if hasattr(v, "to_dict"):
         return v.to_dict()
-    if isinstance(v, list | tuple):
-        return [plain(x) for x in v]
-    if isinstance(v, Mapping):
-        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, list) and v and hasattr(v[0], "to_dict"):
+        return [x.to_dict() for x in v]
     return v
+
+
+_FIELDS: dict[type, dict[str, Any]] = {}  # per Record class: typed field name -> default (MISSING when required)
+_FACTORIES: dict[type, dict[str, Any]] = {}  # per Record class: field name -> a fresh default
+
+
+def _fields_of(cls: type) -> dict[str, Any]:
+    if cls not in _FIELDS:
+        fresh: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in ("extra", "order"):
+                factory = f.default_factory
+                fresh[f.name] = factory if callable(factory) else (lambda d=f.default: d)
+        _FACTORIES[cls] = fresh
+        _FIELDS[cls] = {name: make() for name, make in fresh.items()}
+    return _FIELDS[cls]
 
 
 @dataclass
@@ -36,26 +51,29 @@ class Record:
 
     @classmethod
     def typed(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "order"))
+        return tuple(_fields_of(cls))
 
     @classmethod
     def default_of(cls, name: str) -> Any:
-        """A field's default (``dataclasses.MISSING`` for a required one)."""
-        f = next(f for f in dataclasses.fields(cls) if f.name == name)
-        return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        """A field's default (``dataclasses.MISSING`` for a required one; a shared instance: copy before changing)."""
+        return _fields_of(cls)[name]
 
     def to_dict(self) -> dict[str, Any]:
-        names = self.typed()
+        fields = _fields_of(type(self))
         out: dict[str, Any] = {}
-        for k in (*self.order, *names, *self.extra):
-            if k in out:
-                continue
-            if k in names:
-                v = getattr(self, k)
-                if k in self.order or k in self.ALWAYS or v != self.default_of(k):
-                    out[k] = plain(v)
+        for k in self.order:
+            if k in fields:
+                out[k] = plain(getattr(self, k))
             elif k in self.extra:
                 out[k] = self.extra[k]
+        for k, default in fields.items():
+            if k not in out:
+                v = getattr(self, k)
+                if k in self.ALWAYS or v is not default and v != default:
+                    out[k] = plain(v)
+        for k, v in self.extra.items():
+            if k not in out:
+                out[k] = v
         return out
 
     def set(self, **values: Any) -> None:
@@ -64,16 +82,21 @@ class Record:
             setattr(self, k, v)
         self.order += tuple(k for k in values if k not in self.order)
 
-    def forget(self, keys: Iterable[str]) -> None:
+    def forget(self, keys: Collection[str]) -> None:
         """Drop ``keys`` as if they had never been set (the derived keys, before they are derived again)."""
-        drop = set(keys)
-        self.order = tuple(k for k in self.order if k not in drop)
-        self.extra = {k: v for k, v in self.extra.items() if k not in drop}
-        for k in drop & set(self.typed()):
-            setattr(self, k, self.default_of(k))
+        if any(k in keys for k in self.order):
+            self.order = tuple(k for k in self.order if k not in keys)
+        if any(k in self.extra for k in keys):
+            self.extra = {k: v for k, v in self.extra.items() if k not in keys}
+        defaults = _fields_of(type(self))
+        for k in keys:
+            if k in defaults:
+                v = getattr(self, k)
+                if v is not defaults[k] and v != defaults[k]:
+                    setattr(self, k, _FACTORIES[type(self)][k]())
 
     @classmethod
     def _read(cls: type[RecordT], data: Mapping[str, Any], **typed: Any) -> RecordT:
         """``cls`` with the typed values given, every other key of ``data`` in ``extra``, and ``data``'s key order."""
         extra = {k: v for k, v in data.items() if k not in typed}
-        return cls(**typed, extra=extra, order=tuple(str(k) for k in data))
+        return cls(**typed, extra=extra, order=tuple(data))
