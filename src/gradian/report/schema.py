@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from gradian.diagnose.types import Finding, Fix
-from gradian.options.attribute import SETTINGS_KEYS, AttributeOptions
+from gradian.options.attribute import AttributeOptions, report_options
 from gradian.report.record import Record
 from gradian.report.verdict_schema import Verdict
 
@@ -280,9 +280,7 @@ class Report(Record):
     def attribute_options(self) -> AttributeOptions:
         """The options the report was made with: ``options``, or for an older report.json without them, the option
         values its ``settings`` recorded (the rest at their defaults)."""
-        if self.options is not None:
-            return self.options
-        return AttributeOptions.from_dict({k: self.settings[k] for k in SETTINGS_KEYS if k in self.settings})
+        return self.options if self.options is not None else report_options({"settings": self.settings})
 
     @property
     def row_count(self) -> int:
