@@ -145,7 +145,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
         [], run.findings, examples, regressed, n_rows=len(run.cols), item_scores=S if pick else None,
         item_rows=run.cols, texts=run.texts, regression=call.to_dict(), policy=policy, embeddings=run.emb,
         embedding_rows=run.cols,
-    )  # fmt: skip
+    ).to_dict()  # fmt: skip
     drop = set(v["drop_rows"])
     out = {"name": run.name, "kind": run.kind, "expected": run.cause, "verdict": v["kind"], "cause": v["cause"]}
     out["n_regressed"] = len(reg_items)

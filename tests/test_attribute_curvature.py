@@ -126,11 +126,11 @@ def test_rotate_rows_equals_rotate():
 def test_kept_rotated_rows_give_the_streamed_scores_and_embedding(small_adapter_grads, monkeypatch):
     """EK-FAC: the rows precondition rotates for its eigenvalues, kept, give the same scores and embedding as
     streaming the gradients again (rotated per chunk, nothing kept), and as the embedding's own refit."""
-    from gradian.attribute import scores
+    from gradian.attribute import methods, scores
     from gradian.attribute.source import MemorySource
 
     G, stats, V = small_adapter_grads
-    monkeypatch.setattr(scores, "ROTATE_ROWS_CPU", 3)  # several rotation steps per chunk, one cut short
+    monkeypatch.setattr(methods, "ROTATE_ROWS_CPU", 3)  # several rotation steps per chunk, one cut short
     src = MemorySource(G, chunk=16)  # 40 rows: three chunks, the last short
     kept = precondition("ekfac", V, src, stats, keep_rows=True)
     streamed = precondition("ekfac", V, src, stats)

@@ -212,7 +212,7 @@ def test_verify_rescores_the_saved_completions(runs):
 
     rep = runs["prompts"]
     tok = load_tokenizer(EX / "run")
-    fx = _eval_rows(rep["settings"], tok)
+    fx = _eval_rows(rep, tok)
     assert [f.index for f in fx] == [e["index"] for e in rep["eval"]]
     for f, e in zip(fx, rep["eval"], strict=True):
         labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]
@@ -256,3 +256,20 @@ def test_cut_also_stops_where_the_finetune_lowers_the_base_token(fp64_model):
     default = departures(model, tok, pairs)
     assert all(0 <= d <= a < len(c) for d, a, (_, c) in zip(default, argmax_only, pairs, strict=True))
     assert departures(model, tok, pairs, min_rise=-1.0) == [0, 0, 0]  # every token "rises" by more than -1 nat
+
+
+def test_the_cut_rise_option_reaches_the_cut(fp64_model):
+    """--eval-cut-rise (AttributeOptions.eval_cut_rise) is the departure's NLL rise: every token rises by more than
+    -1 nat (cut after the first token), none by more than infinity (cut where the argmax moves)."""
+    from gradian.attribute.generate import complete_prompts
+
+    ex = load_examples(write_jsonl(Path(__import__("tempfile").mkdtemp()) / "p.jsonl", [
+        {"prompt": "Once upon a time, there was a little girl named"}, {"prompt": "One day, a boy went to the"}]),
+        prompt_only=True)  # fmt: skip
+    tok = fp64_model.tokenizer
+    every = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=-1.0)
+    argmax = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=float("inf"))
+    assert set(every) == set(argmax) == {0, 1}
+    n_tokens = {i: len(tok(every[i][0], add_special_tokens=False).input_ids) for i in every}
+    assert all(argmax[i][0].startswith(every[i][0]) for i in every)
+    assert max(n_tokens.values()) <= 2 and any(len(argmax[i][0]) > len(every[i][0]) for i in every)

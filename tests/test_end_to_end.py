@@ -116,7 +116,7 @@ def truncated(tmp_path_factory):
         batch_size=16,
         progress=False,
     )
-    return {**info, "report": res.report}
+    return {**info, "report": res.report.to_dict()}
 
 
 def test_truncated_harmful_rows_give_a_mechanical_verdict(truncated):

@@ -4,6 +4,7 @@ report.json saves them and verify / report read them back."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 
 import pytest
@@ -114,6 +115,7 @@ def test_no_command_types_an_option_default():
             lambda: AttributeOptions(fisher="true", method="exact"),
             "--fisher true is for the Kronecker-factored methods",
         ),
+        (lambda: AttributeOptions(eval_cut_rise=-0.5), "--eval-cut-rise -0.5 is below 0. Fix: pass --eval-cut-rise 0"),
         (lambda: AttributeOptions(batch_size=0), "--batch-size 0 is below 1. Fix: pass --batch-size 1 or more."),
         (lambda: DiagnoseOptions(format="yaml"), "unknown --format 'yaml'. Fix: use text, json or markdown."),
         (lambda: DiagnoseOptions(fail_on="Loud"), "unknown --fail-on 'loud'. Fix: use one of error, warning, info"),
@@ -152,8 +154,30 @@ def test_the_option_defaults_are_the_ones_the_code_uses():
     assert DEFAULT_MIN_DELTA == DEFAULTS.threshold
     assert tuple(METHODS) == OPT_METHODS and tuple(FISHERS) == OPT_FISHERS
     assert generate.MAX_NEW_TOKENS == DEFAULTS.max_new_tokens and tokens.TOKEN_HARM_ROWS == DEFAULTS.token_harm
+    assert generate.CUT_RISE == DEFAULTS.eval_cut_rise == 0.1  # the cut's rise, unchanged since it was a constant
+    assert inspect.signature(generate.complete_prompts).parameters["cut_rise"].default == DEFAULTS.eval_cut_rise
     assert FormatSettings().max_length == TrainOptions().max_length
     assert TrainConfig is TrainOptions
+
+
+def test_the_method_registry_and_the_option_list_agree():
+    """The options name the methods without importing torch; gradian.attribute.methods registers one object per
+    name, in the same order, and the Kronecker-factored ones are the options' FACTOR_METHODS."""
+    import subprocess
+    import sys
+
+    from gradian.attribute.methods import REGISTRY, Method, method_of
+    from gradian.options.attribute import FACTOR_METHODS
+    from gradian.options.attribute import METHODS as OPT_METHODS
+
+    assert tuple(REGISTRY) == OPT_METHODS
+    assert all(isinstance(m, Method) and m.name == name and method_of(name) is m for name, m in REGISTRY.items())
+    assert tuple(n for n, m in REGISTRY.items() if m.factored) == FACTOR_METHODS
+    assert [n for n, m in REGISTRY.items() if m.normalized] == ["cosine"]
+    with pytest.raises(ValueError, match="unknown method 'tracin'"):
+        method_of("tracin")
+    code = "import sys, gradian.options; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
 def test_report_options_read_back_old_and_new_reports():

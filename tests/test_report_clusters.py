@@ -103,7 +103,7 @@ def test_summarize_orders_by_harm_and_joins_findings():
         {"code": "C1", "name": "lr", "severity": "warning", "evidence": {"key": "learning_rate"}},
     ]
     clusters, row_cluster = summarize_clusters(assign, rows, scores, texts=texts, findings=findings)
-    c1, c2 = clusters
+    c1, c2 = (c.to_dict() for c in clusters)  # as report.json holds them
     assert c1["id"] == 1 and c1["rows"] == [10, 11, 12] and c1["top_rows"][0] == 10
     assert c1["harm_share"] == pytest.approx(6.0 / 6.1)
     assert c2["harm_share"] == pytest.approx(0.1 / 6.1)

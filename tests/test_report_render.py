@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "report"))
 import report_data  # noqa: E402
 
+from gradian.diagnose.types import Finding  # noqa: E402
 from gradian.errors import GradianError  # noqa: E402
 from gradian.report import build_report, md_escape, render_all, rerender, save_report_inputs  # noqa: E402
 from gradian.report import svg as svgmod  # noqa: E402
@@ -25,7 +26,7 @@ def inputs():
 
 
 @pytest.fixture(scope="module")
-def report(inputs):
+def built(inputs):
     return build_report(
         inputs["attribution"],
         findings=inputs["findings"],
@@ -34,6 +35,11 @@ def report(inputs):
         eval_examples=inputs["eval"],
         logs=inputs["logs"],
     )
+
+
+@pytest.fixture(scope="module")
+def report(built):
+    return built.to_dict()  # report.json's content
 
 
 class Tags(HTMLParser):
@@ -74,7 +80,7 @@ def test_report_keys_and_planted_cluster(report, inputs):
     v = report["verdict"]
     assert v["kind"] == "concentrated" and v["culprit_clusters"] == [1]
     assert sorted(v["drop_rows"]) == inputs["bad"]
-    assert report["findings"] == inputs["findings"]
+    assert report["findings"] == [Finding.from_dict(f).to_dict() for f in inputs["findings"]]  # read as diagnose's
 
 
 def test_render_all_files(report, tmp_path, inputs):
@@ -137,7 +143,7 @@ def test_markdown_report(report):
 def test_no_embeddings_no_clusters_and_strict_json(tmp_path, inputs):
     attribution = json.loads(json.dumps(inputs["attribution"]))
     attribution["examples"][0]["score"] = float("nan")
-    rep = build_report(attribution, findings=[])
+    rep = build_report(attribution, findings=[]).to_dict()
     assert rep["clusters"] == [] and "not clustered" in rep["clustering"]["how"]
     render_all(rep, tmp_path)
     json.loads((tmp_path / "report.json").read_text())  # strict: NaN written as null
@@ -266,3 +272,26 @@ def test_saved_clusters_read_back_as_typed_clusters(report):
     saved = json.loads(json.dumps(report["clusters"]))
     assert saved and all(Cluster.from_dict(c).to_dict() == c for c in saved)
     assert any(c["findings"] for c in saved)  # the per-cluster findings round-trip too
+
+
+def test_the_built_report_is_typed_and_reads_back_as_written(built, report, tmp_path):
+    """build, render, verdict and verify share one typed Report: attributes in-process, report.json through one
+    to_dict / from_dict pair that loses nothing (a report.json read back and written again is the same file)."""
+    from gradian.report.schema import EvalItem, RankedRow, Report
+    from gradian.report.verdict_schema import Verdict, VerdictGroup
+
+    assert isinstance(built, Report) and isinstance(built.verdict, Verdict)
+    assert all(isinstance(e, RankedRow) for e in built.examples) and all(
+        isinstance(r, EvalItem) for r in built.regressed
+    )
+    assert all(isinstance(g, VerdictGroup) for g in built.verdict.groups) and built.verdict.groups
+    assert built.verdict.drop_rows == report["verdict"]["drop_rows"] and built.verdict.text == report["verdict"]["text"]
+    assert [e.index for e in built.examples] == [e["index"] for e in report["examples"]]
+    assert list(report)[-6:] == ["n_rows", "clusters", "clustering", "findings", "verdict", "logs"]
+    render_all(built, tmp_path)
+    on_disk = (tmp_path / "report.json").read_text()
+    again = Report.from_dict(json.loads(on_disk))
+    assert again.verdict == built.verdict and again.clusters == built.clusters
+    render_all(again, tmp_path / "again")
+    assert (tmp_path / "again" / "report.json").read_text() == on_disk
+    assert (tmp_path / "again" / "report.md").read_text() == (tmp_path / "report.md").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradian.diagnose.types import Finding
 from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
 from gradian.report.verdict import make_verdict, setup_errors
 
@@ -37,7 +38,8 @@ def regressed(m):
 
 def verdict(S, findings=(), **kw):
     s = S.sum(0)
-    return make_verdict([], list(findings), examples(s), regressed(S.shape[0]), item_scores=S, item_rows=range(N), **kw)
+    v = make_verdict([], list(findings), examples(s), regressed(S.shape[0]), item_scores=S, item_rows=range(N), **kw)
+    return v.to_dict()  # as report.json holds it
 
 
 PLANTED = list(range(0, 400, 10))  # 40 rows, 10%, spread over the file
@@ -163,25 +165,25 @@ def test_row_error_covering_most_rows_is_a_setup_error():
     pervasive = {"code": "D9", "name": "mask_over_prompt", "severity": "error", "evidence": {"rows": list(range(80))}}
     local = {"code": "D8", "name": "cut", "severity": "error", "evidence": {"rows": [1, 2]}}
     warn = {"code": "C1", "name": "lr", "severity": "warning", "evidence": {"key": "lr"}}
-    assert setup_errors([pervasive, local, warn], n_rows=100) == [pervasive]
+    assert setup_errors([pervasive, local, warn], n_rows=100) == [Finding.from_dict(pervasive)]
 
 
 def test_no_regression_and_within_noise():
     s = harm_matrix(PLANTED).sum(0)
-    v = make_verdict([], [], examples(s), [])
+    v = make_verdict([], [], examples(s), []).to_dict()
     assert v["kind"] == "no_regression" and v["drop_rows"] == [] and "no regression" in v["text"]
-    v = make_verdict([], [], examples(s), [], regression={"rose": 7, "drift": 0.12, "cutoff": 0.24})
+    v = make_verdict([], [], examples(s), [], regression={"rose": 7, "drift": 0.12, "cutoff": 0.24}).to_dict()
     assert v["kind"] == "no_regression" and "within noise" in v["text"] and "0.120 nats/token" in v["text"]
 
 
 def test_no_positive_harm():
-    v = make_verdict([], [], examples(-np.abs(harm_matrix().sum(0))), regressed(3))
+    v = make_verdict([], [], examples(-np.abs(harm_matrix().sum(0))), regressed(3)).to_dict()
     assert v["kind"] == "no_harm" and "no training row has positive harm" in v["text"]
 
 
 def test_without_item_scores_stability_is_unmeasured():
     s = harm_matrix(PLANTED, seed=11).sum(0)
-    v = make_verdict([], [], examples(s), regressed(12))
+    v = make_verdict([], [], examples(s), regressed(12)).to_dict()
     assert v["kind"] == "concentrated" and v["confidence"] == {"stability": None, "level": "unmeasured"}
 
 

@@ -63,7 +63,7 @@ def _attribute(run: Path) -> dict:
         run / "run", out=run / "attr", base=str(base), train=run / "train.jsonl", eval=run / "eval.jsonl",
         progress=False,
     )  # fmt: skip
-    return {"planted": planted, "report": res.report}
+    return {"planted": planted, "report": res.report.to_dict()}
 
 
 @pytest.mark.parametrize("kind", CONTROL_KINDS)

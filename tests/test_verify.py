@@ -85,12 +85,31 @@ def test_recovery_maths():
     base = {0: 1.0, 1: 2.0}
     ft = {0: 2.0, 1: 2.5}
     re = {0: 1.0, 1: 2.5}
-    r = recovery([0, 1], base, ft, re, threshold=0.05)
+    r = recovery([0, 1], base, ft, re, threshold=0.05).to_dict()  # as verify.json holds it
     assert r["items"][0]["recovered"] == pytest.approx(1.0)
     assert r["items"][1]["recovered"] == pytest.approx(0.0)
     assert r["recovered_mean"] == pytest.approx(0.5)
     assert r["recovered_total"] == pytest.approx(1.0 / 1.5)
     assert r["still_regressed"] == 1
+
+
+def test_a_retrain_is_written_as_verify_json_holds_it():
+    """verify.json's runs: the re-train, then its recovery; the reference also its own recovery against the
+    original adapter (written even when it is None)."""
+    from gradian.verify import RetrainRun, recovery
+
+    rec = recovery([0], {0: 1.0}, {0: 2.0}, {0: 1.5}, threshold=0.05)
+    drop = RetrainRun([4, 2], 10, 7, 0.9, 1.0, "a", recovery=rec, other_items_mean_change=0.01)
+    assert list(drop.to_dict()) == ["removed", "n_removed", "n_rows_trained", "global_step", "train_loss", "seconds",
+                                    "adapter", "recovered_mean", "recovered_total", "mean_retrained_nll",
+                                    "still_regressed", "items", "other_items_mean_change"]  # fmt: skip
+    assert drop.to_dict()["n_removed"] == 2 and drop.to_dict()["items"] == [
+        {"index": 0, "retrained_nll": 1.5, "recovered": 0.5}
+    ]
+    ref = RetrainRun([], 12, 9, 0.8, 1.0, "r", recovery=rec, reference=True)
+    assert (
+        list(ref.to_dict())[-2:] == ["note", "recovered_vs_original"] and ref.to_dict()["recovered_vs_original"] is None
+    )
 
 
 def test_missing_report_is_one_line(tmp_path):

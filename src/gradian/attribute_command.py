@@ -90,14 +90,14 @@ def print_attribution(output, top: int = 20) -> bool:
             cells.append(_tokens_cell(ids[c["index"]].get("token_harm")))
         t.add_row(*cells)
     con.print(t)
-    verdict = output.report.get("verdict") or {}
-    if verdict:
+    verdict = output.report.verdict if output.report is not None else None
+    if verdict is not None:
         con.rule("Verdict")
-        con.print(verdict.get("text") or verdict.get("headline") or "", highlight=False)
+        con.print(verdict.text or verdict.headline, highlight=False)
         conf = confidence_text(verdict)
         if conf:
             con.print(f"[dim]{conf}[/]", highlight=False)
-        for i, step in enumerate(verdict.get("next_steps") or [], start=1):
+        for i, step in enumerate(verdict.next_steps, start=1):
             con.print(f"  {i}. {step}", highlight=False)
     con.print(f"Wrote {written}.", highlight=False)
     return True

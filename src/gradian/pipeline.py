@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from gradian.options import AttributeOptions, RunInputs
+from gradian.report.schema import Report
 
 
 @dataclass
 class RunOutput:
     attribution: Any  # gradian.attribute.api.AttributionResult
-    report: dict[str, Any]  # the joined report (report.json's content)
+    report: Report | None  # the joined report (report.json's content); None on a torchrun rank other than 0
     paths: dict[str, Path]  # report.html / report.md / report.json (+ drop_rows.*)
     findings: list[Any]  # diagnose findings
 
@@ -49,7 +50,7 @@ def attribute_and_report(
                       read_rows=False)  # fmt: skip
     res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress)
     if res.partial:
-        return RunOutput(res, {}, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
+        return RunOutput(res, None, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
     n_rows = int(res.settings.get("n_train", 0))
     limit = diagnose_row_budget() if diagnose_rows is None else (diagnose_rows or None)
     limit = limit if limit is not None and limit < n_rows else None
@@ -86,7 +87,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
     )
     report = build_report(
         res.to_json(),
-        findings=findings_json,
+        findings=findings,
         embeddings=res.embeddings,
         embedding_index=res.embedding_index,
         train_examples=train_rows,

@@ -44,6 +44,7 @@ import json
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,10 @@ import typer
 
 from gradian.errors import GradianError
 from gradian.numbers import pct
-from gradian.options import AttributeOptions, VerifyOptions, report_options
+from gradian.options import AttributeOptions, VerifyOptions
 from gradian.options.base import split_kwargs
 from gradian.options.cli import options_command
+from gradian.report.schema import EvalItem, Report
 
 SCHEMA = "gradian.verify/1"
 DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
@@ -87,7 +89,8 @@ _SETUP_KEYS = {
 # --- inputs -------------------------------------------------------------------------------------------------------
 
 
-def read_report(out_dir: str | Path) -> dict[str, Any]:
+def read_report(out_dir: str | Path) -> Report:
+    """OUT_DIR/report.json, typed; one line when it is missing, unreadable or lacks the paths a re-train needs."""
     path = Path(out_dir) / "report.json"
     if not path.is_file():
         raise GradianError("no report.json", where=str(out_dir), fix="run `gradian attribute --out DIR` first")
@@ -99,27 +102,34 @@ def read_report(out_dir: str | Path) -> dict[str, Any]:
         raise GradianError(f"cannot read report.json ({first})", where=str(path), fix=fix) from None
     if not isinstance(report, dict) or "settings" not in report or "examples" not in report:
         raise GradianError("report.json has no settings/examples", where=str(path), fix="re-run `gradian attribute`")
+    rep = Report.from_dict(report)
     for key in ("base", "adapter", "train", "eval"):
-        if not report["settings"].get(key):
+        if not rep.settings.get(key):
             raise GradianError(
                 f"report.json settings lack {key!r}",
                 where=str(path),
                 fix="re-run `gradian attribute` (the file-level API records the paths)",
             )
-    return report
+    return rep
 
 
-def rows_to_drop(report: dict[str, Any], k: int | None = None) -> tuple[list[int], str]:
+def as_report(report: Report | Mapping[str, Any]) -> Report:
+    """report.json's content, typed (a dict, e.g. a stub with only ``settings``, is read back)."""
+    return report if isinstance(report, Report) else Report.from_dict(report)
+
+
+def rows_to_drop(report: Report | Mapping[str, Any], k: int | None = None) -> tuple[list[int], str]:
     """The blamed rows and where they came from: verdict ``drop_rows`` unless ``k`` is given, else top-K by score."""
-    verdict = report.get("verdict") or {}
-    drop = [int(r) for r in verdict.get("drop_rows") or []]
+    report = as_report(report)
+    verdict = report.verdict
+    drop = list(verdict.drop_rows) if verdict is not None else []
     if drop and k is None:
-        return sorted(set(drop)), f"verdict.drop_rows ({verdict.get('kind', '?')})"
-    examples = [e for e in report.get("examples", []) if e.get("score") is not None and math.isfinite(e["score"])]
-    ranked = sorted(examples, key=lambda e: (-float(e["score"]), int(e["index"])))
+        return sorted(set(drop)), f"verdict.drop_rows ({(verdict.kind if verdict else '') or '?'})"
+    scored = [(float(e.score), e.index) for e in report.examples if e.score is not None and math.isfinite(e.score)]
+    ranked = sorted(scored, key=lambda t: (-t[0], t[1]))
     if k is None:
         k = max(1, round(DEFAULT_TOP_SHARE * len(ranked)))
-    top = [int(e["index"]) for e in ranked[:k] if float(e["score"]) > 0]
+    top = [index for score, index in ranked[:k] if score > 0]
     return sorted(top), f"top {k} rows by harm score (positive scores only)"
 
 
@@ -172,12 +182,13 @@ def _originally_excluded(adapter_dir: str | Path) -> set[int]:
 # --- measuring ----------------------------------------------------------------------------------------------------
 
 
-def _eval_rows(settings: dict[str, Any], tokenizer: Any, options: AttributeOptions | None = None) -> list[Any]:
+def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> list[Any]:
     """The eval items as the report scored them (its formatting, ``eval_eos`` and generated completions)."""
     from gradian.data import format_examples, load_examples
     from gradian.data.types import FormatSettings
 
-    opts = options or report_options({"settings": settings})
+    report = as_report(report)
+    settings, opts = report.settings, report.attribute_options()
     names = {f.name for f in dataclasses.fields(FormatSettings)} - {"sources"}
     fs = FormatSettings(**{k: v for k, v in (settings.get("format") or {}).items() if k in names})
     fs = dataclasses.replace(fs, add_eos=opts.eval_eos)
@@ -193,7 +204,7 @@ def _eval_rows(settings: dict[str, Any], tokenizer: Any, options: AttributeOptio
 def measure(
     base: str,
     adapter_dir: str | Path,
-    report: dict[str, Any],
+    report: Report | Mapping[str, Any],
     *,
     device: str | None = None,
     dtype: str | None = None,
@@ -210,9 +221,10 @@ def measure(
     from gradian.attribute.loading import load
 
     hf_logging.disable_progress_bar()
-    opts = report_options(report)
+    report = as_report(report)
+    opts = report.attribute_options()
     lm = load(base, adapter_dir, device=device, dtype=dtype)
-    fx = _eval_rows(report["settings"], lm.tokenizer, opts)
+    fx = _eval_rows(report, lm.tokenizer)
     pad = engine.pad_id_of(lm.tokenizer)
     tuned = engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=True)
     base_nll = (
@@ -225,24 +237,89 @@ def measure(
     return as_map(tuned), (as_map(base_nll) if base_nll is not None else None)
 
 
+@dataclass
+class ItemRecovery:
+    """One regressed item under one re-train: its NLL and how much of its regression the re-train recovered."""
+
+    index: int
+    retrained_nll: float
+    recovered: float | None  # None when the item did not rise over its baseline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "retrained_nll": self.retrained_nll, "recovered": self.recovered}
+
+
+@dataclass
+class Recovery:
+    """How much of the regression ``finetuned - base`` one re-train recovered, per item and in summary."""
+
+    recovered_mean: float | None
+    recovered_total: float | None
+    mean_retrained_nll: float | None
+    still_regressed: int
+    items: list[ItemRecovery]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recovered_mean": self.recovered_mean,
+            "recovered_total": self.recovered_total,
+            "mean_retrained_nll": self.mean_retrained_nll,
+            "still_regressed": self.still_regressed,
+            "items": [i.to_dict() for i in self.items],
+        }
+
+
 def recovery(
     items: list[int], base: dict[int, float], ft: dict[int, float], retrained: dict[int, float], threshold: float
-) -> dict[str, Any]:
+) -> Recovery:
     """Per-item and summary recovery of the regression ``ft - base`` by ``retrained``."""
     per = []
     for i in items:
         gap = ft[i] - base[i]
-        rec = (ft[i] - retrained[i]) / gap if gap > 0 else None
-        per.append({"index": i, "retrained_nll": retrained[i], "recovered": rec})
-    recs = [p["recovered"] for p in per if p["recovered"] is not None]
+        per.append(ItemRecovery(i, retrained[i], (ft[i] - retrained[i]) / gap if gap > 0 else None))
+    recs = [p.recovered for p in per if p.recovered is not None]
     gap_sum = sum(ft[i] - base[i] for i in items)
-    return {
-        "recovered_mean": sum(recs) / len(recs) if recs else None,
-        "recovered_total": (sum(ft[i] - retrained[i] for i in items) / gap_sum) if gap_sum > 0 else None,
-        "mean_retrained_nll": sum(retrained[i] for i in items) / len(items) if items else None,
-        "still_regressed": sum(1 for i in items if retrained[i] - base[i] > threshold),
-        "items": per,
-    }
+    return Recovery(
+        recovered_mean=sum(recs) / len(recs) if recs else None,
+        recovered_total=(sum(ft[i] - retrained[i] for i in items) / gap_sum) if gap_sum > 0 else None,
+        mean_retrained_nll=sum(retrained[i] for i in items) / len(items) if items else None,
+        still_regressed=sum(1 for i in items if retrained[i] - base[i] > threshold),
+        items=per,
+    )
+
+
+@dataclass
+class RetrainRun:
+    """One re-train (verify.json ``runs[name]``): the rows it left out, how it trained, and what it recovered."""
+
+    removed: list[int]
+    n_rows_trained: int
+    global_step: int
+    train_loss: float | None
+    seconds: float
+    adapter: str
+    recovery: Recovery | None = None
+    other_items_mean_change: float | None = None  # the items that had not regressed, against the baseline
+    reference: bool = False  # the re-train on every row that the drops are measured against
+    recovered_vs_original: float | None = None  # the reference's own recovery against the original adapter
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "removed": self.removed,
+            "n_removed": len(self.removed),
+            "n_rows_trained": self.n_rows_trained,
+            "global_step": self.global_step,
+            "train_loss": self.train_loss,
+            "seconds": self.seconds,
+            "adapter": self.adapter,
+        }
+        if self.recovery is not None:
+            out |= self.recovery.to_dict()
+            out["other_items_mean_change"] = self.other_items_mean_change
+        if self.reference and self.recovery is not None:
+            out["note"] = "every row; the baseline the drops are measured against"
+            out["recovered_vs_original"] = self.recovered_vs_original
+        return out
 
 
 # --- the check ----------------------------------------------------------------------------------------------------
@@ -305,12 +382,12 @@ class VerifyPlan:
     """What the re-trains are: read from report.json and the run's training config before any training."""
 
     out: Path
-    report: dict[str, Any]
+    report: Report
     options: AttributeOptions  # the attribution's, read back from report.json
     base: str
     adapter: Path
     train: Path
-    regressed: list[dict[str, Any]]
+    regressed: list[EvalItem]
     drop: list[int]  # the blamed rows
     source: str  # where they came from
     random: list[int]  # as many other rows, drawn at random
@@ -346,10 +423,10 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     from gradian.train import build_config, normalize_config
 
     report = read_report(out)
-    st = report["settings"]
+    st = report.settings
     adapter = Path(st["adapter"])
-    regressed = [e for e in report.get("regressed") or [] if e.get("regressed", True)]
-    if not regressed or report.get("no_regression"):
+    regressed = [e for e in report.regressed if e.regressed is not False]
+    if not regressed or report.no_regression:
         raise GradianError("the report has no regressed eval item: nothing to verify", where=str(out / "report.json"))
     drop, source = rows_to_drop(report, opts.k)
     if not drop:
@@ -371,7 +448,7 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     if len(others) < len(drop):
         raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
     rand = sorted(random.Random(opts.random_seed).sample(others, len(drop)))
-    return VerifyPlan(out, report, report_options(report), str(st["base"]), adapter, Path(st["train"]), regressed,
+    return VerifyPlan(out, report, report.attribute_options(), str(st["base"]), adapter, Path(st["train"]), regressed,
                       drop, source, rand, all_rows, already, cfg, cfg_source, overrides, gradian_trained,
                       bool(reference), opts.random_seed)  # fmt: skip
 
@@ -380,7 +457,7 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
 class Retrained:
     """The re-trains and every eval item's NLL under the original adapter, the base model and each re-train."""
 
-    runs: dict[str, dict[str, Any]]
+    runs: dict[str, RetrainRun]
     nll: dict[str, dict[int, float]]
     finetuned: dict[int, float]
     base: dict[int, float]
@@ -397,7 +474,7 @@ def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: boo
     ft_nll, base_nll = measure(plan.base, plan.adapter, plan.report, with_base=True, **measure_kw)
     assert base_nll is not None
     timings["measure_original_s"] = time.time() - t
-    runs: dict[str, dict[str, Any]] = {}
+    runs: dict[str, RetrainRun] = {}
     nll: dict[str, dict[int, float]] = {}
     for name, removed in plan.runs():
         run_dir = plan.out / "verify" / name
@@ -412,15 +489,8 @@ def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: boo
         t = time.time()
         nll[name], _ = measure(plan.base, run_dir, plan.report, **measure_kw)
         timings[f"measure_{name}_s"] = time.time() - t
-        runs[name] = {
-            "removed": removed,
-            "n_removed": len(removed),
-            "n_rows_trained": res.n_rows_trained,
-            "global_step": res.global_step,
-            "train_loss": res.train_loss,
-            "seconds": round(res.seconds, 2),
-            "adapter": str(run_dir),
-        }
+        runs[name] = RetrainRun(removed, res.n_rows_trained, res.global_step, res.train_loss, round(res.seconds, 2),
+                                str(run_dir), reference=name == "reference")  # fmt: skip
     return Retrained(runs, nll, ft_nll, base_nll, timings)
 
 
@@ -428,26 +498,24 @@ def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]
     """Add each run's recovery of the regressed items (and the other items' change) to ``done.runs``; returns the
     regressed and the other items measured."""
     ft, base, nll = done.finetuned, done.base, done.nll
-    reg_idx = [int(e["index"]) for e in plan.regressed if int(e["index"]) in ft and int(e["index"]) in base]
+    reg_idx = [e.index for e in plan.regressed if e.index in ft and e.index in base]
     ref = nll["reference"] if plan.reference else ft
     other_idx = [i for i in ft if i not in set(reg_idx) and i in base]
     for name, r in done.runs.items():
-        r |= recovery(reg_idx, base, ref, nll[name], plan.threshold)
+        r.recovery = recovery(reg_idx, base, ref, nll[name], plan.threshold)
         changes = [nll[name][i] - ref[i] for i in other_idx]
-        r["other_items_mean_change"] = sum(changes) / len(other_idx) if other_idx else None
+        r.other_items_mean_change = sum(changes) / len(other_idx) if other_idx else None
     if plan.reference:
-        runs_ref = done.runs["reference"]
-        runs_ref["note"] = "every row; the baseline the drops are measured against"
-        runs_ref["recovered_vs_original"] = recovery(reg_idx, base, ft, nll["reference"], plan.threshold)[
-            "recovered_mean"
-        ]
+        own = recovery(reg_idx, base, ft, nll["reference"], plan.threshold)
+        done.runs["reference"].recovered_vs_original = own.recovered_mean
     return reg_idx, other_idx
 
 
 def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> dict[str, Any]:
     """verify.json ``summary``: how much each removal recovered, whether the attribution holds, and side effects."""
     fl, rd = done.runs["drop_flagged"], done.runs["drop_random"]
-    a, b = fl["recovered_mean"], rd["recovered_mean"]
+    assert fl.recovery is not None and rd.recovery is not None
+    a, b = fl.recovery.recovered_mean, rd.recovery.recovered_mean
     margin = (a - b) if a is not None and b is not None else None
     confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
     n = len(plan.drop)
@@ -460,9 +528,9 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
             else "The blamed rows do not explain the regression much better than random rows."
         )
     )
-    side = fl.get("other_items_mean_change")
+    side = fl.other_items_mean_change
     th = plan.threshold
-    side_effect = bool(side is not None and side > th and side > (rd.get("other_items_mean_change") or 0.0) + th)
+    side_effect = bool(side is not None and side > th and side > (rd.other_items_mean_change or 0.0) + th)
     if side_effect:
         text += (
             f" But the {n_other} eval items that had not regressed got worse by {side:+.3f} nats/token on "
@@ -472,13 +540,13 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
     return {
         "recovered_flagged": a,
         "recovered_random": b,
-        "recovered_total_flagged": fl["recovered_total"],
-        "recovered_total_random": rd["recovered_total"],
+        "recovered_total_flagged": fl.recovery.recovered_total,
+        "recovered_total_random": rd.recovery.recovered_total,
         "margin": margin,
         "confirmed": confirmed,
         "side_effect": side_effect,
         "other_items_change_flagged": side,
-        "other_items_change_random": rd.get("other_items_mean_change"),
+        "other_items_change_random": rd.other_items_mean_change,
         "text": text,
     }
 
@@ -486,7 +554,7 @@ def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> d
 def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any]:
     """The verify.json dict (see :func:`verify`)."""
     reg_idx, other_idx = _recoveries(plan, done)
-    ids = {int(e["index"]): e.get("id") for e in plan.report.get("eval", [])}
+    ids = {e.index: e.id for e in plan.report.eval or []}
     ref = done.nll.get("reference")
     return {
         "schema": SCHEMA,
@@ -494,13 +562,13 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
         "base": plan.base,
         "adapter": str(plan.adapter),
         "train": str(plan.train),
-        "eval": str(plan.report["settings"]["eval"]),
+        "eval": str(plan.report.settings["eval"]),
         "config": dataclasses.asdict(plan.config),
         "config_source": plan.config_source,
         "config_overrides": plan.overrides,
         "gradian_trained": plan.gradian_trained,
         "policy": POLICY,
-        "n_rows": len(plan.report["examples"]),
+        "n_rows": len(plan.report.examples),
         "originally_excluded": sorted(plan.already),
         "removed_from": plan.source,
         "random_seed": plan.random_seed,
@@ -516,7 +584,7 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
             }
             for i in reg_idx
         ],
-        "runs": done.runs,
+        "runs": {name: r.to_dict() for name, r in done.runs.items()},
         "summary": _summary(plan, done, len(reg_idx), len(other_idx)),
         "timings": {k2: round(v, 2) for k2, v in done.timings.items()} | {"total_s": round(time.time() - t0, 2)},
     }

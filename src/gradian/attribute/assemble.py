@@ -140,7 +140,9 @@ def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence
     """``token_harm`` on the top rows of ``examples`` (rank order; ``positions`` / ``scores`` of those rows); the
     number of rows split, or None (with a note) when it could not be computed."""
     from gradian.attribute import tokens
+    from gradian.attribute.methods import method_of
 
+    normalized = method_of(ctx.options.method).normalized
     if xq is None:
         notes.append("token harm not computed: it needs one adapter state (not --checkpoints)")
         return None
@@ -152,7 +154,7 @@ def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence
         notes.append(f"token harm not computed: {str(err).splitlines()[0][:200]}")
         return None
     for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
-        if ctx.options.method == "cosine" and h.sum() != 0:  # the row's normalisation: a factor shared by its tokens
+        if normalized and h.sum() != 0:  # the row's normalisation: a factor shared by its tokens
             h = h * (score / h.sum())
         e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
     return len(fxs)

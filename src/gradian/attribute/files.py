@@ -174,7 +174,7 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
     comp = None
     if dist.is_main:
         comp = complete_prompts(model, tokenizer, eval_ex, max_new_tokens=max_new, samples=samples, seed=seed,
-                                cut=cut, batch_size=opts.batch_size)  # fmt: skip
+                                cut=cut, cut_rise=opts.eval_cut_rise, batch_size=opts.batch_size)  # fmt: skip
     comp = dist.broadcast(comp)
     how = f"sampled (seed {seed})" if samples else "greedy"
     items, extra = with_completions(eval_ex, comp, how)

@@ -7,9 +7,9 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   left out, as a written completion leaves it out) or after ``max_new_tokens``. With ``cut`` (the default) it is then
   cut after the first token at which the fine-tune departs (teacher forced over the completion; kept whole when it
   never does): its most likely next token differs from the base model's, or its NLL of the base model's token is
-  more than ``CUT_RISE`` (0.1) nats higher, a regression that leaves the argmax where it was (a name the fine-tune
-  still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to where the
-  fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
+  more than ``cut_rise`` nats higher (``--eval-cut-rise``, 0.1), a regression that leaves the argmax where it was (a
+  name the fine-tune still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to
+  where the fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
   completion in the mean NLL per token (on the bundled example, 32 whole tokens leave none of the 12 target
   items regressed beyond the drift, the cut completions 11). A completion never ends inside a character split over
   byte tokens (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is
@@ -34,7 +34,7 @@ MAX_NEW_TOKENS = DEFAULTS.max_new_tokens  # tokens generated per completion / co
 EVAL_SAMPLES = DEFAULTS.eval_samples  # completions per prompt-only eval row: 0 = one greedy completion, N = N sampled
 EVAL_SEED = DEFAULTS.eval_seed
 EVAL_CUT = DEFAULTS.eval_cut  # cut generated eval completions where the fine-tune departs from the base model
-CUT_RISE = 0.1  # nats: a token whose NLL rises more under the fine-tune is a departure too (the argmax may not move)
+CUT_RISE = DEFAULTS.eval_cut_rise  # nats: a token whose NLL rises more under the fine-tune is a departure too
 SIDE_BY_SIDE = DEFAULTS.generations  # regressed items shown as base vs fine-tune continuations; 0 = none
 
 
@@ -130,11 +130,13 @@ def complete_prompts(
     samples: int = EVAL_SAMPLES,
     seed: int = EVAL_SEED,
     cut: bool = EVAL_CUT,
+    cut_rise: float = CUT_RISE,
     batch_size: int = DEFAULTS.batch_size,
 ) -> dict[int, list[str]]:
     """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs, and off
-    a broken character: :func:`whole_chars`). A completion with nothing left (the base model stops at once, or writes
-    a byte that forms no character) is left out, and a row with none is missing."""
+    a broken character: :func:`whole_chars`; ``cut_rise`` is :func:`departures`' ``min_rise``). A completion with
+    nothing left (the base model stops at once, or writes a byte that forms no character) is left out, and a row with
+    none is missing."""
     rows = [ex for ex in examples if ex.prompt_only]
     prompts = [prompt_ids(ex, tokenizer) for ex in rows]
     new = generate(
@@ -144,7 +146,7 @@ def complete_prompts(
     ends = [[len(seq) for seq in seqs] for seqs in new]
     if cut:
         flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
-        it = iter(departures(model, tokenizer, flat, batch_size=batch_size))
+        it = iter(departures(model, tokenizer, flat, batch_size=batch_size, min_rise=cut_rise))
         ends = [[next(it) + 1 for _ in seqs] for seqs in new]
     out: dict[int, list[str]] = {}
     for ex, p, seqs, es in zip(rows, prompts, new, ends, strict=True):

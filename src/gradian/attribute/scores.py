@@ -13,60 +13,31 @@ kronfluence reports the opposite sign. The planted-fault tests check the sign en
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from gradian.attribute import curvature as cv
+from gradian.attribute.methods import (
+    METHODS,
+    Bases,
+    Curvature,
+    EigenRows,
+    Factored,
+    Layout,
+    Method,
+    Preconditioned,
+    ekfac_eigenvalues,
+    factors_of,
+    layout,
+    mean_sq_norms,
+    method_of,
+)
 from gradian.attribute.plan import EMBED_CACHE_BYTES, EMBED_DIM
 from gradian.attribute.source import GradSource, Stats, as_source
-from gradian.errors import GradianError
 
-ROTATE_ROWS_CPU = 128  # rows rotated at a time on a CPU (one block's intermediates stay in cache)
-METHODS = ("ekfac", "kfac", "datainf", "exact", "identity", "cosine")
-
-Layout = dict[str, tuple[int, int, int]]  # block: (offset, out, in) in a row of every block side by side
-Bases = dict[str, tuple[torch.Tensor, torch.Tensor]]  # block: (QS, QA), the Kronecker eigenbasis
-
-
-@dataclass
-class EigenRows:
-    """This rank's training rows in the blocks' Kronecker eigenbases, kept by :func:`precondition` (EK-FAC) for
-    :func:`harm_scores` and :func:`gradient_embedding`: ``rows`` (n local rows, F) fp64 on the scoring device, row
-    i holding ``QS^T G_i QA`` of every block flattened, at ``at[block] = (offset, out, in)``; ``bases`` {block: (QS,
-    QA)}."""
-
-    rows: torch.Tensor
-    at: Layout
-    bases: Bases
-
-
-@dataclass
-class Preconditioned:
-    """Preconditioned query rows per block and what was used."""
-
-    X: dict[str, torch.Tensor]
-    damping: dict[str, float] = field(default_factory=dict)
-    # EK-FAC / K-FAC only: per block (QS, QA, eigenvalues, damping), reused by gradient_embedding
-    eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = field(default_factory=dict)
-    # EK-FAC with ``keep_rows`` only, when they fit: the training rows in the eigenbases (the eigenvalue pass's)
-    rotated: EigenRows | None = None
-
-
-def _layout(names: list[str], shapes: dict[str, tuple[int, ...]]) -> tuple[Layout, int]:
-    """Every block's (offset, out, in) in a row of the blocks side by side in ``names`` order, and the row's width."""
-    at: Layout = {}
-    off = 0
-    for n in names:
-        o, i = int(shapes[n][0]), int(shapes[n][1])
-        at[n] = (off, o, i)
-        off += o * i
-    return at, off
-
-
-def _step(device: torch.device | str) -> int:
-    """Rows rotated at a time: on a CPU few enough that one block's intermediates stay in cache."""
-    return ROTATE_ROWS_CPU if torch.device(device).type == "cpu" else 4096
+__all__ = ["METHODS", "EigenRows", "Preconditioned", "ekfac_eigenvalues", "gradient_embedding", "harm_scores",
+           "mean_sq_norms", "precondition"]  # fmt: skip
 
 
 def _fill(dst: torch.Tensor, blocks: dict[str, torch.Tensor], at: Layout) -> None:
@@ -92,59 +63,6 @@ def _in_bases(M: torch.Tensor, at: Layout, bases: Bases, back: bool = False) -> 
     return out
 
 
-def _square_sums(
-    src: GradSource, at: Layout, F: int, bases: Bases, device: torch.device | str, keep: torch.Tensor | None = None
-) -> torch.Tensor:
-    """This rank's ``sum_i x_i^2`` (F,) over its rows ``x_i`` in the eigenbases (``bases`` has every block of ``at``),
-    one pass; the rows are written to ``keep`` (n local, F) when it is given."""
-    step = _step(device)
-    total = torch.zeros(F, dtype=cv.F64, device=device)
-    for s, blocks in src.chunks():
-        n = next(iter(blocks.values())).shape[0]
-        for a in range(0, n, step):
-            b = min(n, a + step)
-            for name, (off, o, i) in at.items():
-                z = cv.rotate_rows(blocks[name][a:b], *bases[name])
-                total[off : off + o * i] += (z * z).sum(0).reshape(-1)
-                if keep is not None:
-                    keep[s + a : s + b, off : off + o * i].view(b - a, o, i).copy_(z)
-    return total
-
-
-def _factors(stats: Stats, n: str, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    A, S = cv.kfac_factors(stats.A_sum[n].to(device), stats.S_sum[n].to(device), stats.n_tokens, stats.n_examples)
-    lam_A, QA = cv.eigh64(A)
-    lam_S, QS = cv.eigh64(S)
-    return QS, QA, lam_S, lam_A
-
-
-def _ekfac_lams(sums: torch.Tensor, src: GradSource, at: Layout, names) -> dict[str, torch.Tensor]:
-    """The EK-FAC eigenvalues (out, in) of blocks ``names`` from this rank's square sums (all-reduced here)."""
-    mean = src.dist.all_reduce(sums) / max(src.n_global, 1)
-    return {n: mean[at[n][0] : at[n][0] + at[n][1] * at[n][2]].view(at[n][1], at[n][2]) for n in names}
-
-
-def ekfac_eigenvalues(
-    src: GradSource, bases: dict[str, tuple[torch.Tensor, torch.Tensor]], device: torch.device | str = "cpu"
-) -> dict[str, torch.Tensor]:
-    """EK-FAC eigenvalues ``mean_i (QS^T G_i QA)^2`` of every block in ``bases`` ({block: (QS, QA)}), one pass."""
-    at, F = _layout(list(bases), {n: (QS.shape[0], QA.shape[0]) for n, (QS, QA) in bases.items()})
-    return _ekfac_lams(_square_sums(src, at, F, bases, device), src, at, list(bases))
-
-
-def mean_sq_norms(src: GradSource) -> dict[str, float]:
-    """``mean_i |G_i|^2 / P`` per block (the mean eigenvalue of the block's empirical Fisher), one pass."""
-    tot = {n: torch.zeros((), dtype=cv.F64) for n in src.names}
-    P: dict[str, int] = {}
-    for _, blocks in src.chunks():
-        for n in src.names:
-            g = blocks[n].to(cv.F64)
-            tot[n] += g.pow(2).sum()
-            P[n] = g[0].numel()
-    N = max(src.n_global, 1)
-    return {n: float(src.dist.all_reduce(t)) / N / max(P.get(n, 1), 1) for n, t in tot.items()}
-
-
 def precondition(
     method: str,
     V: dict[str, torch.Tensor],
@@ -157,7 +75,8 @@ def precondition(
     cache_bytes: int = EMBED_CACHE_BYTES,
     fisher: GradSource | None = None,
 ) -> Preconditioned:
-    """Apply the method's damped inverse curvature to the query rows ``V[block]`` (M, out, in).
+    """Apply the method's damped inverse curvature to the query rows ``V[block]`` (M, out, in): the registered
+    :class:`gradian.attribute.methods.Method` called ``method``.
 
     ``G`` is the training gradients (a :class:`GradSource`, read in chunks, or a dict of (N, out, in) tensors).
     ``damping`` (absolute: one number for every block, or a dict per block) overrides ``damping_factor x mean
@@ -165,69 +84,15 @@ def precondition(
     in ``cache_bytes`` (fp64), as ``rotated``, so that :func:`harm_scores` and :func:`gradient_embedding` need not
     read and rotate them again. ``fisher`` (EK-FAC, ``--fisher true``): the rows the eigenvalues are fitted to,
     gradients at labels sampled from the model (:class:`gradian.attribute.fisher.SampledSource`); ``stats`` then
-    holds its covariance sums, and the training rows are not kept (they are not the ones rotated)."""
-    src = as_source(G)
+    holds its covariance sums, and the training rows are not kept (they are not the ones rotated). The other methods
+    ignore ``fisher``."""
     if isinstance(damping, dict):
         per_block = damping
     else:
         per_block = {n: damping for n in V} if damping is not None else {}
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}")
-    names = list(V)
-    out: dict[str, torch.Tensor] = {}
-    used: dict[str, float] = {}
-    eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = {}
-    if method in ("identity", "cosine"):
-        return Preconditioned({n: V[n].to(cv.F64) for n in names})
-    if method in ("exact", "datainf") and any(n not in per_block for n in names):
-        ms = mean_sq_norms(src)
-        per_block = {n: per_block[n] if n in per_block else max(damping_factor * ms[n], 1e-30) for n in names}
-    if method == "exact":
-        if src.dist.active:
-            raise GradianError(
-                "--method exact needs every training row in one process (an N x N kernel)",
-                fix="run it without torchrun, or use --method ekfac",
-            )
-        Gm = src.materialize()
-        Gs = [Gm[n].to(device) for n in names]
-        ds = [per_block[n] for n in names]
-        Xs = cv.woodbury_precondition([V[n].to(device) for n in names], Gs, ds)
-        return Preconditioned({n: x.cpu() for n, x in zip(names, Xs, strict=True)}, dict(zip(names, ds, strict=True)))
-    if method == "datainf":
-        V2 = {n: V[n].reshape(V[n].shape[0], -1).to(device=device, dtype=cv.F64) for n in names}
-        corr = {n: torch.zeros_like(V2[n]) for n in names}
-        for _, blocks in src.chunks():
-            for n in names:
-                g = cv.to_f64(blocks[n], device)
-                corr[n] += cv.datainf_correction(V2[n], g.reshape(g.shape[0], -1), per_block[n])
-        N = max(src.n_global, 1)
-        for n in names:
-            d = per_block[n]
-            out[n] = ((V2[n] - src.dist.all_reduce(corr[n]) / N) / d).reshape(V[n].shape).cpu()
-            used[n] = d
-        return Preconditioned(out, used)
-    assert stats is not None
-    fac = {n: _factors(stats, n, device) for n in names}
-    rotated = None
-    if method == "kfac":
-        lams = {n: cv.kfac_eigenvalues(fac[n][2], fac[n][3]) for n in names}
-    else:
-        bases = {n: (fac[n][0], fac[n][1]) for n in names}
-        at, F = _layout(names, {n: tuple(V[n].shape[1:]) for n in names})
-        keep = None
-        lam_src = fisher if fisher is not None else src
-        if keep_rows and fisher is None and src.n_local * F * 8 <= cache_bytes:
-            keep = torch.empty(src.n_local, F, dtype=cv.F64, device=device)
-            rotated = EigenRows(keep, at, bases)
-        lams = _ekfac_lams(_square_sums(lam_src, at, F, bases, device, keep), lam_src, at, names)
-    for n in names:
-        QS, QA = fac[n][0], fac[n][1]
-        lam = lams[n]
-        d = per_block[n] if n in per_block else cv.default_damping(lam, damping_factor)
-        out[n] = cv.eigen_precondition(V[n].to(device), QS, QA, lam, d).cpu()
-        eig[n] = (QS, QA, lam, d)
-        used[n] = d
-    return Preconditioned(out, used, eig, rotated)
+    m = method_of(method)
+    curvature = Curvature(as_source(G), stats, per_block, damping_factor, device, keep_rows, cache_bytes, fisher)
+    return m.precondition(V, curvature)
 
 
 def _padded(n: int) -> int:
@@ -248,6 +113,7 @@ def harm_scores(
     blocks. One pass over ``G``, or none with ``rotated`` (``G``'s rows in the eigenbases, from :func:`precondition`):
     then ``-<rot(X_m), rot(G_i)>``, the same number (the bases are orthogonal)."""
     src = as_source(G)
+    normalized = method_of(method).normalized
     names = list(X)
     M = X[names[0]].shape[0]
     if rotated is not None and all(n in rotated.at for n in names):
@@ -258,7 +124,7 @@ def harm_scores(
             x = X[n].reshape(M, o, i).to(R.device, cv.F64)
             Xr[:M, off : off + o * i] = (cv.rotate(x, *rotated.bases[n]) if n in rotated.bases else x).reshape(M, -1)
         dots = (R @ Xr.T)[:, :M].T
-        if method == "cosine":
+        if normalized:
             norms = Xr[:M].norm(dim=1)[:, None] * torch.linalg.vector_norm(R, dim=1)[None, :]
             dots = dots / norms.clamp_min(1e-300)
         return -dots.contiguous().cpu()
@@ -274,9 +140,9 @@ def harm_scores(
             g = cv.to_f64(blocks[n].reshape(blocks[n].shape[0], -1), device)
             e = s + g.shape[0]
             dots[:, s:e] += xs[n] @ g.T
-            if method == "cosine":
+            if normalized:
                 g_norm2[s:e] += g.pow(2).sum(1)
-    if method == "cosine":
+    if normalized:
         dots = dots / (x_norm2.sqrt()[:, None] * g_norm2.sqrt()[None, :]).clamp_min(1e-300)
     return -dots.cpu()
 
@@ -319,7 +185,8 @@ def gradient_embedding(
     N = src.n_global
     dim = max(1, min(dim, N - 1))
     k = min(N, dim + 10)
-    eigen = method in ("ekfac", "kfac") and stats is not None
+    m = method_of(method)
+    eigen = m.factored and stats is not None
     eig = dict(eig or {}) if eigen else {}
     if not (eigen and rotated is not None and set(rotated.at) == set(names) and set(names) <= set(eig)):
         rotated = None
@@ -327,12 +194,12 @@ def gradient_embedding(
     if rotated is not None:
         at, F, R = rotated.at, rotated.rows.shape[1], rotated.rows
     else:
-        at, F = _layout(names, shapes or src.shapes())
+        at, F = layout(names, shapes or src.shapes())
         R = None
     bases: Bases = {}  # the eigenbases raw rows are not in: applied to the (F, k) side of the products instead
     w = None
     if eigen and stats is not None:
-        w = _whitening(method, src, stats, eig, at, F, damping_factor, device)
+        w = _whitening(m, src, stats, eig, at, F, damping_factor, device)
         if rotated is None:
             bases = {n: (eig[n][0].to(device, _EMBED_DT), eig[n][1].to(device, _EMBED_DT)) for n in names}
     if R is None and src.n_local * F * 8 <= cache_bytes:
@@ -346,7 +213,7 @@ def gradient_embedding(
 
 
 def _whitening(
-    method: str,
+    m: Method,
     src: GradSource,
     stats: Stats,
     eig: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]],
@@ -357,12 +224,11 @@ def _whitening(
 ) -> torch.Tensor:
     """``w = (Lambda + damping)^-1/2`` per coordinate (F,); completes ``eig`` with the blocks it lacks (one pass)."""
     names = src.names
-    todo = {n: _factors(stats, n, device) for n in names if n not in eig}
-    bases_todo = {n: f[:2] for n, f in todo.items()}  # one pass for every block precondition did not cover
-    refit = ekfac_eigenvalues(src, bases_todo, device) if method == "ekfac" and todo else {}
-    for n, (QS, QA, lam_S, lam_A) in todo.items():
-        lam = refit[n] if method == "ekfac" else cv.kfac_eigenvalues(lam_S, lam_A)
-        eig[n] = (QS, QA, lam, cv.default_damping(lam, damping_factor))
+    assert isinstance(m, Factored)
+    todo = {n: factors_of(stats, n, device) for n in names if n not in eig}
+    refit = m.eigenvalues(src, todo, device) if todo else {}  # one pass for every block precondition did not cover
+    for n, (QS, QA, _, _) in todo.items():
+        eig[n] = (QS, QA, refit[n], cv.default_damping(refit[n], damping_factor))
     w = torch.ones(F, dtype=_EMBED_DT, device=device)
     for n in names:
         _, _, lam, d = eig[n]

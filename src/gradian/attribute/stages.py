@@ -245,7 +245,7 @@ def _score_state(ctx: Context, reg: Regressions, c: AdapterState, tag: str, out:
         keep = m == o.method and newest  # its rotated rows serve its scores and the embedding
         pre = precondition(
             m, queries, tg.source, tg.stats, damping=o.damping, damping_factor=o.damping_factor,
-            device=ctx.score_device, keep_rows=keep, fisher=tg.fisher if m == "ekfac" else None,
+            device=ctx.score_device, keep_rows=keep, fisher=tg.fisher,  # only EK-FAC fits to sampled labels
         )  # fmt: skip
         h = harm_scores(m, pre.X, tg.source, device=ctx.score_device, rotated=pre.rotated).numpy()
         if not several:

@@ -70,9 +70,15 @@ class AttributeOptions(Options):
     eval_cut: bool = option(
         True,
         "Cut each generated eval completion after the first token where the fine-tune departs: its most likely "
-        "next token differs from the base model's, or its NLL of that token is > 0.1 nats higher (--no-eval-cut: "
-        "keep it whole).",
+        "next token differs from the base model's, or its NLL of that token is more than --eval-cut-rise nats "
+        "higher (--no-eval-cut: keep it whole).",
         flag="--eval-cut/--no-eval-cut",
+    )
+    eval_cut_rise: float = option(
+        0.1,
+        "With --eval-cut, a generated token whose NLL under the fine-tune is more than this many nats above the base "
+        "model's is a departure too (the argmax may not move).",
+        min=0,
     )
     max_new_tokens: int = option(32, "Tokens generated per eval completion and per continuation.", min=1)
     generations: int = option(

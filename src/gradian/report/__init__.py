@@ -1,7 +1,8 @@
 """The verdict and the report: clusters of training rows in gradient space joined with diagnose's findings, rendered
 as report.html (inline SVG plots, no JavaScript), report.md and report.json.
 
-API: ``build_report(...)`` -> report dict; ``render_all(report, out_dir)`` writes the files;
+API: ``build_report(...)`` -> :class:`Report` (report.json is its ``to_dict()``, read back with ``Report.from_dict``);
+``render_all(report, out_dir)`` writes the files;
 ``save_report_inputs(...)`` saves what ``gradian report OUT_DIR`` needs to re-render (see ``gradian.report.cli``).
 """
 
@@ -19,6 +20,8 @@ _WHERE = {
     "render_html": "render",
     "render_markdown": "render",
     "make_verdict": "verdict",
+    "Report": "schema",
+    "Verdict": "verdict_schema",
 }
 
 
@@ -32,6 +35,8 @@ def __getattr__(name: str):  # lazy: `gradian --help` must not pay for numpy
 
 __all__ = [
     "Clustering",
+    "Report",
+    "Verdict",
     "build_report",
     "fit_clusters",
     "make_verdict",

@@ -6,8 +6,10 @@ assignment, labels and 2-D map and recomputes everything else, so ``gradian repo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,11 +19,22 @@ from gradian.errors import GradianError
 from gradian.numbers import finite_float
 from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
+from gradian.report.schema import (
+    SCHEMA,
+    Cluster,
+    ClusteringInfo,
+    ClusterMap,
+    Contribution,
+    EvalItem,
+    LogPoint,
+    RankedRow,
+    Report,
+    TrainerLog,
+)
 from gradian.report.verdict import make_verdict
 
-SCHEMA = "gradian.report/1"
-DERIVED_KEYS = ("clusters", "clustering", "findings", "verdict", "logs", "n_rows")
-DERIVED_EXAMPLE_KEYS = ("cluster", "findings", "text", "contributions")
+DERIVED_KEYS = Report.DERIVED
+DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
 
 
@@ -45,8 +58,8 @@ def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[i
     return texts, ids
 
 
-def logs_to_dict(logs: Any) -> dict[str, Any] | None:
-    """TrainerLogs (or its dict form) -> ``{"source", "total_steps", "points": [{"step", "loss", ...}]}``."""
+def trainer_log(logs: Any) -> TrainerLog | None:
+    """TrainerLogs (or its report.json form) as the report's :class:`TrainerLog`: finite values only."""
     if logs is None:
         return None
     if isinstance(logs, Mapping):
@@ -60,16 +73,18 @@ def logs_to_dict(logs: Any) -> dict[str, Any] | None:
         step = get("step")
         if step is None:
             continue
-        d: dict[str, Any] = {"step": int(step)}
-        for key in ("epoch", "loss", "eval_loss", "grad_norm", "learning_rate"):
-            v = finite_float(get(key))
-            if v is not None:
-                d[key] = v
-        out.append(d)
-    return {"source": source, "total_steps": total, "points": out}
+        f = [finite_float(get(k)) for k in ("epoch", "loss", "eval_loss", "grad_norm", "learning_rate")]
+        out.append(LogPoint(int(step), f[0], f[1], f[2], f[3], f[4]))
+    return TrainerLog(source, total, out)
 
 
-def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int, float]]:
+def logs_to_dict(logs: Any) -> dict[str, Any] | None:
+    """TrainerLogs (or its dict form) -> ``{"source", "total_steps", "points": [{"step", "loss", ...}]}``."""
+    log = trainer_log(logs)
+    return None if log is None else log.to_dict()
+
+
+def per_item_contributions(attribution: Report | Mapping[str, Any]) -> dict[int, dict[int, float]]:
     """Row index -> {regressed item index -> score}, from any of the accepted ``per_item`` shapes:
 
     - on an example: ``"per_item": [score per regressed item, in report["regressed"] order]`` or
@@ -78,7 +93,8 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
       ``{"<row index>": [scores in regressed order] | {"<item index>": score}}``;
     - attribute's own ``"contributions": [{"index", "per_item": [{"eval_index", "score"}, ...]}, ...]``.
     """
-    items = [int(r["index"]) for r in attribution.get("regressed") or []]
+    rep = attribution if isinstance(attribution, Report) else Report.from_dict(attribution)
+    items = [r.index for r in rep.regressed]
 
     def parse(v: Any) -> dict[int, float]:
         if isinstance(v, Mapping):
@@ -88,7 +104,7 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
         return {}
 
     out: dict[int, dict[int, float]] = {}
-    top = attribution.get("per_item")
+    top = rep.extra.get("per_item")  # third-party shapes: free-form by design
     if isinstance(top, Mapping):
         if "rows" in top and "scores" in top:
             cols = [int(i) for i in (top.get("items") or items)]
@@ -102,16 +118,16 @@ def per_item_contributions(attribution: Mapping[str, Any]) -> dict[int, dict[int
                     out[int(r)] = parse(v)
                 except (TypeError, ValueError):
                     continue
-    for c in attribution.get("contributions") or []:
+    for c in rep.extra.get("contributions") or []:
         if c.get("index") is not None and isinstance(c.get("per_item"), Sequence):
             out[int(c["index"])] = {
                 int(p["eval_index"]): float(p["score"])
                 for p in c["per_item"]
                 if isinstance(p, Mapping) and finite_float(p.get("score")) is not None
             }
-    for e in attribution.get("examples") or []:
-        if "per_item" in e and e.get("index") is not None:
-            out[int(e["index"])] = parse(e["per_item"])
+    for e in rep.examples:
+        if "per_item" in e.extra:
+            out[e.index] = parse(e.extra["per_item"])
     return out
 
 
@@ -128,9 +144,9 @@ def _check(attribution: Mapping[str, Any]) -> None:
 
 
 def build_report(
-    attribution: Mapping[str, Any],
+    attribution: Report | Mapping[str, Any],
     *,
-    findings: Sequence[Mapping[str, Any]] | None = None,
+    findings: Sequence[Finding | Mapping[str, Any]] | None = None,
     embeddings: np.ndarray | None = None,
     embedding_index: Sequence[int] | None = None,
     train_examples: Sequence[Any] | Mapping[int, str] | None = None,
@@ -141,12 +157,12 @@ def build_report(
     top_n: int = 25,
     item_scores: np.ndarray | None = None,
     policy: CulpritPolicy | None = None,
-) -> dict[str, Any]:
-    """The final report.json content.
+) -> Report:
+    """The final report (report.json is its ``to_dict()``).
 
     ``attribution``: attribute's report.json (``examples`` with ``index``/``id``/``score``/``rank``, ``regressed``,
-    ``method``, ``settings``, optional ``per_item``), or a report this function built before.
-    ``findings``: diagnose's finding dicts (default: the ones already in ``attribution``).
+    ``method``, ``settings``, optional ``per_item``), or a report this function built before (a dict or a
+    :class:`Report`; not changed). ``findings``: diagnose's findings (default: the ones already in ``attribution``).
     ``embeddings``: ``(n_rows, k)`` gradient embeddings; row j belongs to training row ``embedding_index[j]``
     (default: training row j). Without embeddings a previous assignment is reused, else there are no clusters.
     ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
@@ -154,91 +170,114 @@ def build_report(
     (``settings.query_items`` x rows, columns in ``embedding_index`` order) for the verdict's stability check;
     ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`).
 
-    Adds ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
+    Sets ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
     ``cluster`` (id or None) and ``findings`` (codes); shown rows gain ``text`` and ``contributions``.
     """
+    if isinstance(attribution, Report):
+        attribution = attribution.to_dict()
     _check(attribution)
-    report: dict[str, Any] = {k_: v for k_, v in attribution.items() if k_ not in DERIVED_KEYS}
-    report.setdefault("schema", SCHEMA)
-    previous = attribution if "clusters" in attribution else None
-    if findings is None:
-        findings = list(attribution.get("findings") or [])
-    finding_dicts = [dict(f) for f in findings]
+    report = Report.from_dict(attribution)
+    previous = Saved.of(report, built="clusters" in attribution)  # read before the derived keys are dropped
+    report.forget(DERIVED_KEYS)
+    if report.schema is None:
+        report.set(schema=SCHEMA)
+    typed = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings] if findings is not None else None
+    found = list(previous.findings) if typed is None else typed
 
-    old_examples = [dict(e) for e in attribution["examples"]]
-    examples = _ranked_examples(old_examples)
-    scores = {int(e["index"]): float(finite_float(e.get("score")) or 0.0) for e in examples}
-    texts = _train_texts(train_examples, old_examples, examples)
+    examples = _ranked_examples(report.examples)
+    scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
+    texts = _train_texts(train_examples, previous.texts, examples)
     eval_texts, eval_ids = texts_of(eval_examples)
 
     if embeddings is not None:
-        clusters, clustering, row_cluster = _fitted_clusters(
-            embeddings, embedding_index, scores, texts, finding_dicts, k, seed
-        )
-    elif previous is not None and previous.get("clusters"):
-        clusters, clustering, row_cluster = _saved_clusters(previous, old_examples, scores, texts, finding_dicts)
+        clusters, clustering, row_cluster = _fitted_clusters(embeddings, embedding_index, scores, texts, found, k, seed)
+    elif previous.clusters:
+        clusters, clustering, row_cluster = _saved_clusters(previous, scores, texts, found)
     else:
         clusters, row_cluster = [], {}
-        clustering = {"how": "no gradient embeddings were given, so rows were not clustered", "k": 0}
+        clustering = ClusteringInfo("no gradient embeddings were given, so rows were not clustered", 0)
 
-    _annotate_examples(examples, finding_dicts, row_cluster, texts, per_item_contributions(attribution), top_n)
-    regressed = _regressed_with_text(attribution.get("regressed") or [], eval_texts, eval_ids)
+    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, top_n)
+    regressed = _regressed_with_text(report.regressed, eval_texts, eval_ids)
 
     n_rows = max(len(examples), len(row_cluster))
-    report["examples"] = examples
-    report["regressed"] = regressed
-    report["n_rows"] = n_rows
-    report["clusters"] = clusters
-    report["clustering"] = clustering
-    report["findings"] = finding_dicts
-    settings = attribution.get("settings") or {}
-    s_items, s_rows = _regressed_item_scores(item_scores, settings, regressed, embedding_index)
-    report["verdict"] = make_verdict(
+    report.set(examples=examples, regressed=regressed, n_rows=n_rows, clusters=clusters, clustering=clustering,
+               findings=found)  # fmt: skip
+    s_items, s_rows = _regressed_item_scores(item_scores, report.settings, regressed, embedding_index)
+    regression = report.settings.get("regression")
+    verdict = make_verdict(
         clusters,
-        finding_dicts,
+        found,
         examples,
         regressed,
         n_rows=n_rows,
         item_scores=s_items,
         item_rows=s_rows,
         texts=texts or None,
-        regression=settings.get("regression") if isinstance(settings, Mapping) else None,
+        regression=regression if isinstance(regression, Mapping) else None,
         policy=policy,
         embeddings=embeddings,
         embedding_rows=embedding_index,
     )
-    log_dict = logs_to_dict(logs) if logs is not None else (attribution.get("logs") or None)
-    if log_dict:
-        report["logs"] = log_dict
+    report.set(verdict=verdict)
+    log = trainer_log(logs) if logs is not None else previous.logs
+    if log is not None and log.to_dict():
+        report.set(logs=log)
     return report
 
 
-def _ranked_examples(old_examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
     """The examples without derived keys, in rank order (by score where no rank is saved), each with its rank."""
-    examples = [{k_: v for k_, v in e.items() if k_ not in DERIVED_EXAMPLE_KEYS} for e in old_examples]
-    examples.sort(key=lambda e: (e.get("rank") if e.get("rank") is not None else math.inf, -(e.get("score") or 0)))
+    for e in rows:
+        e.forget(DERIVED_EXAMPLE_KEYS)
+    examples = sorted(rows, key=lambda e: (e.rank if e.rank is not None else math.inf, -(e.score or 0)))
     for r, e in enumerate(examples, start=1):
-        e.setdefault("rank", r)
+        if e.rank is None:
+            e.set(rank=r)
     return examples
 
 
 def _train_texts(
-    train_examples: Sequence[Any] | Mapping[int, str] | None,
-    old_examples: Sequence[Mapping[str, Any]],
-    examples: Sequence[dict[str, Any]],
+    train_examples: Sequence[Any] | Mapping[int, str] | None, saved: Mapping[int, str], examples: Sequence[RankedRow]
 ) -> dict[int, str]:
     """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids."""
     texts, ids = texts_of(train_examples)
-    for e in old_examples:
-        if e.get("text") is not None:
-            texts.setdefault(int(e["index"]), str(e["text"]))
+    for i, text in saved.items():
+        texts.setdefault(i, text)
     for e in examples:
-        if e.get("id") is None and int(e["index"]) in ids:
-            e["id"] = ids[int(e["index"])]
+        if e.id is None and e.index in ids:
+            e.set(id=ids[e.index])
     return texts
 
 
-ClusterResult = tuple[list[dict[str, Any]], dict[str, Any], dict[int, int]]  # clusters, clustering, row -> cluster
+ClusterResult = tuple[list[Cluster], ClusteringInfo, dict[int, int]]  # clusters, clustering, row -> cluster
+
+
+@dataclass
+class Saved:
+    """What a report built before keeps for the next build: the shown rows' text, the cluster assignment, labels and
+    map, the findings and logs; and the per-item contributions of the attribution."""
+
+    texts: dict[int, str]
+    assignment: dict[int, int]  # row -> cluster id
+    clusters: list[Cluster]  # empty unless the report was built before
+    clustering: ClusteringInfo | None
+    findings: list[Finding]
+    logs: TrainerLog | None
+    contributions: dict[int, dict[int, float]]
+
+    @classmethod
+    def of(cls, report: Report, *, built: bool) -> Saved:
+        rows = report.examples
+        return cls(
+            texts={e.index: str(e.text) for e in rows if e.text is not None},
+            assignment={e.index: int(e.cluster) for e in rows if e.cluster is not None},
+            clusters=list(report.clusters) if built else [],
+            clustering=report.clustering,
+            findings=list(report.findings),
+            logs=report.logs,
+            contributions=per_item_contributions(report),
+        )
 
 
 def _fitted_clusters(
@@ -246,7 +285,7 @@ def _fitted_clusters(
     embedding_index: Sequence[int] | None,
     scores: Mapping[int, float],
     texts: dict[int, str],
-    findings: Sequence[Mapping[str, Any]],
+    findings: Sequence[Finding],
     k: int | None,
     seed: int,
 ) -> ClusterResult:
@@ -263,23 +302,24 @@ def _fitted_clusters(
     clusters, row_cluster = summarize_clusters(
         fit.assignment, index, scores, texts=texts or None, findings=findings, top_rows=10
     )
-    clustering: dict[str, Any] = {"how": fit.how, "k": fit.k, "silhouette": fit.silhouette}
-    clustering["silhouette_by_k"] = {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()}
-    clustering["map"] = _map(index, fit.coords, row_cluster, scores, seed)
+    clustering = ClusteringInfo(
+        fit.how,
+        fit.k,
+        fit.silhouette,
+        {str(kk): round(v, 4) for kk, v in fit.scores_by_k.items()},
+        _map(index, fit.coords, row_cluster, scores, seed),
+        order=ClusteringInfo.FITTED,  # a silhouette not measured (k given) is written as null
+    )
     return clusters, clustering, row_cluster
 
 
 def _saved_clusters(
-    previous: Mapping[str, Any],
-    old_examples: Sequence[Mapping[str, Any]],
-    scores: Mapping[int, float],
-    texts: dict[int, str],
-    findings: Sequence[Mapping[str, Any]],
+    previous: Saved, scores: Mapping[int, float], texts: dict[int, str], findings: Sequence[Finding]
 ) -> ClusterResult:
     """The cluster assignment, labels and map of a report built before, summarised again."""
-    saved = {int(e["index"]): int(e["cluster"]) for e in old_examples if e.get("cluster") is not None}
+    saved = previous.assignment
     index = sorted(saved)
-    labels = {int(c["id"]): str(c.get("label") or "") for c in previous["clusters"]}
+    labels = {c.id: c.label for c in previous.clusters}
     clusters, row_cluster = summarize_clusters(
         [saved[i] for i in index],
         index,
@@ -289,17 +329,18 @@ def _saved_clusters(
         top_rows=10,
         labels=labels,
     )
-    old = dict(previous.get("clustering") or {})
-    clustering = {**old, "how": str(old.get("how") or "saved cluster assignment")}
-    if old.get("map"):
-        m = old["map"]
-        clustering["map"] = {**m, "cluster": [row_cluster.get(int(i)) for i in m.get("index", [])]}
+    old = previous.clustering or ClusteringInfo()
+    clustering = dataclasses.replace(old, how=old.how or "saved cluster assignment")
+    if old.map is not None and old.map.to_dict():
+        m = dataclasses.replace(old.map)
+        m.set(cluster=[row_cluster.get(int(i)) for i in m.index or []])
+        clustering.map = m
     return clusters, clustering, row_cluster
 
 
 def _annotate_examples(
-    examples: Sequence[dict[str, Any]],
-    findings: Sequence[Mapping[str, Any]],
+    examples: Sequence[RankedRow],
+    findings: Sequence[Finding],
     row_cluster: Mapping[int, int],
     texts: Mapping[int, str],
     contributions: Mapping[int, Mapping[int, float]],
@@ -307,55 +348,49 @@ def _annotate_examples(
 ) -> None:
     """Every example gains its cluster and finding codes; the ``top_n`` shown rows their text and contributions."""
     row_codes: dict[int, list[str]] = {}
-    for f in map(Finding.from_dict, findings):
+    for f in findings:
         for r in f.train_rows():
             codes = row_codes.setdefault(r, [])
             if f.code not in codes:
                 codes.append(f.code)
     for e in examples:
-        i = int(e["index"])
-        e["cluster"] = row_cluster.get(i)
-        e["findings"] = row_codes.get(i, [])
-        if e["rank"] <= top_n:
+        i = e.index
+        e.set(cluster=row_cluster.get(i), findings=row_codes.get(i, []))
+        if e.rank is not None and e.rank <= top_n:
             if i in texts:
-                e["text"] = texts[i][:TEXT_CHARS]
+                e.set(text=texts[i][:TEXT_CHARS])
             if i in contributions:
-                e["contributions"] = [
-                    {"item": item, "score": s} for item, s in sorted(contributions[i].items(), key=lambda t: -t[1])
-                ]
+                ranked = sorted(contributions[i].items(), key=lambda t: -t[1])
+                e.set(contributions=[Contribution(item, s) for item, s in ranked])
 
 
 def _regressed_with_text(
-    regressed: Sequence[Mapping[str, Any]], eval_texts: Mapping[int, str], eval_ids: Mapping[int, Any]
-) -> list[dict[str, Any]]:
+    regressed: Sequence[EvalItem], eval_texts: Mapping[int, str], eval_ids: Mapping[int, Any]
+) -> list[EvalItem]:
     """The regressed eval items, each with its text and id from the eval rows when given."""
-    out = []
-    for item in regressed:
-        r = dict(item)
-        i = int(r["index"])
-        if i in eval_texts:
-            r["text"] = eval_texts[i][:TEXT_CHARS]
-        if r.get("id") is None and i in eval_ids:
-            r["id"] = eval_ids[i]
-        out.append(r)
-    return out
+    for r in regressed:
+        if r.index in eval_texts:
+            r.set(text=eval_texts[r.index][:TEXT_CHARS])
+        if r.id is None and r.index in eval_ids:
+            r.set(id=eval_ids[r.index])
+    return list(regressed)
 
 
 def _regressed_item_scores(
     item_scores: np.ndarray | None,
-    settings: Any,
-    regressed: Sequence[Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    regressed: Sequence[EvalItem],
     embedding_index: Sequence[int] | None,
 ) -> tuple[np.ndarray | None, list[int] | None]:
     """The rows of ``item_scores`` that belong to regressed items (``--query all`` scores every item), and the
     training row of each column; (None, None) when they cannot be matched."""
-    if item_scores is None or not isinstance(settings, Mapping):
+    if item_scores is None:
         return None, None
     arr = np.asarray(item_scores)
     q = [int(i) for i in settings.get("query_items") or []]
     if arr.ndim != 2 or len(q) != arr.shape[0]:
         return None, None
-    want = {int(r["index"]) for r in regressed}
+    want = {r.index for r in regressed}
     pick = [k for k, i in enumerate(q) if i in want]
     cols = [int(i) for i in embedding_index] if embedding_index is not None else list(range(arr.shape[1]))
     if not pick or len(cols) != arr.shape[1]:
@@ -369,10 +404,10 @@ def _map(
     row_cluster: Mapping[int, int],
     scores: Mapping[int, float],
     seed: int,
-) -> dict[str, Any]:
+) -> ClusterMap:
     """The 2-D map points, at most MAP_POINTS (the most harmful rows always kept, the rest a seeded sample)."""
     if coords is None or len(index) == 0:
-        return {}
+        return ClusterMap()
     n = len(index)
     keep = np.arange(n)
     if n > MAP_POINTS:
@@ -382,10 +417,10 @@ def _map(
         rng = np.random.default_rng(seed)
         pick = rng.choice(rest, size=MAP_POINTS - len(top), replace=False)
         keep = np.sort(np.concatenate([np.array(sorted(top)), pick]))
-    return {
-        "how": "first two principal components (SVD) of the L2-normalised embeddings",
-        "index": [int(index[j]) for j in keep.tolist()],
-        "x": [round(float(coords[j, 0]), 5) for j in keep.tolist()],
-        "y": [round(float(coords[j, 1]), 5) for j in keep.tolist()],
-        "cluster": [row_cluster.get(int(index[j])) for j in keep.tolist()],
-    }
+    return ClusterMap(
+        how="first two principal components (SVD) of the L2-normalised embeddings",
+        index=[int(index[j]) for j in keep.tolist()],
+        x=[round(float(coords[j, 0]), 5) for j in keep.tolist()],
+        y=[round(float(coords[j, 1]), 5) for j in keep.tolist()],
+        cluster=[row_cluster.get(int(index[j])) for j in keep.tolist()],
+    )

@@ -37,7 +37,6 @@ from typing import Any
 import typer
 
 from gradian.errors import GradianError
-from gradian.options import report_options
 
 
 def _read_json(path: Path) -> Any:
@@ -166,9 +165,7 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
             where=str(out),
             fix="pass the --out dir of `gradian attribute` (it writes report.json)",
         )
-    attribution = _read_json(report_path)
-    if isinstance(attribution, Mapping) and "options" in attribution:  # read back through the dataclass (checked)
-        attribution = {**attribution, "options": report_options(attribution).to_dict()}
+    attribution = _read_json(report_path)  # build_report reads it back through the schema (options checked)
     findings = None
     if (out / "findings.json").is_file():
         raw = _read_json(out / "findings.json")

@@ -274,10 +274,10 @@ def summarize_clusters(
     scores: Mapping[int, float],
     *,
     texts: Mapping[int, str] | None = None,
-    findings: Sequence[Mapping[str, Any]] = (),
+    findings: Sequence[Finding | Mapping[str, Any]] = (),
     top_rows: int = 10,
     labels: Mapping[int, str] | None = None,
-) -> tuple[list[dict[str, Any]], dict[int, int]]:
+) -> tuple[list[Cluster], dict[int, int]]:
     """Describe each cluster. ``assignment[j]`` is the cluster of training row ``row_indices[j]``; ``scores`` maps a
     row index to its harm (missing rows count as 0). Returns (clusters, row index -> 1-based cluster id), clusters
     ordered by positive harm (id 1 = most harmful). ``labels`` (old cluster number -> label) is used where ``texts``
@@ -296,8 +296,8 @@ def summarize_clusters(
     row_cluster = {rows[j]: new_id[int(assignment[j])] for j in range(n)}
 
     term_sets = {r: terms_of(texts[r]) for r in rows if texts and r in texts} if texts else {}
-    flagged = [(f, set(finding_train_rows(f))) for f in findings]
-    flagged = [(f, s) for f, s in flagged if s]
+    typed = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
+    flagged = [(f, s) for f in typed if (s := set(f.train_rows()))]
 
     clusters = []
     for g in order:
@@ -324,13 +324,13 @@ def summarize_clusters(
             share = hit / size if size else 0.0
             cf.append(
                 ClusterFinding(
-                    code=f.get("code"),
-                    name=f.get("name"),
-                    severity=f.get("severity"),
+                    code=f.code,
+                    name=f.name,
+                    severity=f.severity.value,
                     count=hit,
                     percent=round(100.0 * share, 1),
-                    text=f"{100.0 * share:.0f}% of this cluster is flagged: {finding_title(f)}",
-                    fix=f.get("fix"),
+                    text=f"{100.0 * share:.0f}% of this cluster is flagged: {f.title}",
+                    fix=None if f.fix is None else f.fix.to_dict(),
                 )
             )
         cf.sort(key=lambda d: (-d.count, str(d.code)))
@@ -348,5 +348,5 @@ def summarize_clusters(
             terms=terms,
             findings=cf,
         )
-        clusters.append(cluster.to_dict())
+        clusters.append(cluster)
     return clusters, row_cluster

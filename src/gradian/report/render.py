@@ -1,4 +1,5 @@
-"""Render a built report (the dict ``build_report`` returns) as report.html, report.md and report.json.
+"""Render a built report (the :class:`~gradian.report.schema.Report` ``build_report`` returns, or report.json's dict)
+as report.html, report.md and report.json.
 
 report.html is one self-contained file: inline CSS, inline SVG plots, no JavaScript, no network (a
 Content-Security-Policy forbids scripts and remote loads). Every piece of dataset text is escaped with
@@ -16,8 +17,9 @@ from typing import Any
 
 from gradian.numbers import as_float, pct
 from gradian.report import svg
-from gradian.report.schema import Cluster, Finding, Fix
+from gradian.report.schema import EvalItem, Fix, RankedRow, Report
 from gradian.report.svg import esc
+from gradian.report.verdict_schema import Verdict, VerdictGroup
 
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
@@ -36,8 +38,22 @@ def _f(v: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
-def _shown_rows(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return sorted(report.get("examples") or [], key=lambda e: e.get("rank") or math.inf)[:TOP_ROWS_SHOWN]
+def as_report(report: Report | Mapping[str, Any]) -> Report:
+    """A report as the typed :class:`Report` (report.json's dict read back)."""
+    return report if isinstance(report, Report) else Report.from_dict(report)
+
+
+def _or_nan(x: float | None) -> float:
+    """A missing number as NaN (a plot leaves it out)."""
+    return math.nan if x is None else x
+
+
+def _shown_rows(report: Report) -> list[RankedRow]:
+    return sorted(report.examples, key=lambda e: e.rank or math.inf)[:TOP_ROWS_SHOWN]
+
+
+def _most_regressed_first(items: Sequence[EvalItem]) -> list[EvalItem]:
+    return sorted(items, key=lambda r: -r.change)
 
 
 def _evidence_summary(ev: Any) -> str:
@@ -78,21 +94,21 @@ CAPTIONS = {
 }
 
 
-def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+def plots(report: Report | Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(anchor, heading, svg) for every plot the report can draw."""
+    report = as_report(report)
     out = []
-    logs = report.get("logs") or {}
-    points = logs.get("points") or []
+    points = report.logs.points if report.logs is not None else []
     if points:
-        train = [p for p in points if p.get("loss") is not None]
-        ev = [p for p in points if p.get("eval_loss") is not None]
-        series = []
+        train = [(p.step, p.loss) for p in points if p.loss is not None]
+        ev = [(p.step, p.eval_loss) for p in points if p.eval_loss is not None]
+        series: list[tuple[str, list[float], list[float]]] = []
         if train:
-            series.append(("train loss", [p["step"] for p in train], [p["loss"] for p in train]))
+            series.append(("train loss", [s for s, _ in train], [v for _, v in train]))
         if ev:
-            series.append(("eval loss", [p["step"] for p in ev], [p["eval_loss"] for p in ev]))
+            series.append(("eval loss", [s for s, _ in ev], [v for _, v in ev]))
         markers = []
-        for f in _findings(report):
+        for f in report.findings:
             for s in f.evidence.get("steps") or []:
                 step = as_float(s)
                 if step is not None:
@@ -101,9 +117,9 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         out.append(
             ("plot-loss", "Loss curve", svg.line_chart(title, series, xlabel="step", ylabel="loss", markers=markers))
         )
-    reg = report.get("regressed") or []
+    reg = report.regressed
     if reg:
-        cats = [str(r.get("id") if r.get("id") is not None else f"#{r['index']}") for r in reg]
+        cats = [r.label for r in reg]
         out.append(
             (
                 "plot-nll",
@@ -111,13 +127,16 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 svg.bar_chart(
                     "NLL per regressed eval item",
                     cats,
-                    [("base", [r.get("base_nll") for r in reg]), ("fine-tuned", [r.get("finetuned_nll") for r in reg])],
+                    [
+                        ("base", [_or_nan(r.base_nll) for r in reg]),
+                        ("fine-tuned", [_or_nan(r.finetuned_nll) for r in reg]),
+                    ],
                     ylabel="NLL",
                     xlabel="eval item",
                 ),
             )
         )
-    scores = [e.get("score") for e in report.get("examples") or [] if e.get("score") is not None]
+    scores = [e.score for e in report.examples if e.score is not None]
     if scores:
         out.append(
             (
@@ -126,7 +145,7 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 svg.histogram("Harm per training row", scores, xlabel="harm"),
             )
         )
-    clusters = _clusters(report)
+    clusters = report.clusters
     if clusters:
         cats = [f"C{c.id}" for c in clusters]
         out.append(
@@ -145,15 +164,15 @@ def plots(report: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 ),
             )
         )
-    m = (report.get("clustering") or {}).get("map") or {}
-    if m.get("x"):
-        ids = {int(e["index"]): e for e in report.get("examples") or []}
+    m = report.clustering.map if report.clustering is not None else None
+    if m is not None and m.x:
+        rows = {e.index: e for e in report.examples}
         order = {c.id: i for i, c in enumerate(clusters)}
         pts = []
-        for i, x, y, c in zip(m["index"], m["x"], m["y"], m.get("cluster") or [None] * len(m["x"]), strict=False):
-            e = ids.get(int(i), {})
-            tip = f"row {i}" + (f" ({e.get('id')})" if e.get("id") is not None else "")
-            tip += f", cluster {c}, harm {_f(e.get('score'))}"
+        for i, x, y, c in zip(m.index or [], m.x, m.y or [], m.cluster or [None] * len(m.x), strict=False):
+            e = rows.get(int(i))
+            tip = f"row {i}" + (f" ({e.id})" if e is not None and e.id is not None else "")
+            tip += f", cluster {c}, harm {_f(e.score if e is not None else None)}"
             pts.append((x, y, order.get(c, len(clusters)) if c is not None else len(clusters), tip))
         names = [f"C{c.id}" for c in clusters]
         out.append(
@@ -282,89 +301,86 @@ def _sev(sev: Any) -> str:
     return f'<span class="badge sev-{s}">{esc(s)}</span>'
 
 
-def _verdict_html(report: Mapping[str, Any]) -> str:
-    v = report.get("verdict") or {}
-    classes = ["verdict", esc(v.get("kind", ""))]
-    if not v.get("reliable", True):
+def _verdict_html(report: Report) -> str:
+    v = report.verdict or Verdict("", "unknown", "")
+    classes = ["verdict", esc(v.kind)]
+    if not v.reliable:
         classes.append("unreliable")
     parts = [f'<div class="{" ".join(classes)}" id="verdict-box">']
-    if not v.get("reliable", True):
+    if not v.reliable:
         parts.append('<p class="warn"><strong>Attribution may be unreliable:</strong> setup errors below.</p>')
-    parts.append(f'<p class="headline">{esc(v.get("headline", ""))}</p>')
-    for s in v.get("sentences") or []:
+    parts.append(f'<p class="headline">{esc(v.headline)}</p>')
+    for s in v.sentences:
         parts.append(f"<p>{esc(s)}</p>")
     conf = confidence_text(v)
     if conf:
         parts.append(f'<p class="meta" id="verdict-confidence">{esc(conf)}</p>')
-    groups = v.get("groups") or []
-    if groups:
+    if v.groups:
         body = "".join(
-            f"<tr><td>{i}</td><td>{esc(g.get('cause', ''))}</td><td class=num>{esc(g.get('size', 0))}</td>"
-            f"<td class=num>{pct(g.get('harm_share'))}</td><td>{esc(_group_trait(g))}</td></tr>"
-            for i, g in enumerate(groups, start=1)
+            f"<tr><td>{i}</td><td>{esc(g.cause)}</td><td class=num>{esc(g.size)}</td>"
+            f"<td class=num>{pct(g.harm_share)}</td><td>{esc(_group_trait(g))}</td></tr>"
+            for i, g in enumerate(v.groups, start=1)
         )
         parts.append(
             '<table id="verdict-groups"><thead><tr><th>group</th><th>cause</th><th>rows</th><th>share of harm</th>'
             "<th>what the rows share</th></tr></thead><tbody>" + body + "</tbody></table>"
         )
-    steps = v.get("next_steps") or []
-    if steps:
-        parts.append("<h3>Next steps</h3><ol>" + "".join(f"<li>{esc(s)}</li>" for s in steps) + "</ol>")
-    drop = v.get("drop_rows") or []
+    if v.next_steps:
+        parts.append("<h3>Next steps</h3><ol>" + "".join(f"<li>{esc(s)}</li>" for s in v.next_steps) + "</ol>")
+    drop = v.drop_rows
     if drop:
         shown = ", ".join(esc(r) for r in drop[:30]) + (" …" if len(drop) > 30 else "")
         parts.append(
             f'<p class="meta">Rows to drop ({len(drop)}, also in <code>drop_rows.txt</code> and '
             f"<code>drop_rows.json</code>): {shown}</p>"
         )
-    parts.append(f'<p class="meta">Criterion: {esc(v.get("criterion", ""))}.</p>')
+    parts.append(f'<p class="meta">Criterion: {esc(v.criterion)}.</p>')
     parts.append("</div>")
     return "".join(parts)
 
 
-def confidence_text(v: Mapping[str, Any]) -> str:
+def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
     """'Confidence: high (...)' from the verdict's stability measurement, or ''."""
-    conf = v.get("confidence") or {}
-    how = v.get("how") or {}
-    if not conf or v.get("kind") not in ("concentrated", "spread"):
+    v = v if isinstance(v, Verdict) else Verdict.from_dict(v)
+    if v.kind not in ("concentrated", "spread"):
         return ""
-    n = (v.get("policy") or {}).get("bootstrap")
-    if conf.get("stability") is None:
+    n = v.policy.get("bootstrap")
+    if v.confidence.stability is None:
         return "How sure: unmeasured; fewer than three regressed items to resample."
     text = (
-        f"How sure: {conf.get('level')}; the culprit rows found again in {n} resamples of the regressed items agree "
-        f"{float(conf['stability']):.2f} on average (Jaccard overlap)."
+        f"How sure: {v.confidence.level}; the culprit rows found again in {n} resamples of the regressed items agree "
+        f"{float(v.confidence.stability):.2f} on average (Jaccard overlap)."
     )
-    return text + (f" Decision: {how['reason']}." if how.get("reason") else "")
+    return text + (f" Decision: {v.how.reason}." if v.how is not None and v.how.reason else "")
 
 
-def _group_trait(g: Mapping[str, Any]) -> str:
+def _group_trait(g: VerdictGroup) -> str:
     """What a verdict group's rows share, in a few words."""
     bits = []
-    f = g.get("finding")
-    if f:
-        bits.append(f"flagged {f.get('code')} {f.get('name')}")
-    bits += [
-        f"{100 * float(sh.get('share', 0)):.0f}% {sh.get('code')} {sh.get('name')}" for sh in g.get("shared") or []
-    ]
-    if g.get("terms"):
-        bits.append("terms: " + " / ".join(g["terms"]))
-    if g.get("by_direction"):
-        bits.append(f"{g['by_direction']} rows joined by their gradient direction")
+    if g.finding is not None:
+        bits.append(f"flagged {g.finding.code} {g.finding.name}")
+    bits += [f"{100 * float(sh.share):.0f}% {sh.code} {sh.name}" for sh in g.shared]
+    if g.terms:
+        bits.append("terms: " + " / ".join(g.terms))
+    if g.by_direction:
+        bits.append(f"{g.by_direction} rows joined by their gradient direction")
     return "; ".join(bits) or "no shared finding or term"
 
 
-def _regressed_html(report: Mapping[str, Any]) -> str:
-    reg = report.get("regressed") or []
+def _id_text(r: EvalItem | RankedRow) -> Any:
+    return r.id if r.id is not None else ""
+
+
+def _regressed_html(report: Report) -> str:
+    reg = report.regressed
     if not reg:
         return "<p>No eval item got worse after fine-tuning.</p>"
     rows = []
-    for r in sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0))):
-        delta = (r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)
+    for r in _most_regressed_first(reg):
         rows.append(
-            f"<tr><td class=num>{esc(r['index'])}</td><td>{esc(r.get('id') if r.get('id') is not None else '')}</td>"
-            f"<td class=num>{_f(r.get('base_nll'))}</td><td class=num>{_f(r.get('finetuned_nll'))}</td>"
-            f"<td class=num>+{_f(delta)}</td>{_text_cell(r.get('text'), r.get('generated'))}</tr>"
+            f"<tr><td class=num>{esc(r.index)}</td><td>{esc(_id_text(r))}</td>"
+            f"<td class=num>{_f(r.base_nll)}</td><td class=num>{_f(r.finetuned_nll)}</td>"
+            f"<td class=num>+{_f(r.change)}</td>{_text_cell(r.text, r.generated)}</tr>"
         )
     return (
         f"<p>{len(reg)} eval item{'s' if len(reg) != 1 else ''} got worse (fine-tuned NLL above base NLL).</p>"
@@ -373,8 +389,8 @@ def _regressed_html(report: Mapping[str, Any]) -> str:
     )
 
 
-def _generated_note(report: Mapping[str, Any]) -> str:
-    g = (report.get("settings") or {}).get("eval_generation") or {}
+def _generated_note(report: Report) -> str:
+    g = report.settings.get("eval_generation") or {}
     if not g:
         return ""
     cut = ", cut after the first token where the fine-tune's most likely next token differs" if g.get("cut") else ""
@@ -384,19 +400,19 @@ def _generated_note(report: Mapping[str, Any]) -> str:
     )
 
 
-def _generations_html(report: Mapping[str, Any]) -> str:
-    reg = [r for r in report.get("regressed") or [] if isinstance(r.get("generations"), Mapping)]
+def _generations_html(report: Report) -> str:
+    reg = [r for r in report.regressed if isinstance(r.generations, Mapping)]
     if not reg:
         return "<p>No continuations were generated (<code>--generations 0</code>, or no regressed item).</p>"
     rows = []
-    for r in sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0))):
-        g = r["generations"]
+    for r in _most_regressed_first(reg):
+        g = r.generations or {}
         rows.append(
-            f"<tr><td class=num>{esc(r['index'])}</td><td>{esc(r.get('id') if r.get('id') is not None else '')}</td>"
-            f"{_text_cell(r.get('text'), r.get('generated'))}<td class=gen>{esc(g.get('base', ''))}</td>"
+            f"<tr><td class=num>{esc(r.index)}</td><td>{esc(_id_text(r))}</td>"
+            f"{_text_cell(r.text, r.generated)}<td class=gen>{esc(g.get('base', ''))}</td>"
             f'<td class="gen tuned">{esc(g.get("finetuned", ""))}</td></tr>'
         )
-    n = ((report.get("settings") or {}).get("generations") or {}).get("max_new_tokens")
+    n = (report.settings.get("generations") or {}).get("max_new_tokens")
     return (
         f'<p class="sub">What each model writes after the prompt of a regressed item (greedy'
         f"{f', at most {esc(n)} tokens' if n else ''}; most regressed first).</p>"
@@ -407,17 +423,17 @@ def _generations_html(report: Mapping[str, Any]) -> str:
     )
 
 
-def _clusters(report: Mapping[str, Any]) -> list[Cluster]:
-    return [Cluster.from_dict(c) for c in report.get("clusters") or []]
+def _clustering_how(report: Report) -> str:
+    return report.clustering.how if report.clustering is not None else ""
 
 
-def _clusters_html(report: Mapping[str, Any]) -> str:
-    clusters = _clusters(report)
-    how = (report.get("clustering") or {}).get("how", "")
+def _clusters_html(report: Report) -> str:
+    clusters = report.clusters
+    how = _clustering_how(report)
     if not clusters:
         return f"<p>{esc(how or 'No clusters.')}</p>"
-    culprits = set((report.get("verdict") or {}).get("culprit_clusters") or [])
-    ids = {int(e["index"]): e.get("id") for e in report.get("examples") or []}
+    culprits = set(report.verdict.culprit_clusters if report.verdict is not None else [])
+    ids = {e.index: e.id for e in report.examples}
     rows = []
     for i, c in enumerate(clusters):
         f_html = "".join(f"<div>{esc(f.text)}</div>" for f in c.findings) or '<span class="muted">none</span>'
@@ -443,38 +459,36 @@ def _clusters_html(report: Mapping[str, Any]) -> str:
     )
 
 
-def _top_rows_html(report: Mapping[str, Any]) -> str:
+def _top_rows_html(report: Report) -> str:
     shown = _shown_rows(report)
     if not shown:
         return "<p>No rows were scored.</p>"
-    reg_ids = {int(r["index"]): r.get("id") for r in report.get("regressed") or []}
+    reg_ids = {r.index: r.id for r in report.regressed}
     rows = []
     for e in shown:
-        contrib = e.get("contributions") or []
+        contrib = e.contributions or []
         c_html = (
             '<ul class="contrib">'
-            + "".join(
-                f"<li>item {esc(reg_ids.get(int(c['item'])) or c['item'])}: {_f(c['score'])}</li>" for c in contrib[:6]
-            )
+            + "".join(f"<li>item {esc(reg_ids.get(int(c.item)) or c.item)}: {_f(c.score)}</li>" for c in contrib[:6])
             + ("<li>…</li>" if len(contrib) > 6 else "")
             + "</ul>"
             if contrib
             else '<span class="muted">—</span>'
         )
-        codes = "".join(f'<span class="badge">{esc(c)}</span>' for c in e.get("findings") or []) or ""
-        cl = e.get("cluster")
+        codes = "".join(f'<span class="badge">{esc(c)}</span>' for c in e.findings or []) or ""
+        cl = e.cluster
         rows.append(
-            f"<tr><td class=num>{esc(e.get('rank'))}</td><td class=num>{esc(e['index'])}</td>"
-            f"<td>{esc(e.get('id') if e.get('id') is not None else '')}</td><td class=num>{_f(e.get('score'))}</td>"
+            f"<tr><td class=num>{esc(e.rank)}</td><td class=num>{esc(e.index)}</td>"
+            f"<td>{esc(_id_text(e))}</td><td class=num>{_f(e.score)}</td>"
             f"<td>{'C' + esc(cl) if cl is not None else '—'}</td><td>{codes}</td>"
-            f"{_token_cell(e['token_harm']) if e.get('token_harm') else _text_cell(e.get('text'))}"
+            f"{_token_cell(e.token_harm) if e.token_harm else _text_cell(e.text)}"
             f"<td>{c_html}</td></tr>"
         )
-    n = len(report.get("examples") or [])
+    n = len(report.examples)
     tok = (
         " Rows split by token show the text as the model saw it; each label token is shaded by its part of the row's "
         "harm (orange: toward the regression, blue: away; hover for the number), the parts sum to the row's harm."
-        if any(e.get("token_harm") for e in shown)
+        if any(e.token_harm for e in shown)
         else ""
     )
     return (
@@ -487,11 +501,6 @@ def _top_rows_html(report: Mapping[str, Any]) -> str:
     )
 
 
-def _findings(report: Mapping[str, Any]) -> list[Finding]:
-    """The report's diagnose findings, typed, in the report's order."""
-    return [Finding.from_dict(f) for f in report.get("findings") or []]
-
-
 def _fix_cell(fix: Fix | None) -> str:
     """A fix as the findings tables show it: its sentence, then the command to run when there is one."""
     if fix is None:
@@ -499,8 +508,8 @@ def _fix_cell(fix: Fix | None) -> str:
     return fix.sentence() + (f". Run: {fix.command}" if fix.command else "")
 
 
-def _findings_html(report: Mapping[str, Any]) -> str:
-    findings = _findings(report)
+def _findings_html(report: Report) -> str:
+    findings = report.findings
     if not findings:
         return "<p>diagnose reported no findings (or was not run).</p>"
     rows = []
@@ -517,8 +526,9 @@ def _findings_html(report: Mapping[str, Any]) -> str:
     )
 
 
-def render_html(report: Mapping[str, Any]) -> str:
+def render_html(report: Report | Mapping[str, Any]) -> str:
     """The whole report.html as a string."""
+    report = as_report(report)
     sections = [
         ("verdict", "Verdict", _verdict_html(report)),
         ("regressed", "Regressed items", _generated_note(report) + _regressed_html(report)),
@@ -540,9 +550,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         else "<p>Nothing to plot.</p>"
     )
     sections.append(("plots", "Plots", plot_html))
-    method = report.get("method")
-    settings = report.get("settings") or {}
-    meta = _settings_summary(method, settings)
+    settings = report.settings
+    meta = _settings_summary(report.method, settings)
     if settings:
         full = json.dumps(settings, sort_keys=True, indent=1, default=str)
         sections.append(
@@ -563,8 +572,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         "<title>Gradian report</title>"
         f"<style>{CSS}</style></head><body><main>"
         "<h1>Gradian report</h1>"
-        f'<p class="sub">Why the fine-tune got worse: {len(report.get("regressed") or [])} regressed eval items, '
-        f"{report.get('n_rows', len(report.get('examples') or []))} training rows ranked by harm. {esc(meta)}</p>"
+        f'<p class="sub">Why the fine-tune got worse: {len(report.regressed)} regressed eval items, '
+        f"{report.row_count} training rows ranked by harm. {esc(meta)}</p>"
         f"{nav}{body}</main></body></html>\n"
     )
 
@@ -606,10 +615,11 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(out)
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
+def render_markdown(report: Report | Mapping[str, Any]) -> str:
     """report.md: the same content as text tables (no plots)."""
+    report = as_report(report)
     lines = ["# Gradian report", ""]
-    lines += _md_verdict(report.get("verdict") or {})
+    lines += _md_verdict(report.verdict or Verdict("", "unknown", ""))
     lines += _md_regressed(report)
     lines += _md_generations(report)
     lines += _md_clusters(report)
@@ -621,58 +631,57 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _md_verdict(v: Mapping[str, Any]) -> list[str]:
+def _md_verdict(v: Verdict) -> list[str]:
     """The verdict: headline, sentences, confidence, groups, next steps, rows to drop and the criterion."""
     lines = ["## Verdict", ""]
-    if not v.get("reliable", True):
+    if not v.reliable:
         lines += ["> **Attribution may be unreliable:** setup errors below.", ""]
-    lines += [f"**{md_escape(v.get('headline', ''))}**", ""]
-    lines += [md_escape(s) for s in v.get("sentences") or []]
+    lines += [f"**{md_escape(v.headline)}**", ""]
+    lines += [md_escape(s) for s in v.sentences]
     lines.append("")
     conf = confidence_text(v)
     if conf:
         lines += [md_escape(conf), ""]
-    if v.get("groups"):
+    if v.groups:
         lines += [
             _md_table(
                 ["group", "cause", "rows", "share of harm", "what the rows share"],
                 [
-                    [str(i), str(g.get("cause", "")), str(g.get("size", 0)), pct(g.get("harm_share")),
-                     md_escape(_group_trait(g))]
-                    for i, g in enumerate(v["groups"], start=1)
+                    [str(i), g.cause, str(g.size), pct(g.harm_share), md_escape(_group_trait(g))]
+                    for i, g in enumerate(v.groups, start=1)
                 ],
             ),
             "",
-        ]  # fmt: skip
-    if v.get("next_steps"):
-        lines += ["Next steps:", ""] + [f"{i}. {md_escape(s)}" for i, s in enumerate(v["next_steps"], 1)] + [""]
-    if v.get("drop_rows"):
+        ]
+    if v.next_steps:
+        lines += ["Next steps:", ""] + [f"{i}. {md_escape(s)}" for i, s in enumerate(v.next_steps, 1)] + [""]
+    if v.drop_rows:
         lines += [
-            f"Rows to drop ({len(v['drop_rows'])}, in `drop_rows.txt` / `drop_rows.json`): "
-            + ", ".join(str(r) for r in v["drop_rows"][:50])
-            + (" …" if len(v["drop_rows"]) > 50 else ""),
+            f"Rows to drop ({len(v.drop_rows)}, in `drop_rows.txt` / `drop_rows.json`): "
+            + ", ".join(str(r) for r in v.drop_rows[:50])
+            + (" …" if len(v.drop_rows) > 50 else ""),
             "",
         ]
-    lines += [f"_Criterion: {md_escape(v.get('criterion', ''))}._", ""]
+    lines += [f"_Criterion: {md_escape(v.criterion)}._", ""]
     return lines
 
 
-def _md_regressed(report: Mapping[str, Any]) -> list[str]:
+def _md_regressed(report: Report) -> list[str]:
     """The eval items that got worse after fine-tuning."""
     lines = ["## Regressed items", ""]
-    reg = report.get("regressed") or []
+    reg = report.regressed
     if reg:
         lines.append(
             _md_table(
                 ["eval row", "id", "base NLL", "fine-tuned NLL", "change", "text"],
                 [
                     [
-                        str(r["index"]),
-                        md_escape(r.get("id") if r.get("id") is not None else ""),
-                        _f(r.get("base_nll")),
-                        _f(r.get("finetuned_nll")),
-                        "+" + _f((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)),
-                        md_escape(r.get("text") or "", MD_TEXT_CHARS),
+                        str(r.index),
+                        md_escape(_id_text(r)),
+                        _f(r.base_nll),
+                        _f(r.finetuned_nll),
+                        "+" + _f(r.change),
+                        md_escape(r.text or "", MD_TEXT_CHARS),
                     ]
                     for r in reg
                 ],
@@ -683,11 +692,11 @@ def _md_regressed(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _md_clusters(report: Mapping[str, Any]) -> list[str]:
+def _md_clusters(report: Report) -> list[str]:
     """How the rows were clustered, and one table line per cluster."""
     lines = ["", "## Clusters", ""]
-    clusters = _clusters(report)
-    lines += [md_escape((report.get("clustering") or {}).get("how", "")) + ".", ""]
+    clusters = report.clusters
+    lines += [md_escape(_clustering_how(report)) + ".", ""]
     if clusters:
         lines.append(
             _md_table(
@@ -709,7 +718,7 @@ def _md_clusters(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
+def _md_top_rows(shown: Sequence[RankedRow]) -> list[str]:
     """The most harmful training rows."""
     lines = ["", "## Top rows", ""]
     if shown:
@@ -718,14 +727,14 @@ def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
                 ["rank", "row", "id", "harm", "cluster", "findings", "text", "per regressed item"],
                 [
                     [
-                        str(e.get("rank")),
-                        str(e["index"]),
-                        md_escape(e.get("id") if e.get("id") is not None else ""),
-                        _f(e.get("score")),
-                        f"C{e['cluster']}" if e.get("cluster") is not None else "—",
-                        md_escape(", ".join(e.get("findings") or [])),
-                        md_escape(e.get("text") if e.get("text") is not None else "(text not saved)", MD_TEXT_CHARS),
-                        "; ".join(f"{c['item']}: {_f(c['score'])}" for c in (e.get("contributions") or [])[:6]),
+                        str(e.rank),
+                        str(e.index),
+                        md_escape(_id_text(e)),
+                        _f(e.score),
+                        f"C{e.cluster}" if e.cluster is not None else "—",
+                        md_escape(", ".join(e.findings or [])),
+                        md_escape(e.text if e.text is not None else "(text not saved)", MD_TEXT_CHARS),
+                        "; ".join(f"{c.item}: {_f(c.score)}" for c in (e.contributions or [])[:6]),
                     ]
                     for e in shown
                 ],
@@ -734,10 +743,10 @@ def _md_top_rows(shown: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _md_findings(report: Mapping[str, Any]) -> list[str]:
+def _md_findings(report: Report) -> list[str]:
     """diagnose's setup findings."""
     lines = ["", "## Setup findings", ""]
-    findings = _findings(report)
+    findings = report.findings
     if findings:
         lines.append(
             _md_table(
@@ -760,29 +769,29 @@ def _md_findings(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _md_generations(report: Mapping[str, Any]) -> list[str]:
+def _md_generations(report: Report) -> list[str]:
     """Generated completions (a note) and the base vs fine-tune continuations of the regressed items."""
     out = []
-    g = (report.get("settings") or {}).get("eval_generation") or {}
+    g = report.settings.get("eval_generation") or {}
     if g:
         cut = ", cut where the fine-tune departs" if g.get("cut") else ""
         out += ["", f"_{g.get('rows')} eval rows had only a prompt: their completions (marked generated in "
                 f"report.json) were written by the base model ({md_escape(g.get('how'))}, at most "
                 f"{g.get('max_new_tokens')} tokens{cut})._"]  # fmt: skip
-    reg = [r for r in report.get("regressed") or [] if isinstance(r.get("generations"), Mapping)]
+    reg = [r for r in report.regressed if isinstance(r.generations, Mapping)]
     if reg:
-        reg = sorted(reg, key=lambda r: -((r.get("finetuned_nll") or 0) - (r.get("base_nll") or 0)))
+        reg = _most_regressed_first(reg)
         out += ["", "## Base vs fine-tune", "", "Greedy continuations of each regressed item's prompt.", ""]
         out.append(
             _md_table(
                 ["eval row", "id", "eval item", "base model continues", "fine-tune continues"],
                 [
                     [
-                        str(r["index"]),
-                        md_escape(r.get("id") if r.get("id") is not None else ""),
-                        md_escape(r.get("text") or "", MD_TEXT_CHARS),
-                        md_escape(r["generations"].get("base", ""), MD_TEXT_CHARS),
-                        md_escape(r["generations"].get("finetuned", ""), MD_TEXT_CHARS),
+                        str(r.index),
+                        md_escape(_id_text(r)),
+                        md_escape(r.text or "", MD_TEXT_CHARS),
+                        md_escape((r.generations or {}).get("base", ""), MD_TEXT_CHARS),
+                        md_escape((r.generations or {}).get("finetuned", ""), MD_TEXT_CHARS),
                     ]
                     for r in reg
                 ],
@@ -791,11 +800,11 @@ def _md_generations(report: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _md_token_harm(shown: Sequence[Mapping[str, Any]]) -> list[str]:
+def _md_token_harm(shown: Sequence[RankedRow]) -> list[str]:
     """The three highest-harm tokens of each shown row split by token."""
     from gradian.attribute.tokens import top_tokens
 
-    rows = [e for e in shown if e.get("token_harm")]
+    rows = [e for e in shown if e.token_harm]
     if not rows:
         return []
     return [
@@ -808,10 +817,10 @@ def _md_token_harm(shown: Sequence[Mapping[str, Any]]) -> list[str]:
             ["rank", "row", "harm", "most harmful tokens"],
             [
                 [
-                    str(e.get("rank")),
-                    str(e["index"]),
-                    _f(e.get("score")),
-                    ", ".join(f"{md_escape(repr(t))} {_f(h)}" for t, h in top_tokens(e["token_harm"])),
+                    str(e.rank),
+                    str(e.index),
+                    _f(e.score),
+                    ", ".join(f"{md_escape(repr(t))} {_f(h)}" for t, h in top_tokens(e.token_harm or [])),
                 ]
                 for e in rows
             ],
@@ -846,29 +855,25 @@ def _clean(o: Any) -> Any:
     return o
 
 
-def render_all(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
+def render_all(report: Report | Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
     """Write report.html, report.md, report.json (and drop_rows.txt / drop_rows.json when the verdict names rows to
     drop; stale drop files are removed otherwise) into ``out_dir``. Returns name -> path."""
+    report = as_report(report)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"html": out / "report.html", "md": out / "report.md", "json": out / "report.json"}
     paths["html"].write_text(render_html(report), encoding="utf-8")
     paths["md"].write_text(render_markdown(report), encoding="utf-8")
-    data = json.loads(json.dumps(report, default=_json_default))
+    data = json.loads(json.dumps(report.to_dict(), default=_json_default))
     paths["json"].write_text(json.dumps(_clean(data), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    v = report.get("verdict") or {}
-    drop = [int(r) for r in v.get("drop_rows") or []]
+    v = report.verdict or Verdict("", "unknown", "")
+    drop = [int(r) for r in v.drop_rows]
     txt, js = out / "drop_rows.txt", out / "drop_rows.json"
     if drop:
         txt.write_text("".join(f"{r}\n" for r in drop), encoding="utf-8")
         js.write_text(
             json.dumps(
-                {
-                    "rows": drop,
-                    "ids": list(v.get("drop_ids") or []),
-                    "reason": v.get("headline"),
-                    "clusters": v.get("culprit_clusters") or [],
-                },
+                {"rows": drop, "ids": list(v.drop_ids), "reason": v.headline, "clusters": v.culprit_clusters},
                 indent=2,
                 default=str,
             )
@@ -882,4 +887,4 @@ def render_all(report: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path
     return paths
 
 
-__all__ = ["render_all", "render_html", "render_markdown", "md_escape", "plots"]
+__all__ = ["as_report", "confidence_text", "md_escape", "plots", "render_all", "render_html", "render_markdown"]

@@ -1,20 +1,195 @@
-"""The report's typed schema: the parts of report.json that more than one module writes or reads.
+"""The report's typed schema: report.json as dataclasses, shared by build, render, verdict and verify.
 
-A diagnose finding is :class:`gradian.diagnose.types.Finding` (written by diagnose, read back here with
-``Finding.from_dict``). A cluster is :class:`Cluster`: :func:`gradian.report.clusters.summarize_clusters` makes them and
-the renderers read them. ``to_dict`` gives exactly the dict report.json holds; ``from_dict`` reads one back (a report
-is read, not trusted: a missing field takes the value an empty cluster has).
+:class:`Report` is report.json: attribute's result (``method``, ``settings``, ``options``, ``examples`` as
+:class:`RankedRow`, ``regressed`` / ``eval`` as :class:`EvalItem`) joined with what the report layer derives
+(``clusters`` as :class:`Cluster`, ``clustering``, ``findings`` as :class:`gradian.diagnose.types.Finding`,
+``verdict`` as :class:`gradian.report.verdict_schema.Verdict`, ``logs``). In-process code reads attributes; the
+one ``to_dict`` / ``from_dict`` pair writes and reads report.json.
+
+A report is read, not trusted: a missing field takes the value an empty report has, and a key this version does not
+type is kept as it was (``extra``). The objects whose keys are open (:class:`Record`) write them back in the order
+they were read, new ones after, so a report.json read and written again is the same file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from gradian.diagnose.types import Finding, Fix
+from gradian.options.attribute import AttributeOptions, report_options
+from gradian.report.record import Record
+from gradian.report.verdict_schema import Verdict
 
-__all__ = ["Cluster", "ClusterFinding", "Finding", "Fix"]
+__all__ = ["Cluster", "ClusterFinding", "ClusterMap", "ClusteringInfo", "Contribution", "EvalItem", "Finding", "Fix",
+           "LogPoint", "RankedRow", "Record", "Report", "TrainerLog", "Verdict"]  # fmt: skip
+
+SCHEMA = "gradian.report/1"
+
+
+@dataclass
+class Contribution(Record):
+    """One regressed item's part of a shown row's harm."""
+
+    item: int
+    score: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Contribution:
+        return cls._read(data, item=data.get("item"), score=data.get("score"))
+
+
+@dataclass
+class RankedRow(Record):
+    """A training row in the ranking (report.json ``examples``): attribute's score and rank, and what the report
+    adds (cluster, finding codes; for the shown rows their text and per-item contributions)."""
+
+    index: int
+    id: Any = None
+    score: float | None = None
+    rank: int | None = None
+    token_harm: list[Any] | None = None  # [[token text, harm or None], ...] (the top rows)
+    cluster: int | None = None
+    findings: list[str] | None = None
+    text: str | None = None
+    contributions: list[Contribution] | None = None
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("cluster", "findings", "text", "contributions")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RankedRow:
+        contributions = data.get("contributions")
+        return cls._read(
+            data,
+            index=int(data["index"]),
+            id=data.get("id"),
+            score=data.get("score"),
+            rank=data.get("rank"),
+            token_harm=data.get("token_harm"),
+            cluster=data.get("cluster"),
+            findings=data.get("findings"),
+            text=data.get("text"),
+            contributions=None if contributions is None else [Contribution.from_dict(c) for c in contributions],
+        )
+
+
+@dataclass
+class EvalItem(Record):
+    """An eval item as attribute measured it (report.json ``regressed`` and ``eval``), with its text once built."""
+
+    index: int
+    id: Any = None
+    base_nll: float | None = None
+    finetuned_nll: float | None = None
+    delta: float | None = None
+    relative: float | None = None
+    n_tokens: int | None = None
+    regressed: bool | None = None
+    generated: str | None = None  # how the base model wrote its completion, for a prompt-only row
+    generations: dict[str, str] | None = None  # {"base", "finetuned"} continuations of its prompt
+    text: str | None = None
+
+    @property
+    def change(self) -> float:
+        """The NLL rise (fine-tuned minus base; a missing NLL counts as 0)."""
+        return (self.finetuned_nll or 0) - (self.base_nll or 0)
+
+    @property
+    def label(self) -> str:
+        """Its id, else ``#index``."""
+        return str(self.id if self.id is not None else f"#{self.index}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalItem:
+        gens = data.get("generations")
+        return cls._read(
+            data,
+            index=int(data["index"]),
+            id=data.get("id"),
+            base_nll=data.get("base_nll"),
+            finetuned_nll=data.get("finetuned_nll"),
+            delta=data.get("delta"),
+            relative=data.get("relative"),
+            n_tokens=data.get("n_tokens"),
+            regressed=data.get("regressed"),
+            generated=data.get("generated"),
+            generations=dict(gens) if isinstance(gens, Mapping) else gens,
+            text=data.get("text"),
+        )
+
+
+@dataclass
+class LogPoint(Record):
+    """One logged trainer step."""
+
+    step: int
+    epoch: float | None = None
+    loss: float | None = None
+    eval_loss: float | None = None
+    grad_norm: float | None = None
+    learning_rate: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogPoint:
+        return cls._read(data, **{k: data.get(k) for k in cls.typed()})
+
+
+@dataclass
+class TrainerLog(Record):
+    """The trainer's logged curve (report.json ``logs``)."""
+
+    ALWAYS = frozenset({"source", "total_steps", "points"})
+
+    source: str | None = None
+    total_steps: int | None = None
+    points: list[LogPoint] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainerLog:
+        points = [LogPoint.from_dict(p) for p in data.get("points") or [] if p.get("step") is not None]
+        return cls._read(data, source=data.get("source"), total_steps=data.get("total_steps"), points=points)
+
+
+@dataclass
+class ClusterMap(Record):
+    """The 2-D map of the rows (report.json ``clustering.map``): row, coordinates and cluster of each point."""
+
+    how: str | None = None
+    index: list[int] | None = None
+    x: list[float] | None = None
+    y: list[float] | None = None
+    cluster: list[int | None] | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterMap:
+        return cls._read(data, **{k: data.get(k) for k in cls.typed()})
+
+
+@dataclass
+class ClusteringInfo(Record):
+    """How the rows were clustered (report.json ``clustering``)."""
+
+    ALWAYS = frozenset({"how", "k"})
+    FITTED: ClassVar[tuple[str, ...]] = ("how", "k", "silhouette", "silhouette_by_k", "map")
+
+    how: str = ""
+    k: int = 0
+    silhouette: float | None = None
+    silhouette_by_k: dict[str, float] | None = None
+    map: ClusterMap | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusteringInfo:
+        m = data.get("map")
+        return cls._read(
+            data,
+            how=str(data.get("how") or ""),
+            k=data.get("k"),
+            silhouette=data.get("silhouette"),
+            silhouette_by_k=data.get("silhouette_by_k"),
+            map=ClusterMap.from_dict(m) if isinstance(m, Mapping) else m,
+        )
 
 
 @dataclass
@@ -78,3 +253,61 @@ class Cluster:
             terms=[str(t) for t in data.get("terms") or []],
             findings=[ClusterFinding.from_dict(f) for f in data.get("findings") or []],
         )
+
+
+@dataclass
+class Report(Record):
+    """report.json: attribute's result and, once built (:func:`gradian.report.build.build_report`), the clusters,
+    findings, verdict and logs joined to it."""
+
+    DERIVED: ClassVar[tuple[str, ...]] = ("clusters", "clustering", "findings", "verdict", "logs", "n_rows")
+
+    schema: str | None = None
+    method: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # attribute's settings and results (paths, rule, ...)
+    options: AttributeOptions | None = None
+    no_regression: bool | None = None
+    examples: list[RankedRow] = field(default_factory=list)
+    regressed: list[EvalItem] = field(default_factory=list)
+    eval: list[EvalItem] | None = None
+    n_rows: int | None = None
+    clusters: list[Cluster] = field(default_factory=list)
+    clustering: ClusteringInfo | None = None
+    findings: list[Finding] = field(default_factory=list)
+    verdict: Verdict | None = None
+    logs: TrainerLog | None = None
+
+    def attribute_options(self) -> AttributeOptions:
+        """The options the report was made with: ``options``, or for an older report.json without them, the option
+        values its ``settings`` recorded (the rest at their defaults)."""
+        return self.options if self.options is not None else report_options({"settings": self.settings})
+
+    @property
+    def row_count(self) -> int:
+        """The training rows scored (``n_rows``, else the ranked rows)."""
+        return self.n_rows if self.n_rows is not None else len(self.examples)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """report.json read back (attribute's result, or a built report); older files load (missing keys empty)."""
+        options = data.get("options")
+        settings = data.get("settings")
+        clustering, verdict, logs = data.get("clustering"), data.get("verdict"), data.get("logs")
+        typed: dict[str, Any] = {
+            "schema": data.get("schema"),
+            "method": data.get("method"),
+            "settings": dict(settings) if isinstance(settings, Mapping) else {},
+            "no_regression": data.get("no_regression"),
+            "examples": [RankedRow.from_dict(e) for e in data.get("examples") or []],
+            "regressed": [EvalItem.from_dict(r) for r in data.get("regressed") or []],
+            "eval": None if data.get("eval") is None else [EvalItem.from_dict(r) for r in data["eval"]],
+            "n_rows": data.get("n_rows"),
+            "clusters": [Cluster.from_dict(c) for c in data.get("clusters") or []],
+            "clustering": ClusteringInfo.from_dict(clustering) if isinstance(clustering, Mapping) else None,
+            "findings": [Finding.from_dict(f) for f in data.get("findings") or []],
+            "verdict": Verdict.from_dict(verdict) if isinstance(verdict, Mapping) else None,
+            "logs": TrainerLog.from_dict(logs) if isinstance(logs, Mapping) else None,
+        }
+        if isinstance(options, Mapping):
+            typed["options"] = AttributeOptions.from_dict(options)
+        return cls._read(data, **typed)

@@ -23,15 +23,17 @@ The thresholds live in :class:`gradian.report.culprits.CulpritPolicy`, recorded 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gradian.attribute.regression import describe_change
+from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import pct as _pct  # (lead: rename the calls to pct on merge)
-from gradian.report.clusters import finding_title, finding_train_rows
-from gradian.report.culprits import CulpritPolicy, find_culprits
+from gradian.report.culprits import CulpritPolicy, Culprits, find_culprits
+from gradian.report.schema import Cluster, RankedRow
+from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
 
 SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
@@ -50,74 +52,65 @@ def _join(items: Sequence[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def setup_errors(findings: Sequence[Mapping[str, Any]], n_rows: int) -> list[Mapping[str, Any]]:
+def typed_findings(findings: Sequence[Finding | Mapping[str, Any]]) -> list[Finding]:
+    """Findings as :class:`Finding` (report.json's dicts read back)."""
+    return [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
+
+
+def setup_errors(findings: Sequence[Finding | Mapping[str, Any]], n_rows: int) -> list[Finding]:
     """ERROR findings that make attribution unreliable: config/log errors (no rows), or row errors covering at least
     ``SETUP_ROW_SHARE`` of the training rows."""
     out = []
-    for f in findings:
-        if str(f.get("severity", "")).lower() != "error":
+    for f in typed_findings(findings):
+        if f.severity is not Severity.ERROR:
             continue
-        rows = finding_train_rows(f)
-        ev = f.get("evidence") or {}
-        has_rows = bool(rows) or bool(isinstance(ev, Mapping) and ev.get("rows"))
+        rows = f.train_rows()
+        has_rows = bool(rows) or bool(f.evidence.get("rows"))
         if not has_rows or (n_rows and len(set(rows)) >= SETUP_ROW_SHARE * n_rows):
             out.append(f)
     return out
 
 
-def _config_change(f: Mapping[str, Any]) -> dict[str, Any]:
-    ev = f.get("evidence") or {}
-    ev = ev if isinstance(ev, Mapping) else {}
-    return {
-        "code": f.get("code"),
-        "name": f.get("name"),
-        "key": ev.get("key"),
-        "value": ev.get("value"),
-        "fix": f.get("fix"),
-    }
+def _config_change(f: Finding) -> ConfigChange:
+    fix = f.fix.to_dict() if f.fix is not None else None
+    return ConfigChange(f.code, f.name, f.evidence.get("key"), f.evidence.get("value"), fix)
 
 
-def _fix_text(f: Mapping[str, Any]) -> str:
-    """A finding's fix as one sentence (diagnose writes ``{"text", "key", "value", "command"}``; a str works too)."""
-    fix = f.get("fix")
-    if isinstance(fix, Mapping):
-        text = str(fix.get("text") or "").rstrip(".")
-        if fix.get("key") and fix.get("value") is not None:
-            text += f" (set {fix['key']} to {fix['value']})"
-        return text
-    return str(fix or "").rstrip(".")
+def _fix_text(fix: Fix | None) -> str:
+    """A fix as one sentence (its text, and the config change when there is one)."""
+    return fix.sentence() if fix is not None else ""
 
 
-def _fix_sentence(f: Mapping[str, Any]) -> str:
+def _fix_sentence(f: Finding) -> str:
     ch = _config_change(f)
-    where = f" (config key `{ch['key']}`" + (f", now {ch['value']!s}" if ch["value"] is not None else "") + ")"
-    where = where if ch["key"] else ""
-    fix = _fix_text(f)
-    return f"{finding_title(f)}{where}" + (f": {fix}" if fix else "")
+    where = f" (config key `{ch.key}`" + (f", now {ch.value!s}" if ch.value is not None else "") + ")"
+    where = where if ch.key else ""
+    fix = _fix_text(f.fix)
+    return f"{f.title}{where}" + (f": {fix}" if fix else "")
 
 
 @dataclass
 class _Draft:
-    """The verdict while it is being written: sentences and next steps accumulate here."""
+    """The verdict while it is being written: sentences and next steps accumulate in ``verdict``."""
 
-    errors: list[Mapping[str, Any]]
-    findings: Sequence[Mapping[str, Any]]
-    base: dict[str, Any]
-    sentences: list[str] = field(default_factory=list)
-    next_steps: list[str] = field(default_factory=list)
+    errors: list[Finding]
+    findings: list[Finding]
+    verdict: Verdict
 
-    def done(self, kind: str, cause: str, headline: str, explained: Set[str] = frozenset(), **extra: Any) -> dict:
+    @property
+    def sentences(self) -> list[str]:
+        return self.verdict.sentences
+
+    @property
+    def next_steps(self) -> list[str]:
+        return self.verdict.next_steps
+
+    def done(self, kind: str, cause: str, headline: str, explained: Set[str] = frozenset()) -> Verdict:
         """Close the verdict: row-level errors not explained by a culprit group are still worth fixing."""
-        explained = {str(f.get("code")) for f in self.errors} | set(explained)
-        other = [
-            f for f in self.findings
-            if str(f.get("severity", "")).lower() == "error" and str(f.get("code")) not in explained
-        ]  # fmt: skip
+        explained = {f.code for f in self.errors} | set(explained)
+        other = [f for f in self.findings if f.severity is Severity.ERROR and f.code not in explained]
         if other:
-            parts = [
-                finding_title(f) + (f" ({len(set(finding_train_rows(f)))} rows)" if finding_train_rows(f) else "")
-                for f in other
-            ]
+            parts = [f.title + (f" ({len(set(f.train_rows()))} rows)" if f.train_rows() else "") for f in other]
             self.sentences.append(
                 f"Separately, diagnose found {_join(parts)}: "
                 + ("it does" if len(other) == 1 else "they do")
@@ -126,27 +119,24 @@ class _Draft:
                 + " before the next run."
             )
             for f in other:
-                if f.get("fix"):
-                    self.next_steps.append(f"Fix {finding_title(f)}: {_fix_text(f)}.")
-        out = {**self.base, "kind": kind, "cause": cause, "headline": headline, **extra}
-        out["sentences"] = self.sentences
-        out["next_steps"] = self.next_steps
-        out["text"] = " ".join(self.sentences)
-        return out
+                if f.fix is not None:
+                    self.next_steps.append(f"Fix {f.title}: {_fix_text(f.fix)}.")
+        self.verdict.kind, self.verdict.cause, self.verdict.headline = kind, cause, headline
+        return self.verdict
 
 
-def _confidence(stability: float | None) -> dict[str, Any]:
+def _confidence(stability: float | None) -> Confidence:
     if stability is None:
-        return {"stability": None, "level": "unmeasured"}
+        return Confidence(None, "unmeasured")
     level = "high" if stability >= 0.8 else "medium" if stability >= 0.6 else "low"
-    return {"stability": round(float(stability), 4), "level": level}
+    return Confidence(round(float(stability), 4), level)
 
 
 def make_verdict(
-    clusters: Sequence[Mapping[str, Any]],
-    findings: Sequence[Mapping[str, Any]],
-    examples: Sequence[Mapping[str, Any]],
-    regressed: Sequence[Mapping[str, Any]],
+    clusters: Sequence[Cluster],
+    findings: Sequence[Finding | Mapping[str, Any]],
+    examples: Sequence[RankedRow | Mapping[str, Any]],
+    regressed: Sequence[Any],
     *,
     n_rows: int | None = None,
     item_scores: np.ndarray | None = None,
@@ -156,46 +146,35 @@ def make_verdict(
     policy: CulpritPolicy | None = None,
     embeddings: np.ndarray | None = None,
     embedding_rows: Sequence[int] | None = None,
-) -> dict[str, Any]:
-    """Decide what the report says. ``examples`` are report.json's ``{"index", "id", "score"}`` rows; ``clusters``
-    are ``build_report``'s cluster dicts (only named, for the cluster table); ``item_scores`` is the per-item harm of
-    the regressed items (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is
-    attribute's ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows'
-    gradient directions (row j is training row ``embedding_rows[j]``, default j), which culprit groups extend along.
+) -> Verdict:
+    """Decide what the report says. ``examples`` are the ranked rows (:class:`RankedRow`, or report.json's
+    ``{"index", "id", "score"}``); ``clusters`` the report's clusters (only named, for the cluster table);
+    ``regressed`` the regressed items (only counted); ``item_scores`` is the per-item harm of the regressed items
+    (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is attribute's
+    ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows' gradient
+    directions (row j is training row ``embedding_rows[j]``, default j), which culprit groups extend along.
 
-    Returns ``{"kind", "cause", "reliable", "confidence", "headline", "sentences", "text", "next_steps", "groups",
-    "culprit_clusters", "drop_rows", "drop_ids", "config_changes", "criterion", "policy", "how"}``; ``kind`` is one
-    of ``no_regression``, ``no_harm``, ``concentrated``, ``spread``; ``cause`` one of ``mechanical``, ``content``,
-    ``mechanical+content``, ``setup``, ``unknown``.
+    Returns the :class:`Verdict`; its ``kind`` is one of ``no_regression``, ``no_harm``, ``concentrated``,
+    ``spread``; ``cause`` one of ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
     """
     policy = policy or CulpritPolicy()
-    n_rows = n_rows if n_rows is not None else len(examples)
-    rows = [int(e["index"]) for e in examples]
-    scores = {int(e["index"]): float(e.get("score") or 0.0) for e in examples}
-    ids = {int(e["index"]): e.get("id") for e in examples}
-    errors = setup_errors(findings, n_rows)
-    draft = _Draft(
-        errors,
-        findings,
-        {
-            "reliable": not errors,
-            "criterion": criterion_text(policy),
-            "policy": policy.to_dict(),
-            "confidence": _confidence(None),
-            "groups": [],
-            "culprit_clusters": [],
-            "drop_rows": [],
-            "drop_ids": [],
-            "config_changes": [_config_change(f) for f in errors],
-        },
-    )
+    rows_ = [e if isinstance(e, RankedRow) else RankedRow.from_dict(e) for e in examples]
+    fs = typed_findings(findings)
+    n_rows = n_rows if n_rows is not None else len(rows_)
+    rows = [e.index for e in rows_]
+    scores = {e.index: float(e.score or 0.0) for e in rows_}
+    ids = {e.index: e.id for e in rows_}
+    errors = setup_errors(fs, n_rows)
+    verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.to_dict(),
+                      config_changes=[_config_change(f) for f in errors])  # fmt: skip
+    draft = _Draft(errors, fs, verdict)
     if errors:
-        names = _join([finding_title(f) for f in errors])
+        names = _join([f.title for f in errors])
         draft.sentences.append(
             f"Fix the setup first: {len(errors)} setup error{'s' if len(errors) > 1 else ''} ({names}) "
             f"make{'s' if len(errors) == 1 else ''} this attribution unreliable, so read the ranking below with care."
         )
-        draft.next_steps += ["Fix " + _fix_sentence(f) + "." for f in errors]
+        draft.next_steps.extend("Fix " + _fix_sentence(f) + "." for f in errors)
     setup_cause = "setup" if errors else "unknown"
 
     if not regressed:
@@ -216,13 +195,15 @@ def make_verdict(
 
     S = _aligned_item_scores(item_scores, item_rows, rows)
     emb = _aligned_embeddings(embeddings, embedding_rows, rows)
+    fdicts = [f.to_dict() for f in fs]  # find_culprits reads report.json's finding dicts
     found = find_culprits(
-        S, np.array([scores[r] for r in rows]), rows, findings=findings, texts=texts, embeddings=emb, policy=policy
+        S, np.array([scores[r] for r in rows]), rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy
     )
-    draft.base["confidence"] = _confidence(found.stability)
-    draft.base["how"] = found.to_dict() | {"head": found.head[:200]}
+    verdict.confidence = _confidence(found.stability)
+    verdict.how = Decision.from_dict(found.to_dict() | {"head": found.head[:200]})
     if found.concentrated:
-        return _concentrated(draft, found, clusters, scores, ids, n_rows, n_reg)
+        typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
+        return _concentrated(draft, found, typed_of, clusters, ids, n_rows, n_reg)
     return _spread(draft, found, n_reg, setup_cause)
 
 
@@ -248,7 +229,7 @@ def criterion_text(policy: CulpritPolicy) -> str:
     )
 
 
-def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_cause: str) -> dict[str, Any]:
+def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_cause: str) -> Verdict:
     """The verdict when no item regressed: nothing rose, or nothing rose beyond the fine-tune's drift."""
     reg = regression or {}
     if reg.get("rose"):
@@ -300,95 +281,95 @@ def _aligned_embeddings(
     return out
 
 
-def _concentrated(draft, found, clusters, scores, ids, n_rows: int, n_reg: str) -> dict[str, Any]:
+def _concentrated(
+    draft: _Draft,
+    found: Culprits,
+    typed_of: Mapping[int, Finding],
+    clusters: Sequence[Cluster],
+    ids: Mapping[int, Any],
+    n_rows: int,
+    n_reg: str,
+) -> Verdict:
     """The verdict when culprit rows were found: the rows, their groups, the cause, how sure."""
-    head, groups = found.head, found.groups
-    conf = draft.base["confidence"]
+    v = draft.verdict
+    head = found.head
+    groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
     sure = {
         "high": "resampling the regressed items finds the same rows (confidence: high",
         "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
         "low": "resampling the regressed items often finds other rows (confidence: low",
         "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
-    }[conf["level"]]
-    agree = f", agreement {conf['stability']:.2f})" if conf["stability"] is not None else ")"
+    }[v.confidence.level]
+    agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
     draft.sentences.append(
         f"{_rows_word(len(head)).capitalize()} ({_pct(len(head) / n_rows if n_rows else 0)} of the training data) "
         f"carry {_pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows"
         + (
             f" ({joined} of them joined because their gradient points the way the group's does)"
-            if (joined := sum(g.by_direction for g in groups))
+            if (joined := sum(vg.by_direction for _, vg in groups))
             else ""
         )
         + f", and {sure}{agree}."
     )
     explained: set[str] = set()
     fixes: list[str] = []
-    for i, g in enumerate(groups, start=1):
-        who = f"Group {i} ({_rows_word(len(g.rows))}, {_pct(g.harm_share)} of the harm)" if len(groups) > 1 else ""
-        if g.cause == "mechanical" and g.finding is not None:
-            also = [sh for sh in g.shared if sh.get("code") != g.finding.get("code")]
-            explained |= {str(g.finding.get("code"))} | {str(sh.get("code")) for sh in also}
-            names = _join([finding_title(g.finding)] + [finding_title(sh) for sh in also])
+    for i, (g, vg) in enumerate(groups, start=1):
+        who = f"Group {i} ({_rows_word(len(vg.rows))}, {_pct(vg.harm_share)} of the harm)" if len(groups) > 1 else ""
+        if vg.cause == "mechanical" and g.finding is not None:
+            main = typed_of.get(id(g.finding)) or Finding.from_dict(g.finding)
+            also = [sh for sh in vg.shared if sh.code != main.code]
+            explained |= {main.code} | {str(sh.code) for sh in also}
+            names = _join([main.title] + [sh.title for sh in also])
             draft.sentences.append(
                 (f"{who} looks mechanical" if who else "The cause looks mechanical")
                 + f": diagnose flags {'them' if who else 'these rows'} as {names}."
             )
-            for f in [g.finding, *also]:
-                step = f"Fix {finding_title(f)}: {_fix_text(f)}." if f.get("fix") else ""
+            traits = [(main.title, main.fix)] + [(sh.title, Fix.from_dict(sh.fix) if sh.fix else None) for sh in also]
+            for title, fix in traits:
+                step = f"Fix {title}: {_fix_text(fix)}." if fix is not None else ""
                 if step and step not in fixes:
                     fixes.append(step)
             continue
-        about = f" (rows about {' / '.join(g.terms)})" if g.terms else ""
+        about = f" (rows about {' / '.join(vg.terms)})" if vg.terms else ""
         draft.sentences.append(
             (f"{who} carries" if who else "They carry")
             + f" no mechanical setup finding, so the cause looks like content{about}."
         )
-        for sh in g.shared:
+        for sh in vg.shared:
             draft.sentences.append(
-                f"What they have in common: {100 * sh['share']:.0f}% of them are flagged by diagnose as "
-                f"{finding_title(sh)}."
+                f"What they have in common: {100 * sh.share:.0f}% of them are flagged by diagnose as {sh.title}."
             )
-            explained.add(str(sh.get("code")))
-    draft.next_steps += fixes  # a mechanical cause is fixed first
+            explained.add(str(sh.code))
+    draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
     draft.next_steps.append(
         f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
     )
-    for g in groups:
-        for sh in g.shared if g.cause == "content" else ():
-            if sh.get("fix"):
-                draft.next_steps.append(f"Fix {finding_title(sh)}: {_fix_text(sh)}.")
-    causes = {g.cause for g in groups}
+    for _, vg in groups:
+        for sh in vg.shared if vg.cause == "content" else ():
+            if sh.fix:
+                draft.next_steps.append(f"Fix {sh.title}: {_fix_text(Fix.from_dict(sh.fix))}.")
+    causes = {vg.cause for _, vg in groups}
     cause = "mechanical+content" if len(causes) > 1 else (causes.pop() if causes else "content")
     head_set = set(head)
-    culprit_clusters = [
-        int(c["id"]) for c in clusters if c.get("rows") and len(head_set & set(c["rows"])) >= 0.5 * len(c["rows"])
-    ]
-    return draft.done(
-        "concentrated",
-        cause,
-        f"{_rows_word(len(head)).capitalize()} explain {_pct(found.head_share)} of the regression ({cause}).",
-        explained,
-        groups=[g.to_dict() for g in groups],
-        culprit_clusters=culprit_clusters,
-        drop_rows=list(head),
-        drop_ids=[ids.get(r) for r in head],
-    )
+    v.groups = [vg for _, vg in groups]
+    v.culprit_clusters = [c.id for c in clusters if c.rows and len(head_set & set(c.rows)) >= 0.5 * len(c.rows)]
+    v.drop_rows = list(head)
+    v.drop_ids = [ids.get(r) for r in head]
+    headline = f"{_rows_word(len(head)).capitalize()} explain {_pct(found.head_share)} of the regression ({cause})."
+    return draft.done("concentrated", cause, headline, explained)
 
 
-def _spread(draft, found, n_reg: str, setup_cause: str) -> dict[str, Any]:
+def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str) -> Verdict:
     """The verdict when no group of rows explains the regression: say why, and what to try instead."""
     draft.sentences.append(
         f"The harm to the {n_reg} is spread: {found.reason}. No group of rows explains the regression, so no rows "
         "are named to drop."
     )
     if not draft.errors:
-        warn = [
-            f for f in draft.findings
-            if str(f.get("severity", "")).lower() == "warning" and not finding_train_rows(f)
-        ]  # fmt: skip
+        warn = [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
         if warn:
             draft.next_steps.append(
-                "Check the setup warnings (" + _join([finding_title(f) for f in warn]) + "): a regression spread "
+                "Check the setup warnings (" + _join([f.title for f in warn]) + "): a regression spread "
                 "over all the data often comes from how it was trained (learning rate, epochs) rather than from rows."
             )
         else:

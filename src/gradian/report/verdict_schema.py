@@ -1,0 +1,200 @@
+"""The verdict, typed (report.json ``verdict``): what :func:`gradian.report.verdict.make_verdict` decides, what the
+renderers show and what ``gradian verify`` drops. ``to_dict`` writes report.json's keys in their order; ``from_dict``
+reads a verdict back (missing keys empty: an older report loads)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gradian.report.record import Record
+
+
+def _ints(v: Any) -> list[int]:
+    return [int(r) for r in v or []]
+
+
+@dataclass
+class Confidence:
+    """How sure: the resampled heads' mean agreement with the head, and its level."""
+
+    stability: float | None = None
+    level: str = "unmeasured"  # high | medium | low | unmeasured
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stability": self.stability, "level": self.level}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Confidence:
+        return cls(data.get("stability"), str(data.get("level") or "unmeasured"))
+
+
+@dataclass
+class SharedFinding(Record):
+    """A finding as a culprit group's shared trait: how many of the group's rows it flags, and its fix (or, as a
+    group's defining ``finding``, its code and name only)."""
+
+    code: str | None = None
+    name: str | None = None
+    count: int = 0
+    share: float = 0.0
+    fix: Any = None  # the finding's fix as report.json holds it
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SharedFinding:
+        return cls._read(data, **{k: data.get(k, cls.default_of(k)) for k in cls.typed()})
+
+    @property
+    def title(self) -> str:
+        """``truncation (D106 truncation)``, as :attr:`gradian.diagnose.types.Finding.title`."""
+        code = self.code or "?"
+        return f"{self.name.replace('_', ' ')} ({code} {self.name})" if self.name else code
+
+
+@dataclass
+class VerdictGroup(Record):
+    """Culprit rows that share one thing (:class:`gradian.report.culprits.Group` as report.json holds it; keys it
+    gains later are kept)."""
+
+    cause: str = ""  # mechanical | content
+    rows: list[int] = field(default_factory=list)  # most harmful first
+    size: int = 0
+    harm_share: float = 0.0
+    finding: SharedFinding | None = None  # the mechanical finding that defines it (code and name)
+    shared: list[SharedFinding] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)
+    by_direction: int = 0  # rows that joined it by their gradient direction
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
+        f = data.get("finding")
+        return cls._read(
+            data,
+            cause=str(data.get("cause") or ""),
+            rows=_ints(data.get("rows")),
+            size=data.get("size", len(data.get("rows") or [])),
+            harm_share=data.get("harm_share") or 0.0,
+            finding=SharedFinding.from_dict(f) if isinstance(f, Mapping) else None,
+            shared=[SharedFinding.from_dict(s) for s in data.get("shared") or []],
+            terms=[str(t) for t in data.get("terms") or []],
+            by_direction=data.get("by_direction") or 0,
+        )
+
+
+@dataclass
+class ConfigChange:
+    """A setup error's config key, its value now, and the fix."""
+
+    code: str | None
+    name: str | None
+    key: str | None
+    value: Any
+    fix: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "name": self.name, "key": self.key, "value": self.value, "fix": self.fix}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConfigChange:
+        return cls(data.get("code"), data.get("name"), data.get("key"), data.get("value"), data.get("fix"))
+
+
+@dataclass
+class Decision(Record):
+    """The culprit decision behind a verdict (report.json ``verdict.how``: :class:`gradian.report.culprits.Culprits`
+    as it writes it, ``head`` cut to 200 rows; keys it gains later are kept)."""
+
+    concentrated: bool = False
+    head: list[int] = field(default_factory=list)
+    head_share: float = 0.0
+    stability: float | None = None
+    groups: list[VerdictGroup] = field(default_factory=list)
+    reason: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        return cls._read(
+            data,
+            concentrated=bool(data.get("concentrated")),
+            head=_ints(data.get("head")),
+            head_share=data.get("head_share") or 0.0,
+            stability=data.get("stability"),
+            groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
+            reason=str(data.get("reason") or ""),
+        )
+
+
+@dataclass
+class Verdict:
+    """What the report says: the kind of outcome, its cause, the sentences and next steps, and the rows to drop.
+
+    ``kind``: no_regression | no_harm | concentrated | spread; ``cause``: mechanical | content | mechanical+content |
+    setup | unknown."""
+
+    kind: str
+    cause: str
+    headline: str
+    reliable: bool = True
+    criterion: str = ""
+    policy: dict[str, Any] = field(default_factory=dict)  # CulpritPolicy.to_dict(): the thresholds it read
+    confidence: Confidence = field(default_factory=Confidence)
+    groups: list[VerdictGroup] = field(default_factory=list)
+    culprit_clusters: list[int] = field(default_factory=list)
+    drop_rows: list[int] = field(default_factory=list)  # most harmful first
+    drop_ids: list[Any] = field(default_factory=list)
+    config_changes: list[ConfigChange] = field(default_factory=list)
+    how: Decision | None = None  # None when no culprit decision was made (no regression, no harm)
+    sentences: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "reliable": self.reliable,
+            "criterion": self.criterion,
+            "policy": self.policy,
+            "confidence": self.confidence.to_dict(),
+            "groups": [g.to_dict() for g in self.groups],
+            "culprit_clusters": self.culprit_clusters,
+            "drop_rows": self.drop_rows,
+            "drop_ids": self.drop_ids,
+            "config_changes": [c.to_dict() for c in self.config_changes],
+        }
+        if self.how is not None:
+            out["how"] = self.how.to_dict()
+        return out | {
+            "kind": self.kind,
+            "cause": self.cause,
+            "headline": self.headline,
+            "sentences": self.sentences,
+            "next_steps": self.next_steps,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        conf, how = data.get("confidence"), data.get("how")
+        sentences = [str(s) for s in data.get("sentences") or []]
+        if not sentences and data.get("text"):
+            sentences = [str(data["text"])]
+        return cls(
+            kind=str(data.get("kind") or ""),
+            cause=str(data.get("cause") or "unknown"),
+            headline=str(data.get("headline") or ""),
+            reliable=bool(data.get("reliable", True)),
+            criterion=str(data.get("criterion") or ""),
+            policy=dict(data.get("policy") or {}),
+            confidence=Confidence.from_dict(conf) if isinstance(conf, Mapping) else Confidence(),
+            groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
+            culprit_clusters=_ints(data.get("culprit_clusters")),
+            drop_rows=_ints(data.get("drop_rows")),
+            drop_ids=list(data.get("drop_ids") or []),
+            config_changes=[ConfigChange.from_dict(c) for c in data.get("config_changes") or []],
+            how=Decision.from_dict(how) if isinstance(how, Mapping) else None,
+            sentences=sentences,
+            next_steps=[str(s) for s in data.get("next_steps") or []],
+        )
