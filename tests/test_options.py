@@ -115,6 +115,10 @@ def test_no_command_types_an_option_default():
             lambda: AttributeOptions(fisher="true", method="exact"),
             "--fisher true is for the Kronecker-factored methods",
         ),
+        (
+            lambda: AttributeOptions(fisher="true", method="cosine"),
+            "--fisher true is for the Kronecker-factored methods; --method cosine uses no curvature",
+        ),
         (lambda: AttributeOptions(eval_cut_rise=-0.5), "--eval-cut-rise -0.5 is below 0. Fix: pass --eval-cut-rise 0"),
         (lambda: AttributeOptions(batch_size=0), "--batch-size 0 is below 1. Fix: pass --batch-size 1 or more."),
         (lambda: DiagnoseOptions(format="yaml"), "unknown --format 'yaml'. Fix: use text, json or markdown."),

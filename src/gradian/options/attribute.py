@@ -91,10 +91,11 @@ class AttributeOptions(Options):
     shard_rows: int | None = option(None, "Rows per gradient-store shard (default: about 256 MiB).", cli=False, min=1)
 
     def _check(self) -> None:
-        if self.fisher == "true" and self.method in ("datainf", "exact"):
+        if self.fisher == "true" and self.method not in FACTOR_METHODS:
+            uses = "the training gradients themselves as its curvature" if self.method in ("datainf", "exact") else (
+                "no curvature")  # fmt: skip
             raise OptionError(
-                f"--fisher true is for the Kronecker-factored methods; --method {self.method} uses the training "
-                "gradients themselves as its curvature",
+                f"--fisher true is for the Kronecker-factored methods; --method {self.method} uses {uses}",
                 fix="use --method ekfac or kfac with --fisher true, or --fisher empirical",
             )
         for m in self.extra_methods:

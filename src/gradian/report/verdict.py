@@ -30,7 +30,7 @@ import numpy as np
 
 from gradian.attribute.regression import describe_change
 from gradian.diagnose.types import Finding, Fix, Severity
-from gradian.numbers import pct as _pct  # (lead: rename the calls to pct on merge)
+from gradian.numbers import pct
 from gradian.report.culprits import CulpritPolicy, Culprits, find_culprits
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
@@ -221,11 +221,11 @@ def criterion_text(policy: CulpritPolicy) -> str:
         else ""
     )
     return (
-        f"culprit rows are the rows {head_rule} (at most {_pct(policy.max_head_fraction)} of the rows) and stable: "
+        f"culprit rows are the rows {head_rule} (at most {pct(policy.max_head_fraction)} of the rows) and stable: "
         f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over {policy.bootstrap} resamples "
         f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
-        f"{_pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
-        f"the groups must carry >= {_pct(policy.min_head_share)} of the positive harm"
+        f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
+        f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm"
     )
 
 
@@ -302,8 +302,8 @@ def _concentrated(
     }[v.confidence.level]
     agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
     draft.sentences.append(
-        f"{_rows_word(len(head)).capitalize()} ({_pct(len(head) / n_rows if n_rows else 0)} of the training data) "
-        f"carry {_pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows"
+        f"{_rows_word(len(head)).capitalize()} ({pct(len(head) / n_rows if n_rows else 0)} of the training data) "
+        f"carry {pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows"
         + (
             f" ({joined} of them joined because their gradient points the way the group's does)"
             if (joined := sum(vg.by_direction for _, vg in groups))
@@ -314,7 +314,7 @@ def _concentrated(
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):
-        who = f"Group {i} ({_rows_word(len(vg.rows))}, {_pct(vg.harm_share)} of the harm)" if len(groups) > 1 else ""
+        who = f"Group {i} ({_rows_word(len(vg.rows))}, {pct(vg.harm_share)} of the harm)" if len(groups) > 1 else ""
         if vg.cause == "mechanical" and g.finding is not None:
             main = typed_of.get(id(g.finding)) or Finding.from_dict(g.finding)
             also = [sh for sh in vg.shared if sh.code != main.code]
@@ -355,7 +355,7 @@ def _concentrated(
     v.culprit_clusters = [c.id for c in clusters if c.rows and len(head_set & set(c.rows)) >= 0.5 * len(c.rows)]
     v.drop_rows = list(head)
     v.drop_ids = [ids.get(r) for r in head]
-    headline = f"{_rows_word(len(head)).capitalize()} explain {_pct(found.head_share)} of the regression ({cause})."
+    headline = f"{_rows_word(len(head)).capitalize()} explain {pct(found.head_share)} of the regression ({cause})."
     return draft.done("concentrated", cause, headline, explained)
 
 
