@@ -667,9 +667,15 @@ def format_settings(setup: TrainingSetup) -> FormatSettings:
     if setup.packing:
         fs.packing = setup.packing_strategy or "bfd"
         src["packing"] = setup.sources.get("packing_strategy") or setup.sources.get("packing", "")
-    fs.drop_unlabeled = fw != "llamafactory"
-    src["drop_unlabeled"] = (
-        "LLaMA-Factory keeps rows without labels" if fw == "llamafactory"
-        else "TRL drops rows left fully masked after truncation"
-    )  # fmt: skip
+    fs.drop_unlabeled = fw not in ("llamafactory", "axolotl")
+    src["drop_unlabeled"] = {
+        "llamafactory": "LLaMA-Factory keeps rows without labels",
+        "axolotl": "Axolotl drops rows without labels only when it packs (sample_packing)",
+    }.get(fw or "", "TRL drops rows left fully masked after truncation")
+    if fw in ("axolotl", "llamafactory"):
+        fs.trainer = fw  # type: ignore[assignment]
+        src["trainer"] = f"{fw}: its own tokenization rules"
+    if fw == "llamafactory" and isinstance(setup.raw.get("template"), str):
+        fs.template = setup.raw["template"]
+        src["template"] = "config: template"
     return fs
