@@ -38,6 +38,9 @@ MESSAGES_INFO = {
              "system_tag": "system"},
 }  # fmt: skip
 SHAREGPT_INFO = {"formatting": "sharegpt", "columns": {"messages": "conversations"}}
+# Two user turns in a row: LLaMA-Factory skips the row ("Invalid role tag").
+BROKEN = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "human", "value": "Hello?"},
+                            {"from": "gpt", "value": "Hi."}]}  # fmt: skip
 ALPACA_INFO = {"columns": {"prompt": "instruction", "query": "input", "response": "output"}}
 
 
@@ -52,7 +55,12 @@ def cases() -> list[dict[str, Any]]:
         out.append({"name": "messages_chatml" + ("_train_on_prompt" if on_prompt else ""), "tokenizer": "smollm2",
                     "rows": chat_rows(), "dataset_info": MESSAGES_INFO,
                     "config": {"template": "chatml", "cutoff_len": 64, "train_on_prompt": on_prompt}})  # fmt: skip
-    out.append({"name": "sharegpt_chatml", "tokenizer": "smollm2", "rows": sharegpt_rows(),
+    for template in ("empty", "vicuna"):
+        out.append({"name": f"alpaca_{template}", "tokenizer": "stories260K", "rows": alpaca_rows(),
+                    "dataset_info": ALPACA_INFO, "config": {"template": template, "cutoff_len": 160}})  # fmt: skip
+    out.append({"name": "messages_qwen", "tokenizer": "smollm2", "rows": chat_rows(), "dataset_info": MESSAGES_INFO,
+                "config": {"template": "qwen", "cutoff_len": 64}})  # fmt: skip
+    out.append({"name": "sharegpt_chatml", "tokenizer": "smollm2", "rows": [*sharegpt_rows(), BROKEN],
                 "dataset_info": SHAREGPT_INFO, "config": {"template": "chatml", "cutoff_len": 64}})  # fmt: skip
     out.append({"name": "alpaca_chatml", "tokenizer": "smollm2", "rows": alpaca_rows(), "dataset_info": ALPACA_INFO,
                 "config": {"template": "chatml", "cutoff_len": 48}})  # fmt: skip

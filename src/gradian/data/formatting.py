@@ -25,6 +25,9 @@ decision.
   and nothing is dropped (TRL packs whole rows, best-fit decreasing, and its padding-free attention keeps them
   apart, so a row's loss is its own); ``"bfd_split"`` and ``"wrapped"`` cut rows across packed sequences, which no
   per-row view reproduces: rows are left untruncated and the decision says so.
+- Axolotl and LLaMA-Factory runs (``settings.trainer``) follow their own rules where they differ from TRL's:
+  :mod:`gradian.data.axolotl` (instruction rows tokenized apart, chat_template turn spans, completion splits) and
+  :mod:`gradian.data.llamafactory` (its template slots, ``infer_seqlen`` truncation, per-turn masks).
 """
 
 from __future__ import annotations
@@ -383,10 +386,19 @@ def format_examples(
 def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSettings) -> list[FormattedExample]:
     end_ids = _end_ids(tokenizer)
     results: list[FormattedExample | None] = [None] * len(examples)
+    string_notes: list[str] = []  # decisions every string row shares
     assistant_only = settings.assistant_only or settings.mask == "assistant_only"
 
     lf_name = _llamafactory_template(tokenizer, settings)
-    if lf_name is not None:
+    lf_note = None
+    if lf_name is None and settings.trainer == "llamafactory":
+        lf_note = (
+            f"LLaMA-Factory template {settings.template or '(none: parsed from the chat template)'} is not one "
+            f"Gradian models ({', '.join(llamafactory.TEMPLATES)}): rows rendered the generic way, ids and masks "
+            "may differ from the run's"
+        )
+        string_notes.append(lf_note)
+    elif lf_name is not None:
         for i, ex in enumerate(examples):
             if ex.messages is not None or ex.format == "alpaca":
                 results[i] = _format_llamafactory(ex, tokenizer, settings, lf_name)
@@ -400,13 +412,13 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
                 fix="pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)",
             )
         template, note = _chat_template_choice(tokenizer, assistant_only)
+        note = "; ".join(n for n in (note, lf_note) if n) or None
         for i in chat_idx:
             results[i] = _format_chat(examples[i], tokenizer, settings, end_ids, assistant_only, template, note)
 
     # String rows: prompt/completion (incl. Alpaca, question/answer) and text.
     pc_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is None and results[i] is None]
     text_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is not None]
-    string_notes = []
     if assistant_only and (pc_idx or text_idx):
         string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
     strings = _StringRows(tokenizer, settings, end_ids, string_notes)
