@@ -96,9 +96,12 @@ def test_llamafactory_preprocess(name: str, request: pytest.FixtureRequest, tmp_
     doc = _doc(LLAMAFACTORY)
     case = next(c for c in doc["cases"] if c["name"] == name)
     src = _tokenizer_dir(case["tokenizer"], request, doc)
-    # The tokenizer as LLaMA-Factory saves it into the run: with the chat template it put there.
+    # The tokenizer as LLaMA-Factory saves it into the run: its chat template, EOS and added stop words.
+    saved = case["saved_tokenizer"]
     tok = AutoTokenizer.from_pretrained(str(src))
-    tok.chat_template = case["saved_chat_template"]
+    tok.add_special_tokens({"additional_special_tokens": saved["added_tokens"]})
+    tok.eos_token = saved["eos_token"]
+    tok.chat_template = saved["chat_template"]
     tok_dir = tmp_path / "tokenizer"
     tok.save_pretrained(str(tok_dir))
     config = {"model_name_or_path": "stories260K", "stage": "sft", "finetuning_type": "lora", "dataset": "rows",

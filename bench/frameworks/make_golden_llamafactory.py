@@ -7,7 +7,7 @@ For each case (dataset format x template x train_on_prompt x cutoff_len) every r
 own pipeline for ``stage: sft``: ``get_train_args``, ``load_tokenizer``, ``get_template_and_fix_tokenizer`` and
 ``get_dataset`` (its converter, template encoding, truncation and masking). A row that comes out as no sample is
 recorded as dropped. The chat template LLaMA-Factory leaves on the tokenizer (what it saves into the run's output dir)
-is recorded too: Gradian reads that tokenizer from a real run. Writes
+is recorded too, with the EOS and the stop words it adds: Gradian reads that tokenizer from a real run. Writes
 tests/fixtures/golden/llamafactory_<version>_preprocess.json.
 """
 
@@ -58,6 +58,10 @@ def cases() -> list[dict[str, Any]]:
     for template in ("empty", "vicuna"):
         out.append({"name": f"alpaca_{template}", "tokenizer": "stories260K", "rows": alpaca_rows(),
                     "dataset_info": ALPACA_INFO, "config": {"template": template, "cutoff_len": 160}})  # fmt: skip
+    out.append({"name": "messages_llama3", "tokenizer": "stories260K", "rows": chat_rows(),
+                "dataset_info": MESSAGES_INFO, "config": {"template": "llama3", "cutoff_len": 160}})  # fmt: skip
+    out.append({"name": "alpaca_phi", "tokenizer": "smollm2", "rows": alpaca_rows(), "dataset_info": ALPACA_INFO,
+                "config": {"template": "phi", "cutoff_len": 48, "train_on_prompt": True}})  # fmt: skip
     out.append({"name": "messages_qwen", "tokenizer": "smollm2", "rows": chat_rows(), "dataset_info": MESSAGES_INFO,
                 "config": {"template": "qwen", "cutoff_len": 64}})  # fmt: skip
     out.append({"name": "sharegpt_chatml", "tokenizer": "smollm2", "rows": [*sharegpt_rows(), BROKEN],
@@ -71,10 +75,12 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path) -> tuple[list[dict], str | None]:
+def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path) -> tuple[list[dict], dict]:
+    """The row's samples, and what LLaMA-Factory changed on the tokenizer it saves into the run."""
     from llamafactory.data import get_dataset, get_template_and_fix_tokenizer
     from llamafactory.hparams import get_train_args
     from llamafactory.model import load_tokenizer
+    from transformers import AutoTokenizer
 
     (work / "data.json").write_text(json.dumps([row]))
     (work / "dataset_info.json").write_text(json.dumps({"rows": {"file_name": "data.json", **case["dataset_info"]}}))
@@ -101,7 +107,11 @@ def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path
         if "Cannot find valid samples" not in str(e):
             raise
         samples = []
-    return samples, tok_module["tokenizer"].chat_template
+    tok = tok_module["tokenizer"]
+    fresh = AutoTokenizer.from_pretrained(str(tok_dir))
+    vocab = tok.get_added_vocab()
+    added = sorted(set(vocab) - set(fresh.get_added_vocab()), key=vocab.__getitem__)  # in the order of their ids
+    return samples, {"chat_template": tok.chat_template, "eos_token": tok.eos_token, "added_tokens": added}
 
 
 def main() -> None:
@@ -125,15 +135,15 @@ def main() -> None:
     for case in cases():
         if args.only and case["name"] != args.only:
             continue
-        results, saved_template = [], None
+        results, saved = [], {}
         keys = {k for row in case["rows"] for k in row}  # a whole file gives a missing column null in every row
         for i, row in enumerate(case["rows"]):
             full = {k: row.get(k) for k in sorted(keys)}
             with tempfile.TemporaryDirectory() as tmp:
-                samples, saved_template = run_row(case, tok_dirs[case["tokenizer"]], full, Path(tmp))
+                samples, saved = run_row(case, tok_dirs[case["tokenizer"]], full, Path(tmp))
             results.append({"row": i, "dropped": not samples, "samples": samples})
             print(case["name"], i, [len(s["input_ids"]) for s in samples], flush=True)
-        doc["cases"].append({**case, "saved_chat_template": saved_template, "results": results})
+        doc["cases"].append({**case, "saved_tokenizer": saved, "results": results})
     OUT.mkdir(parents=True, exist_ok=True)
     dest = OUT / f"llamafactory_{doc['versions']['llamafactory']}_preprocess.json"
     write_fixture(dest, doc)
