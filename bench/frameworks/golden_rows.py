@@ -72,3 +72,15 @@ def write_fixture(path: Path, doc: dict[str, Any]) -> None:
     text = json.dumps(doc, indent=1, ensure_ascii=False)
     text = re.sub(r"\[([-\d,\s]+)\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", text)
     path.write_text(text + "\n", encoding="utf-8")
+
+
+def merge_cases(path: Path, doc: dict[str, Any], only: str | None) -> dict[str, Any]:
+    """With ``--only``: the fixture already at ``path`` with that one case replaced (or added)."""
+    if not only or not path.is_file():
+        return doc
+    old = json.loads(path.read_text("utf-8"))
+    if old["versions"] != doc["versions"] or old["tokenizers"] != doc["tokenizers"]:
+        raise SystemExit(f"{path} was recorded with other versions or tokenizers; regenerate it whole")
+    new = {c["name"]: c for c in doc["cases"]}
+    cases = [new.pop(c["name"], c) for c in old["cases"]]
+    return {**old, "cases": cases + list(new.values())}

@@ -28,7 +28,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from golden_rows import alpaca_rows, chat_rows, sharegpt_rows, text_rows, write_fixture  # noqa: E402
+from golden_rows import alpaca_rows, chat_rows, merge_cases, sharegpt_rows, text_rows, write_fixture  # noqa: E402
 
 STORIES = REPO / "examples" / "stories260k" / "base"
 OUT = REPO / "tests" / "fixtures" / "golden"
@@ -57,6 +57,8 @@ def cases() -> list[dict[str, Any]]:
          "config": {"sequence_len": 256, "train_on_inputs": False, "datasets": [{"type": "alpaca"}]}},
         {"name": "alpaca_train_on_inputs", "tokenizer": "stories260K", "rows": alpaca_rows(),
          "config": {"sequence_len": 256, "train_on_inputs": True, "datasets": [{"type": "alpaca"}]}},
+        {"name": "alpaca_truncate", "tokenizer": "stories260K", "rows": alpaca_rows(),
+         "config": {"sequence_len": 128, "excess_length_strategy": "truncate", "datasets": [{"type": "alpaca"}]}},
         {"name": "alpaca_smollm2", "tokenizer": "smollm2", "rows": alpaca_rows(),
          "config": {"sequence_len": 96, "train_on_inputs": False, "datasets": [{"type": "alpaca"}]}},
         {"name": "chat_template", "tokenizer": "smollm2", "rows": chat_rows(),
@@ -112,7 +114,7 @@ def run_case(case: dict[str, Any], tok_dirs: dict[str, Path], work: Path) -> lis
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smollm2", type=Path, required=True, help="folder with SmolLM2-135M-Instruct's tokenizer")
-    ap.add_argument("--only", help="run one case")
+    ap.add_argument("--only", help="run one case and merge it into the existing fixture")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
@@ -134,7 +136,7 @@ def main() -> None:
             doc["cases"].append({**case, "results": results})
     OUT.mkdir(parents=True, exist_ok=True)
     dest = OUT / f"axolotl_{doc['versions']['axolotl']}_preprocess.json"
-    write_fixture(dest, doc)
+    write_fixture(dest, merge_cases(dest, doc, args.only))
     print("wrote", dest)
 
 

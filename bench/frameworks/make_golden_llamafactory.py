@@ -27,7 +27,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from golden_rows import alpaca_rows, chat_rows, sharegpt_rows, write_fixture  # noqa: E402
+from golden_rows import alpaca_rows, chat_rows, merge_cases, sharegpt_rows, write_fixture  # noqa: E402
 
 STORIES = REPO / "examples" / "stories260k" / "base"
 OUT = REPO / "tests" / "fixtures" / "golden"
@@ -117,7 +117,7 @@ def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--smollm2", type=Path, required=True, help="folder with SmolLM2-135M-Instruct's tokenizer")
-    ap.add_argument("--only", help="run one case")
+    ap.add_argument("--only", help="run one case and merge it into the existing fixture")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")
@@ -146,7 +146,7 @@ def main() -> None:
         doc["cases"].append({**case, "saved_tokenizer": saved, "results": results})
     OUT.mkdir(parents=True, exist_ok=True)
     dest = OUT / f"llamafactory_{doc['versions']['llamafactory']}_preprocess.json"
-    write_fixture(dest, doc)
+    write_fixture(dest, merge_cases(dest, doc, args.only))
     print("wrote", dest)
 
 
