@@ -24,16 +24,21 @@ from gradian.run import discover, format_settings, load_setup
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden"
 BASE = Path(__file__).resolve().parents[1] / "examples" / "stories260k" / "base"
-AXOLOTL = GOLDEN / "axolotl_0.19.0_preprocess.json"
-LLAMAFACTORY = GOLDEN / "llamafactory_0.9.5_preprocess.json"
+AXOLOTL = sorted(GOLDEN.glob("axolotl_*_preprocess.json"))  # one fixture per Axolotl version recorded
+LLAMAFACTORY = sorted(GOLDEN.glob("llamafactory_*_preprocess.json"))
 
 
 def _doc(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text("utf-8"))
 
 
-def _names(path: Path) -> list[str]:
-    return [case["name"] for case in _doc(path)["cases"]]
+def _cases(paths: list[Path]) -> list[Any]:
+    """(fixture, case name) for every case of every version's fixture, with ids like ``0.19.0-alpaca``."""
+    out = []
+    for path in paths:
+        version = path.name.split("_")[1]
+        out += [pytest.param(path, c["name"], id=f"{version}-{c['name']}") for c in _doc(path)["cases"]]
+    return out
 
 
 def _tokenizer_dir(name: str, request: pytest.FixtureRequest, doc: dict[str, Any]) -> Path:
@@ -80,9 +85,9 @@ def _gradian(config: dict[str, Any], rows: list[dict[str, Any]], tok_dir: Path, 
     return format_examples(load_examples(train, text_field=fs.text_field), tok, fs)
 
 
-@pytest.mark.parametrize("name", _names(AXOLOTL))
-def test_axolotl_preprocess(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    doc = _doc(AXOLOTL)
+@pytest.mark.parametrize(("path", "name"), _cases(AXOLOTL))
+def test_axolotl_preprocess(path: Path, name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    doc = _doc(path)
     case = next(c for c in doc["cases"] if c["name"] == name)
     tok_dir = _tokenizer_dir(case["tokenizer"], request, doc)
     config = {"base_model": "stories260K", **case["config"]}
@@ -91,9 +96,9 @@ def test_axolotl_preprocess(name: str, request: pytest.FixtureRequest, tmp_path:
     assert _diffs(case, got) == []
 
 
-@pytest.mark.parametrize("name", _names(LLAMAFACTORY))
-def test_llamafactory_preprocess(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    doc = _doc(LLAMAFACTORY)
+@pytest.mark.parametrize(("path", "name"), _cases(LLAMAFACTORY))
+def test_llamafactory_preprocess(path: Path, name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    doc = _doc(path)
     case = next(c for c in doc["cases"] if c["name"] == name)
     src = _tokenizer_dir(case["tokenizer"], request, doc)
     # The tokenizer as LLaMA-Factory saves it into the run: its chat template, EOS and added stop words.
@@ -114,7 +119,7 @@ def _labelled_spans(labels: list[int]) -> int:
     return sum(1 for i, t in enumerate(labels) if t != -100 and (i == 0 or labels[i - 1] == -100))
 
 
-@pytest.mark.parametrize("path", [AXOLOTL, LLAMAFACTORY], ids=["axolotl", "llamafactory"])
+@pytest.mark.parametrize("path", AXOLOTL + LLAMAFACTORY, ids=lambda p: p.name.rsplit("_", 1)[0])
 def test_fixtures_exercise_what_they_claim(path: Path) -> None:
     """The recorded matrix covers what it is meant to: over-long rows (dropped by Axolotl, cut by LLaMA-Factory),
     multi-turn rows with more than one labelled span, a split row, and masking that train_on_inputs /
@@ -124,13 +129,14 @@ def test_fixtures_exercise_what_they_claim(path: Path) -> None:
     dropped = {c["name"] for c, r in results if r["dropped"]}
     chats = [s for c, r in results if {"messages", "conversations"} & set(c["rows"][r["row"]]) for s in r["samples"]]
     assert any(_labelled_spans(s["labels"]) >= 2 for s in chats)
-    if path == AXOLOTL:
+    axolotl = path in AXOLOTL
+    if axolotl:
         assert {"alpaca", "alpaca_smollm2", "chat_template", "chat_template_sharegpt"} <= dropped
         assert any(len(r["samples"]) > 1 for r in cases["completion"]["results"])
     else:
         assert dropped == {"sharegpt_chatml"}  # its row with two user turns in a row
         assert any(len(s["input_ids"]) == c["config"]["cutoff_len"] for c, r in results for s in r["samples"])
-    suffix = "_train_on_inputs" if path == AXOLOTL else "_train_on_prompt"
+    suffix = "_train_on_inputs" if axolotl else "_train_on_prompt"
     pairs = [(cases[n], cases[n + suffix]) for n in cases if n + suffix in cases]
     assert pairs
     for off, on in pairs:

@@ -23,6 +23,10 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+# datasets 5 runs num_proc=1 work in spawned workers, which import this script first and then unpickle Axolotl
+# objects; importing axolotl.utils.data here first avoids Axolotl 0.21's circular import when a worker starts from
+# axolotl.datasets ("cannot import name 'TokenizedPromptDataset' from partially initialized module").
+import axolotl.utils.data  # noqa: F401, E402
 import yaml
 
 HERE = Path(__file__).resolve().parent

@@ -3,10 +3,11 @@
 # own venv with its own pins for torch / transformers / datasets / trl / peft; the framework itself goes in with
 # --no-deps, then the packages its import chain needs. See docs/install.md ("Axolotl and LLaMA-Factory") for what was
 # left out and why.
-#   bash bench/frameworks/make_venvs.sh /work/venv-axo /work/venv-lf
+#   bash bench/frameworks/make_venvs.sh /work/venv-axo /work/venv-lf /work/venv-axo21
 set -euo pipefail
 AXO=${1:-venv-axo}
 LF=${2:-venv-lf}
+AXO21=${3:-venv-axo21}
 
 python3.11 -m venv "$AXO"
 "$AXO/bin/pip" install -q torch==2.13.0
@@ -31,3 +32,13 @@ python3.11 -m venv "$LF"
 # after which transformers cannot import PreTrainedModel). No torchaudio: its newest wheel (2.11.0) is built for torch
 # 2.11 and fails to load under 2.13; bench/frameworks/stubs/torchaudio stands in (PYTHONPATH).
 "$LF/bin/pip" install -q --no-deps llamafactory==0.9.5
+
+# Axolotl 0.21.0 (the current release) needs Python >= 3.12, for which no CPU torch wheel lies on this machine: torch
+# 2.13.0 comes from PyPI as its CUDA build (about 4.5 GB with the nvidia-* wheels) and runs on the CPU.
+PY312=${PY312:-python3.12}
+"$PY312" -m venv "$AXO21"
+"$AXO21/bin/pip" install -q torch==2.13.0
+"$AXO21/bin/pip" install -q peft==0.21.2 transformers==5.20.1 datasets==5.0.1 trl==1.14.1 sentencepiece addict fire \
+  PyYAML requests einops colorama "numpy<3.0,>=2.1" scipy fastcore python-dotenv==1.0.1 antlr4-python3-runtime==4.13.2 \
+  torchao==0.18.0 numba bitsandbytes triton posthog pydantic mistral-common zstandard torch==2.13.0
+"$AXO21/bin/pip" install -q --no-deps axolotl==0.21.0 liger-kernel xformers
