@@ -281,3 +281,37 @@ def test_chat_template_file(tmp_path):
     tok = load_tokenizer(BASE, chat_template=f)
     fe = format_example(chat_row(), tok, FormatSettings())
     assert fe.n_label_tokens == len(fe.input_ids)
+
+
+def test_llamafactory_template_not_modelled_is_said(tmp_path):
+    """A LLaMA-Factory run with a template Gradian does not model: the rows take the generic path and say why."""
+    tok = chat_tokenizer(tmp_path, CHATML)
+    rows = [chat_row(), Example(index=1, source="t.jsonl", format="alpaca", prompt="P", completion="C")]
+    for name, modelled in (("mistral", False), ("default", True)):
+        fs = FormatSettings(trainer="llamafactory", template=name, max_length=64)
+        for fx in format_examples(rows, tok, fs):
+            said = any("LLaMA-Factory template mistral is not one Gradian models" in d for d in fx.decisions)
+            assert said is not modelled
+
+
+def test_llamafactory_drops_rows_out_of_turn_order(tok):
+    row = Example(
+        index=0,
+        source="t.jsonl",
+        format="messages",
+        messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    )
+    fx = format_example(row, tok, FormatSettings(trainer="llamafactory", template="default"))
+    assert fx.dropped and fx.input_ids == [] and "alternate" in fx.decisions[-1]
+
+
+def test_axolotl_instruction_rows_tokenized_apart(tok):
+    """Axolotl tokenizes prompt and response apart: the response starts a new SentencePiece word and ends with the
+    EOS id, where TRL tokenizes them together."""
+    row = pc("Once u", "pon a time")
+    trl = format_example(row, tok, FormatSettings(max_length=64))
+    axo = format_example(row, tok, FormatSettings(max_length=64, trainer="axolotl"))
+    prompt = tok("Once u")["input_ids"]
+    response = tok("pon a time")["input_ids"][1:]  # without its BOS
+    assert axo.input_ids == prompt + response + [tok.eos_token_id] != trl.input_ids
+    assert axo.n_prompt_tokens == len(prompt) and axo.ends_with_eos

@@ -76,6 +76,7 @@ def test_axolotl_defaults_and_chat_template(tmp_path: Path) -> None:
     assert setup.lora_dropout == 0.0
     fs = format_settings(setup)
     assert fs.assistant_only is True and fs.drop_long is True
+    assert (fs.trainer, fs.template, fs.drop_unlabeled) == ("axolotl", None, False)
 
 
 def test_axolotl_train_on_inputs_is_full_loss(tmp_path: Path) -> None:
@@ -102,6 +103,7 @@ def test_llamafactory_run() -> None:
     assert setup.gradient_checkpointing is True and setup.sources["gradient_checkpointing"] == "LLaMA-Factory default"
     fs = format_settings(setup)
     assert (fs.max_length, fs.mask, fs.assistant_only) == (1024, "completion_only", True)
+    assert (fs.trainer, fs.template, fs.drop_unlabeled) == ("llamafactory", "default", False)
 
 
 def test_llamafactory_defaults(tmp_path: Path) -> None:

@@ -25,6 +25,9 @@ decision.
   and nothing is dropped (TRL packs whole rows, best-fit decreasing, and its padding-free attention keeps them
   apart, so a row's loss is its own); ``"bfd_split"`` and ``"wrapped"`` cut rows across packed sequences, which no
   per-row view reproduces: rows are left untruncated and the decision says so.
+- Axolotl and LLaMA-Factory runs (``settings.trainer``) follow their own rules where they differ from TRL's:
+  :mod:`gradian.data.axolotl` (instruction rows tokenized apart, chat_template turn spans, completion splits) and
+  :mod:`gradian.data.llamafactory` (its template slots, ``infer_seqlen`` truncation, per-turn masks).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from gradian.data import axolotl, llamafactory
 from gradian.data.templates import END_OF_TURN_TOKENS, training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
@@ -95,7 +100,9 @@ def _finalize(
     chat: bool,
     eos_appended: bool = False,
     prefix_mismatch: bool = False,
+    uncut: str | None = None,
 ) -> FormattedExample:
+    """Truncate or drop by the settings (not when ``uncut`` says why the row stays whole) and record the outcome."""
     n_before = len(ids)
     truncated = cut = dropped = False
     max_len = settings.max_length
@@ -108,6 +115,9 @@ def _finalize(
             "before packing, untruncated"
         )
         max_len = None  # no per-row truncation to reproduce
+    if uncut is not None and max_len is not None and n_before > max_len:
+        decisions.append(uncut)
+        max_len = None
     if max_len is not None and n_before > max_len:
         if settings.drop_long:
             dropped = True
@@ -166,9 +176,8 @@ def _source_decision(ex: Example) -> str | None:
     return None
 
 
-def _apply_template(
-    tokenizer: Any, ex: Example, messages: list[dict[str, Any]], template: str | None, **kwargs: Any
-) -> dict[str, Any]:
+def _call_template(tokenizer: Any, ex: Example, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    """``tokenizer.apply_chat_template`` with the row's tools and template kwargs; a failure names the row."""
     tools = ex.raw.get("tools")
     if isinstance(tools, str):
         try:
@@ -176,12 +185,8 @@ def _apply_template(
         except ValueError:
             tools = None
     extra = ex.raw.get("chat_template_kwargs") or {}
-    if template is not None:
-        kwargs["chat_template"] = template
     try:
-        out = tokenizer.apply_chat_template(
-            messages, tools=tools or None, tokenize=True, return_dict=True, **extra, **kwargs
-        )
+        return tokenizer.apply_chat_template(messages, tools=tools or None, **extra, **kwargs)
     except Exception as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise GradianError(
@@ -189,7 +194,20 @@ def _apply_template(
             where=_where(ex),
             fix="fix the row's messages, or pass --tokenizer DIR of a chat model whose template accepts them",
         ) from None
+
+
+def _apply_template(
+    tokenizer: Any, ex: Example, messages: list[dict[str, Any]], template: str | None, **kwargs: Any
+) -> dict[str, Any]:
+    if template is not None:
+        kwargs["chat_template"] = template
+    out = _call_template(tokenizer, ex, messages, tokenize=True, return_dict=True, **kwargs)
     return {k: list(v) for k, v in out.items()}
+
+
+def _render(tokenizer: Any, ex: Example, messages: list[dict[str, Any]]) -> str:
+    """The conversation as text, through the tokenizer's own chat template."""
+    return str(_call_template(tokenizer, ex, messages, tokenize=False))
 
 
 def _messages(ex: Example, settings: FormatSettings) -> list[dict[str, Any]]:
@@ -216,6 +234,8 @@ def _format_chat(
     template_note: str | None,
 ) -> FormattedExample:
     assert ex.messages is not None
+    if settings.trainer == "axolotl":
+        return _format_chat_axolotl(ex, tokenizer, settings)
     decisions = [_source_decision(ex) or "chat template applied (TRL adds no EOS to conversational rows)"]
     messages = _messages(ex, settings)
     if messages is not ex.messages:
@@ -274,6 +294,64 @@ def _format_chat(
     )
 
 
+def _format_chat_axolotl(ex: Example, tokenizer: Any, settings: FormatSettings) -> FormattedExample:
+    """Axolotl's ``type: chat_template``: content (+ the EOS after it) of each trained turn carries the loss."""
+    messages = _messages(ex, settings)
+    ids = _apply_template(tokenizer, ex, messages, None)["input_ids"]
+    on_inputs = settings.mask == "full"
+    decisions = [
+        "Axolotl chat_template: loss on the content and the following EOS of "
+        + ("every turn (train_on_inputs)" if on_inputs else "each assistant turn")
+    ]
+
+    render = partial(_render, tokenizer, ex)
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    mask = axolotl.turn_mask(tokenizer, render, messages, ids, lambda m: on_inputs or m["role"] == "assistant", eos)
+    if mask is None:
+        mask = [True] * len(ids)
+        decisions.append(
+            "the rendered conversation does not re-tokenize to the same ids; Axolotl then locates turns by a token "
+            "diff, not reproduced here: loss on every token"
+        )
+    return _finalize(ex, ids, mask, settings, decisions, end_ids=eos, bos_id=tokenizer.bos_token_id, chat=True)
+
+
+def _format_llamafactory(ex: Example, tokenizer: Any, settings: FormatSettings, name: str) -> FormattedExample:
+    """A chat or Alpaca row through LLaMA-Factory's template ``name`` (:mod:`gradian.data.llamafactory`)."""
+    template = llamafactory.TEMPLATES[name]
+    on_prompt = settings.mask == "full"
+    decisions = [
+        f"LLaMA-Factory template {name}: each slot tokenized on its own; loss on "
+        + ("every token (train_on_prompt)" if on_prompt else "every response, the prompts masked")
+    ]
+    conv = llamafactory.conversation(ex.raw, None if ex.format == "alpaca" else ex.messages)
+    if conv is None:
+        decisions.append("dropped: LLaMA-Factory skips rows whose turns do not alternate user/assistant")
+        return FormattedExample(ex.index, [], [], 0, 0, 0, dropped=True, decisions=decisions)
+    ids, labels, n_full, cut = llamafactory.encode(tokenizer, template, *conv, settings.max_length, on_prompt)
+    eos = llamafactory.eos_id(tokenizer, template)
+    mask = [label != llamafactory.IGNORE for label in labels]
+    end_ids = {eos} if eos is not None else set()
+    fx = _finalize(ex, ids, mask, settings, decisions, end_ids=end_ids, bos_id=tokenizer.bos_token_id, chat=True)
+    if n_full > len(ids):
+        fx.truncated, fx.cut_in_completion, fx.n_tokens_before_truncation = True, cut, n_full
+        decisions.append(
+            f"truncated from {n_full} to {len(ids)} tokens by LLaMA-Factory's infer_seqlen (each turn's prompt and "
+            "response shortened to fit cutoff_len)"
+        )
+    return fx
+
+
+def _llamafactory_template(tokenizer: Any, settings: FormatSettings) -> str | None:
+    """The modelled LLaMA-Factory template to format with, or None (not a LLaMA-Factory run, or not modelled)."""
+    if settings.trainer != "llamafactory":
+        return None
+    name = settings.template
+    if name is None and chat_template_text(tokenizer) is None:
+        name = "empty"  # LLaMA-Factory's choice without a template or a chat template
+    return name if name in llamafactory.TEMPLATES else None
+
+
 def _chat_template_choice(tokenizer: Any, assistant_only: bool) -> tuple[str | None, str | None]:
     """The template to render chat rows with (None: the tokenizer's own) and the decision to record."""
     if not assistant_only or has_generation_markers(tokenizer):
@@ -308,9 +386,23 @@ def format_examples(
 def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSettings) -> list[FormattedExample]:
     end_ids = _end_ids(tokenizer)
     results: list[FormattedExample | None] = [None] * len(examples)
+    string_notes: list[str] = []  # decisions every string row shares
     assistant_only = settings.assistant_only or settings.mask == "assistant_only"
 
-    chat_idx = [i for i, ex in enumerate(examples) if ex.messages is not None]
+    lf_name = _llamafactory_template(tokenizer, settings)
+    lf_note = None
+    if lf_name is None and settings.trainer == "llamafactory":
+        lf_note = (
+            f"LLaMA-Factory template {settings.template or '(none: parsed from the chat template)'} is not one "
+            f"Gradian models ({', '.join(llamafactory.TEMPLATES)}): rows rendered the generic way, ids and masks "
+            "may differ from the run's"
+        )
+        string_notes.append(lf_note)
+    elif lf_name is not None:
+        for i, ex in enumerate(examples):
+            if ex.messages is not None or ex.format == "alpaca":
+                results[i] = _format_llamafactory(ex, tokenizer, settings, lf_name)
+    chat_idx = [i for i, ex in enumerate(examples) if ex.messages is not None and results[i] is None]
     if chat_idx:
         if chat_template_text(tokenizer) is None:
             ex = examples[chat_idx[0]]
@@ -320,13 +412,13 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
                 fix="pass --tokenizer DIR of the chat model you trained (its tokenizer_config.json has chat_template)",
             )
         template, note = _chat_template_choice(tokenizer, assistant_only)
+        note = "; ".join(n for n in (note, lf_note) if n) or None
         for i in chat_idx:
             results[i] = _format_chat(examples[i], tokenizer, settings, end_ids, assistant_only, template, note)
 
     # String rows: prompt/completion (incl. Alpaca, question/answer) and text.
-    pc_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is None]
+    pc_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is None and results[i] is None]
     text_idx = [i for i, ex in enumerate(examples) if ex.messages is None and ex.text is not None]
-    string_notes = []
     if assistant_only and (pc_idx or text_idx):
         string_notes.append("assistant-only loss applies to chat rows only (TRL refuses it for other rows)")
     strings = _StringRows(tokenizer, settings, end_ids, string_notes)
@@ -353,6 +445,8 @@ class _StringRows:
 
     def prompt_completion(self, rows: Sequence[Example]) -> list[FormattedExample]:
         """The completion starts where the tokens of prompt and of prompt+completion part (TRL)."""
+        if self.settings.trainer == "axolotl":
+            return [self._axolotl_instruction(ex) for ex in rows]
         prompts = [ex.prompt or "" for ex in rows]
         completions = [self._with_eos(ex.completion or "") for ex in rows]
         p_ids = _encode_texts(self.tokenizer, prompts)
@@ -383,8 +477,24 @@ class _StringRows:
             out.append(self._finalize(ex, ids, mask, decisions, appended, prefix_mismatch=mismatch))
         return out
 
+    def _axolotl_instruction(self, ex: Example) -> FormattedExample:
+        """Axolotl: prompt and response tokenized apart (:func:`gradian.data.axolotl.instruction_ids`)."""
+        on_inputs = self.settings.mask == "full"
+        ids, mask, appended = axolotl.instruction_ids(
+            self.tokenizer, ex.prompt or "", ex.completion or "", self.settings.max_length, on_inputs
+        )
+        decisions = [d for d in (_source_decision(ex),) if d]
+        decisions.append(
+            "Axolotl: prompt and response tokenized apart, loss on "
+            + ("every token (train_on_inputs)" if on_inputs else "the response only")
+        )
+        decisions.append("EOS id appended to the response (Axolotl)" if appended else "no EOS appended (Axolotl)")
+        return self._finalize(ex, ids, mask, decisions, appended)
+
     def text(self, rows: Sequence[Example]) -> list[FormattedExample]:
         """Loss on every token."""
+        if self.settings.trainer == "axolotl":
+            return [self._axolotl_completion(ex) for ex in rows]
         texts = [self._with_eos(ex.text or "") for ex in rows]
         t_ids = _encode_texts(self.tokenizer, [t for t, _ in texts])
         out = []
@@ -395,6 +505,16 @@ class _StringRows:
             out.append(self._finalize(ex, ids, [True] * len(ids), decisions, appended))
         return out
 
+    def _axolotl_completion(self, ex: Example) -> FormattedExample:
+        """Axolotl ``type: completion``: the text plus the EOS id, split into pieces of sequence_len tokens."""
+        max_len = self.settings.max_length
+        ids, appended = axolotl.text_ids(self.tokenizer, ex.text or "", None if max_len is None else max_len * 64)
+        mask = [True] * len(ids)
+        decisions = ["Axolotl completion row: loss on every token", "EOS id appended" if appended else "no EOS"]
+        pieces = -(-len(ids) // max_len) if max_len else 1
+        uncut = f"Axolotl splits it into {pieces} samples of at most {max_len} tokens; shown whole, not dropped"
+        return self._finalize(ex, ids, mask, decisions, appended, uncut=uncut)
+
     def _finalize(
         self,
         ex: Example,
@@ -403,6 +523,7 @@ class _StringRows:
         decisions: list[str],
         eos_appended: bool,
         prefix_mismatch: bool = False,
+        uncut: str | None = None,
     ) -> FormattedExample:
         return _finalize(
             ex,
@@ -415,6 +536,7 @@ class _StringRows:
             chat=False,
             eos_appended=eos_appended,
             prefix_mismatch=prefix_mismatch,
+            uncut=uncut,
         )
 
     def _with_eos(self, s: str) -> tuple[str, bool]:

@@ -11,6 +11,7 @@ RowFormat = Literal["prompt_completion", "messages", "text", "alpaca", "sharegpt
 MaskMode = Literal["completion_only", "assistant_only", "full"]
 TruncationMode = Literal["keep_start", "keep_end"]
 SharegptRoles = Literal["keep", "map"]
+Trainer = Literal["trl", "axolotl", "llamafactory"]
 
 
 @dataclass
@@ -70,6 +71,8 @@ class FormatSettings:
     text_field: str = "text"  # the column of language-modeling rows (TRL dataset_text_field)
     eos_token: str | None = None  # the EOS appended instead of the tokenizer's (TRL SFTConfig.eos_token)
     sharegpt_roles: SharegptRoles = "keep"  # ShareGPT "from" values: kept as roles (TRL) or mapped to user/assistant
+    trainer: Trainer = "trl"  # whose tokenization rules apply where trainers differ (gradian.data.axolotl, ...)
+    template: str | None = None  # LLaMA-Factory's ``template`` name (gradian.data.llamafactory)
     packing: str | None = None  # TRL packing_strategy when packing ("bfd", "bfd_split", "wrapped"); None: no packing
     sources: dict[str, str] = field(default_factory=dict)  # setting -> where its value came from
 

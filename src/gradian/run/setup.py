@@ -6,12 +6,13 @@ actually saved). Framework defaults fill what no file set, with a source like ``
 
 - TRL (SFTConfig): max_length 1024; completion_only_loss=None means loss on the completion only for
   prompt/completion rows; assistant_only_loss False; packing False; EOS appended (TRL >= 0.16).
-- Axolotl: sequence_len 512, over-long rows dropped; train_on_inputs false (prompt masked; assistant turns only for
-  ``type: chat_template``); sample_packing false; micro_batch_size 1; gradient_accumulation_steps 1; num_epochs 1;
-  lr_scheduler cosine; val_set_size 0.
-- LLaMA-Factory: cutoff_len 2048; train_on_prompt false; finetuning_type lora with lora_rank 8, lora_alpha
-  2 x rank, lora_dropout 0, lora_target all; packing off; val_size 0; gradient checkpointing on with
-  use_reentrant_gc true; HF defaults for learning_rate (5e-5), epochs (3), batch size (8), scheduler (linear).
+- Axolotl: sequence_len 512, over-long rows dropped, rows without labels kept unless packing; train_on_inputs false
+  (prompt masked; assistant turns only for ``type: chat_template``); sample_packing false; micro_batch_size 1;
+  gradient_accumulation_steps 1; num_epochs 1; lr_scheduler cosine; val_set_size 0.
+- LLaMA-Factory: cutoff_len 2048; train_on_prompt false; ``template`` picks the slots rows are encoded with;
+  finetuning_type lora with lora_rank 8, lora_alpha 2 x rank, lora_dropout 0, lora_target all; packing off;
+  val_size 0; gradient checkpointing on with use_reentrant_gc true; HF defaults for learning_rate (5e-5), epochs (3),
+  batch size (8), scheduler (linear).
 - transformers Trainer: no max length or masking of its own (the user's collator decides); nothing assumed.
 """
 
@@ -667,9 +668,15 @@ def format_settings(setup: TrainingSetup) -> FormatSettings:
     if setup.packing:
         fs.packing = setup.packing_strategy or "bfd"
         src["packing"] = setup.sources.get("packing_strategy") or setup.sources.get("packing", "")
-    fs.drop_unlabeled = fw != "llamafactory"
-    src["drop_unlabeled"] = (
-        "LLaMA-Factory keeps rows without labels" if fw == "llamafactory"
-        else "TRL drops rows left fully masked after truncation"
-    )  # fmt: skip
+    fs.drop_unlabeled = fw not in ("llamafactory", "axolotl")
+    src["drop_unlabeled"] = {
+        "llamafactory": "LLaMA-Factory keeps rows without labels",
+        "axolotl": "Axolotl drops rows without labels only when it packs (sample_packing)",
+    }.get(fw or "", "TRL drops rows left fully masked after truncation")
+    if fw in ("axolotl", "llamafactory"):
+        fs.trainer = fw  # type: ignore[assignment]
+        src["trainer"] = f"{fw}: its own tokenization rules"
+    if fw == "llamafactory" and isinstance(setup.raw.get("template"), str):
+        fs.template = setup.raw["template"]
+        src["template"] = "config: template"
     return fs
