@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -238,13 +237,16 @@ def test_conversational_prompt_completion(tmp_path):
     assert labelled_text(tok, fe) == "Hello friend</s>\n"
 
 
-def test_throughput_short_rows(tok):
+def test_many_short_rows_format_as_one_at_a_time(tok):
+    """The batched path (5,000 rows at once) gives every row what formatting it alone gives (speed is measured in
+    bench/bench_diagnose.py, not asserted here)."""
     exs = [pc(f"Question {i}: what is {i} plus 2?\nAnswer:", f" {i + 2}.", i) for i in range(5000)]
-    start = time.perf_counter()
     out = format_examples(exs, tok, FormatSettings())
-    rate = len(exs) / (time.perf_counter() - start)
     assert len(out) == 5000
-    assert rate > 2000, rate  # ~15k rows/s measured on 2 cores; loose bound for slow CI
+    for i in range(0, 5000, 97):
+        alone = format_examples([exs[i]], tok, FormatSettings())[0]
+        assert (out[i].input_ids, out[i].loss_mask) == (alone.input_ids, alone.loss_mask)
+        assert out[i].n_label_tokens == alone.n_label_tokens > 0
 
 
 def test_load_tokenizer_errors(tmp_path):
