@@ -38,6 +38,7 @@ from gradian.data.templates import END_OF_TURN_TOKENS, training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
+from gradian.gcpause import gc_paused
 
 
 def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
@@ -299,7 +300,8 @@ def format_examples(
     if settings.eos_token is not None and settings.eos_token != old_eos:
         tokenizer.eos_token = settings.eos_token  # TRL sets it on the tokenizer (templates may read it); restored below
     try:
-        return _format_all(examples, tokenizer, settings)
+        with gc_paused():  # 100k rows of token lists: the collector's rescans cost more than the encoding
+            return _format_all(examples, tokenizer, settings)
     finally:
         if tokenizer.eos_token != old_eos:
             tokenizer.eos_token = old_eos
