@@ -47,8 +47,10 @@ def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
         return []
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
+        # encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody here reads: the same ids
+        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
         try:
-            fast = [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
+            fast = [e.ids for e in encode(texts, add_special_tokens=True)]
         except Exception:
             fast = None
         if fast is not None:
@@ -72,6 +74,8 @@ def _end_ids(tokenizer: Any) -> set[int]:
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share (TRL's ``common_prefix_length``)."""
+    if len(a) <= len(b) and b[: len(a)] == a:  # the usual case, compared in C
+        return len(a)
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -352,6 +356,7 @@ class _StringRows:
 
     def __post_init__(self) -> None:
         self.eos: str | None = self.tokenizer.eos_token
+        self.bos_id: int | None = self.tokenizer.bos_token_id  # read once: a transformers lookup per call
 
     def prompt_completion(self, rows: Sequence[Example]) -> list[FormattedExample]:
         """The completion starts where the tokens of prompt and of prompt+completion part (TRL)."""
@@ -413,7 +418,7 @@ class _StringRows:
             self.settings,
             decisions,
             end_ids=self.end_ids,
-            bos_id=self.tokenizer.bos_token_id,
+            bos_id=self.bos_id,
             chat=False,
             eos_appended=eos_appended,
             prefix_mismatch=prefix_mismatch,
