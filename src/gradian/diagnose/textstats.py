@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from gradian.data.types import Example
+from gradian.diagnose.minhash import normalize
 
 # Sentence-final punctuation in many scripts (Latin, CJK, Arabic, Devanagari, Ethiopic, Armenian, Greek).
 TERMINAL = set(".!?…。！？؟۔।॥።։\u037e")  # U+037E: the Greek question mark (ASCII ';' is mid-sentence)
@@ -176,3 +177,23 @@ def cache(ctx: Any, key: str, fn: Any) -> Any:
     if key not in store:
         store[key] = fn()
     return store[key]
+
+
+def targets(ctx: Any) -> list[str]:
+    """Every train row's ``target_text()``, in row order, computed once per context."""
+    return cache(ctx, "targets", lambda: [e.target_text() for e in ctx.train])
+
+
+def plains(ctx: Any) -> list[str]:
+    """Every train row's ``plain_text()``, in row order, computed once per context."""
+    return cache(ctx, "plains", lambda: [e.plain_text() for e in ctx.train])
+
+
+def norm_targets(ctx: Any) -> list[str]:
+    """Every train row's normalized target (lowercased, whitespace collapsed: the duplicate and label key)."""
+    return cache(ctx, "norm_targets", lambda: [normalize(t) for t in targets(ctx)])
+
+
+def norm_plains(ctx: Any) -> list[str]:
+    """Every train row's normalized whole text (the exact-duplicate key)."""
+    return cache(ctx, "norm_plains", lambda: [normalize(t) for t in plains(ctx)])

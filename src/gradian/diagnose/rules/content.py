@@ -88,8 +88,7 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
-    for e in ctx.train:
-        tgt = e.target_text()
+    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
         if len(tgt) < 40:
             continue
         copies, dup_sent, dup_10 = ts.loop_measures(tgt)
@@ -199,8 +198,8 @@ _PLACEHOLDER = re.compile(
 def placeholder(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
-    for e in ctx.train:
-        hits = _PLACEHOLDER.findall(e.plain_text())
+    for e, x in zip(ctx.train, ts.plains(ctx), strict=True):
+        hits = _PLACEHOLDER.findall(x)
         if hits:
             rows.append(e.index)
             found.update(h[:40] for h in hits)
@@ -233,8 +232,8 @@ _MARKUP = re.compile(
 def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
-    for e in ctx.train:
-        hits = _MARKUP.findall(e.target_text())
+    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
+        hits = _MARKUP.findall(tgt)
         if hits:
             rows.append(e.index)
             found.update(h.split()[0][:20].lower() for h in hits)
@@ -338,7 +337,7 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         return
     # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
     # the file's language is a translation task, and an English prompt must not hide a foreign answer
-    segs = [(e.index, seg) for e in ctx.train if (seg := e.target_text())]
+    segs = [(e.index, seg) for e, seg in zip(ctx.train, ts.targets(ctx), strict=True) if seg]
     words = [set(seg[:600].lower().split()) for _, seg in segs]  # distinct words of the first 600 characters
     rows_sample = ts.sample(ctx.train)
     df: Counter[str] = Counter()
