@@ -88,15 +88,16 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
+    max_copies, max_sent, max_10 = t.sentence_copies, t.dup_sentence_share, t.dup_10gram_share
     for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
         if len(tgt) < 40:
             continue
         copies, dup_sent, dup_10 = ts.loop_measures(tgt)
-        if copies >= t.sentence_copies:
+        if copies >= max_copies:
             worst["sentence repeated"] += 1
-        elif dup_sent >= t.dup_sentence_share:
+        elif dup_sent >= max_sent:
             worst["repeated sentences"] += 1
-        elif dup_10 >= t.dup_10gram_share:
+        elif dup_10 >= max_10:
             worst["repeated 10-grams"] += 1
         else:
             continue
@@ -306,6 +307,18 @@ def _lang_scores(text: str) -> dict[str, float]:
     return {lang: float(s) / max(1, len(words)) for lang, s in _LANGID[0].rank(words)}
 
 
+def _profile_shares(segs: list[str], template: set[str], profile: set[str], min_words: int) -> list[tuple[int, float]]:
+    """(k, share of the file's profile words among segs[k]'s distinct words) for the texts with at least
+    ``min_words`` distinct words besides the template words; words from the first 600 characters."""
+    out = []
+    for k, seg in enumerate(segs):
+        ws = set(seg[:600].lower().split())
+        m = len(ws) - len(ws & template) if template else len(ws)
+        if m >= min_words:
+            out.append((k, len(ws & profile) / m))
+    return out
+
+
 def _top_lang(text: str) -> str:
     sc = _lang_scores(text)
     return max(sc, key=sc.__getitem__)
@@ -338,19 +351,16 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
     # the file's language is a translation task, and an English prompt must not hide a foreign answer
     segs = [(e.index, seg) for e, seg in zip(ctx.train, ts.targets(ctx), strict=True) if seg]
-    words = [set(seg[:600].lower().split()) for _, seg in segs]  # distinct words of the first 600 characters
-    rows_sample = ts.sample(ctx.train)
+    plains_sample = ts.sample(ts.plains(ctx))
     df: Counter[str] = Counter()
-    for e in rows_sample:
-        df.update(set(e.plain_text().lower().split()))
-    markers = ts.learned_markers([e.plain_text() for e in rows_sample], 0.9)
+    for x in plains_sample:
+        df.update(set(x.lower().split()))
+    markers = ts.learned_markers(plains_sample, 0.9)
     template = {w for m in markers for w in m.lower().split()}  # "question:", "answer:": the file's layout words
-    n_s = len(rows_sample)
+    n_s = len(plains_sample)
     common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
     profile = {w for w, _ in common.most_common(t.profile_words)}
-    lens = [len(ws) - len(ws & template) for ws in words] if template else [len(ws) for ws in words]
-    scores = [(k, len(ws & profile) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
-              if m >= t.min_words]  # fmt: skip
+    scores = _profile_shares([seg for _, seg in segs], template, profile, int(t.min_words))
     if len(scores) < 20:
         return
     med = sorted(s for _, s in scores)[len(scores) // 2]

@@ -27,7 +27,13 @@ CONTROL_STRINGS = sorted({m for ms in FAMILY_MARKERS.values() for m in ms if m.s
 VALID_ROLES = {"system", "user", "assistant", "tool", "function", "ipython", "developer"}
 
 
+# every marker contains one of these: a text without them has no family (a cheap screen before 19 searches)
+_MARKER_PARTS = ("<", "[", "###")
+
+
 def _family_of(text: str) -> str | None:
+    if not any(p in text for p in _MARKER_PARTS):
+        return None
     for fam, markers in FAMILY_MARKERS.items():
         if any(m in text for m in markers):
             return fam
@@ -716,6 +722,11 @@ def length_outliers(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all _MOJIBAKE can find in an ASCII text
+
+
+def _has_mojibake(text: str) -> bool:
+    return bool((_CONTROL if text.isascii() else _MOJIBAKE).search(text))
 
 
 @rule(
@@ -727,7 +738,7 @@ _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x
     fix="Re-decode the source as UTF-8 (or fix with ftfy) and drop what cannot be repaired.",
 )  # fmt: skip
 def encoding_artifacts(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e, x in zip(ctx.train, ts.plains(ctx), strict=True) if _MOJIBAKE.search(x)]
+    rows = [e.index for e, x in zip(ctx.train, ts.plains(ctx), strict=True) if _has_mojibake(x)]
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) contain mojibake or control characters",
