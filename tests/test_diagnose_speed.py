@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import gc
+import json
+import os
 import random
 import re
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +115,17 @@ def test_gc_paused_restores_the_collector() -> None:
     with pytest.raises(ValueError), gc_paused():
         raise ValueError
     assert gc.isenabled()
+
+
+def test_template_markers_in_one_order_whatever_the_hash_seed(tmp_path: Path) -> None:
+    """D130's marker list (used in its message) is built from sets: ties must not follow the hash seed."""
+    rows = [{"text": f"<|user|>\nTell me story {i}.\n<|assistant|>\nStory {i} is short."} for i in range(30)]
+    f = tmp_path / "t.jsonl"
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    messages = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-m", "gradian", "diagnose", "--train", str(f), "--select", "D130",
+                              "-f", "json"], env=env, capture_output=True, text=True).stdout  # fmt: skip
+        messages.add(json.loads(out)[0]["message"])
+    assert len(messages) == 1 and "<|assistant|>, <|user|>" in messages.pop()

@@ -134,7 +134,7 @@ def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[
             hit = (ms & paired) | ts.known_markers(e.text or "")
             if hit:
                 rows.append(e.index)
-                used.update(hit)
+                used.update(sorted(hit))  # a set: sorted, so ties keep one order whatever the hash seed
         return rows, [m for m, _ in used.most_common(6)]
 
     return ts.cache(ctx, f"template_layout:{min_share}", compute)
