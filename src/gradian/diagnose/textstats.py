@@ -201,3 +201,8 @@ def norm_targets(ctx: Any) -> list[str]:
 def norm_plains(ctx: Any) -> list[str]:
     """Every train row's normalized whole text (the exact-duplicate key)."""
     return cache(ctx, "norm_plains", lambda: [normalize(t) for t in plains(ctx)])
+
+
+def answers(ctx: Any) -> list[tuple[int, str, str]]:
+    """(row, prompt, answer) for every answer of a prompt/completion or chat row (text rows have none), in order."""
+    return cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in row_pairs(e)])

@@ -15,11 +15,6 @@ from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 
 
-def _answers(ctx: DiagnoseContext) -> list[tuple[int, str, str]]:
-    """(row, prompt, answer) for every answer of a prompt/completion or chat row (text rows have none)."""
-    return ts.cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in ts.row_pairs(e)])
-
-
 def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'):
     a learned ending signature, for files whose answers end in a fixed final line."""
@@ -48,7 +43,7 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     seen_in="synthetic-data pipelines (finish_reason 'length')",
 )  # fmt: skip
 def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    ans = [(i, a) for i, _, a in _answers(ctx) if a.strip()]
+    ans = [(i, a) for i, _, a in ts.answers(ctx) if a.strip()]
     classes = [(i, ts.end_class(a), len(a.split())) for i, a in ans]
     judged = [(i, c) for i, c, n in classes if n >= t.min_words and c in ("clean", "word", "mid")]
     if len(judged) < 20:
@@ -162,11 +157,11 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, len(ctx.train), ctx.train_file, markers=markers),
             fix=drop_fix("Store the rows as prompt/completion or messages", rows, ctx.train_file, "D130"),
         )
-    prompts = [p for _, p, _ in _answers(ctx)]
+    prompts = [p for _, p, _ in ts.answers(ctx)]
     if not prompts:
         return
     learned = sorted(ts.learned_markers(ts.sample(prompts), 0.5))
-    inside = sorted({i for i, _, a in _answers(ctx)
+    inside = sorted({i for i, _, a in ts.answers(ctx)
                      if any("\n" + m in a for m in learned) or ts.known_markers(a)})  # fmt: skip
     if inside:
         yield Hit(
@@ -266,7 +261,7 @@ _TOKENS = re.compile(r"\w+")
 )  # fmt: skip
 def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     groups: dict[tuple[str, ...], list[tuple[int, str]]] = defaultdict(list)
-    answers = _answers(ctx)
+    answers = ts.answers(ctx)
     layouts = sorted(ts.learned_markers(ts.sample([p for _, p, _ in answers]), 0.1))
     for i, p, a in answers:
         kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind

@@ -780,18 +780,19 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     fix="Fix the join / prompt template so the answer column holds the answer and the prompt does not.",
 )  # fmt: skip
 def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    from gradian.diagnose.textstats import row_pairs
-
     leak, copy = [], []
-    for e in ctx.train:
-        for prompt, answer in row_pairs(e):
-            a, p = normalize(answer), normalize(prompt)
-            if len(a) >= t.min_chars and a in p:
-                leak.append(e.index)
-                break
-            if len(p) >= t.min_chars and p in a:
-                copy.append(e.index)
-                break
+    min_chars = t.min_chars
+    done = -1  # the row already counted: its other pairs are not checked
+    for i, prompt, answer in ts.answers(ctx):
+        if i == done:
+            continue
+        a, p = normalize(answer), normalize(prompt)
+        if len(a) >= min_chars and a in p:
+            leak.append(i)
+            done = i
+        elif len(p) >= min_chars and p in a:
+            copy.append(i)
+            done = i
     rows = sorted(set(leak) | set(copy))
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
