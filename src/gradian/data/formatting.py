@@ -43,6 +43,7 @@ from gradian.data.templates import END_OF_TURN_TOKENS, training_chat_template
 from gradian.data.tokenizer import chat_template_text, has_generation_markers, tokenizer_name
 from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
+from gradian.gcpause import gc_paused
 
 
 def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
@@ -51,8 +52,10 @@ def _encode_texts(tokenizer: Any, texts: list[str]) -> list[list[int]]:
         return []
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
+        # encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody here reads: the same ids
+        encode = getattr(backend, "encode_batch_fast", None) or backend.encode_batch
         try:
-            fast = [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
+            fast = [e.ids for e in encode(texts, add_special_tokens=True)]
         except Exception:
             fast = None
         if fast is not None:
@@ -76,6 +79,8 @@ def _end_ids(tokenizer: Any) -> set[int]:
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share (TRL's ``common_prefix_length``)."""
+    if len(a) <= len(b) and b[: len(a)] == a:  # the usual case, compared in C
+        return len(a)
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -377,7 +382,8 @@ def format_examples(
     if settings.eos_token is not None and settings.eos_token != old_eos:
         tokenizer.eos_token = settings.eos_token  # TRL sets it on the tokenizer (templates may read it); restored below
     try:
-        return _format_all(examples, tokenizer, settings)
+        with gc_paused():  # 100k rows of token lists: the collector's rescans cost more than the encoding
+            return _format_all(examples, tokenizer, settings)
     finally:
         if tokenizer.eos_token != old_eos:
             tokenizer.eos_token = old_eos
@@ -442,6 +448,7 @@ class _StringRows:
 
     def __post_init__(self) -> None:
         self.eos: str | None = self.tokenizer.eos_token
+        self.bos_id: int | None = self.tokenizer.bos_token_id  # read once: a transformers lookup per call
 
     def prompt_completion(self, rows: Sequence[Example]) -> list[FormattedExample]:
         """The completion starts where the tokens of prompt and of prompt+completion part (TRL)."""
@@ -532,7 +539,7 @@ class _StringRows:
             self.settings,
             decisions,
             end_ids=self.end_ids,
-            bos_id=self.tokenizer.bos_token_id,
+            bos_id=self.bos_id,
             chat=False,
             eos_appended=eos_appended,
             prefix_mismatch=prefix_mismatch,

@@ -26,6 +26,7 @@ from typing import Any
 from gradian.data.rows import ACCEPTED_FORMATS, FORMAT_KEYS, RowError, RowProblem, normalize_row
 from gradian.data.types import Example
 from gradian.errors import GradianError
+from gradian.gcpause import gc_paused
 
 JSONL_EXT = (".jsonl", ".ndjson")
 SUPPORTED = ".jsonl, .json, .csv, .tsv, .parquet or a datasets.save_to_disk folder"
@@ -375,11 +376,12 @@ def load_examples_with_problems(
     """
     examples: list[Example] = []
     problems: list[RowProblem] = []
-    for item in _checked(path, _open(path, text_field), limit, prompt_only, text_field):
-        if isinstance(item, Example):
-            examples.append(item)
-        else:
-            problems.append(item)
+    with gc_paused():  # 100k rows of dicts: see gradian.gcpause
+        for item in _checked(path, _open(path, text_field), limit, prompt_only, text_field):
+            if isinstance(item, Example):
+                examples.append(item)
+            else:
+                problems.append(item)
     return examples, problems
 
 

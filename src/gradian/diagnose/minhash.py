@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -18,23 +20,39 @@ def normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+# ASCII bytes that are not \w (letters, digits, underscore) -> space: for an ASCII text, splitting on whitespace
+# after this translation gives exactly the words of _WORD.findall, three times faster
+_ASCII_NONWORD = bytes(c if c < 128 and (chr(c).isalnum() or c == 95) else 32 for c in range(256))
+
+
+def _words(text: str, max_words: int) -> Sequence[bytes | str]:
+    """The first ``max_words`` words (``_WORD`` matches) of the lowercased text: bytes for an ASCII text, else str
+    (a word hashes the same either way: by its UTF-8 bytes)."""
+    if text.isascii():
+        return text.encode().lower().translate(_ASCII_NONWORD).split()[:max_words]
+    return _WORD.findall(text.lower())[:max_words]
+
+
+def _word_hash(w: bytes | str) -> int:
+    b = w if isinstance(w, bytes) else w.encode()
+    return zlib.crc32(b) | (zlib.crc32(b, 0x9E3779B9) << 32)
+
+
 def _row_words(texts: list[str], k: int, max_words: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    vocab: dict[str, int] = {}
-    setdefault = vocab.setdefault
-    ids: list[int] = []
-    lengths = np.empty(len(texts), dtype=np.int64)
-    findall = _WORD.findall
-    for r, t in enumerate(texts):
-        words = findall(t.lower())[:max_words]
+    """Each row's first ``max_words`` words (padded to ``k``) as 64-bit word hashes, concatenated, and the counts.
+    Each distinct word is hashed once; the mapping runs in C (dict.fromkeys, map)."""
+    rows = [_words(t, max_words) for t in texts]
+    for r, words in enumerate(rows):
         if len(words) < k:
-            words = words + [f"\x00pad{i}" for i in range(k - len(words))]
-        lengths[r] = len(words)
-        ids.extend([setdefault(w, len(vocab)) for w in words])
-    table = np.array(
-        [zlib.crc32(w.encode("utf-8")) | (zlib.crc32(w.encode("utf-8"), 0x9E3779B9) << 32) for w in vocab],
-        dtype=np.uint64,
-    )
-    return table[np.array(ids, dtype=np.int64)], lengths
+            rows[r] = [*words, *(f"\x00pad{i}" for i in range(k - len(words)))]
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    flat: list[bytes | str] = list(chain.from_iterable(rows))
+    vocab = dict.fromkeys(flat, 0)
+    table = np.fromiter(map(_word_hash, vocab), np.uint64, len(vocab))
+    for i, w in enumerate(vocab):
+        vocab[w] = i
+    ids = np.fromiter(map(vocab.__getitem__, flat), dtype=np.int64, count=len(flat))
+    return table[ids], lengths
 
 
 def shingle_hashes(texts: list[str], k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -60,9 +78,11 @@ def signatures(sh: np.ndarray, offsets: np.ndarray, n_perm: int = 32, seed: int 
     a = rng.integers(1, 2**63, size=n_perm, dtype=np.uint64) | np.uint64(1)
     b = rng.integers(0, 2**63, size=n_perm, dtype=np.uint64)
     sig = np.empty((len(offsets) - 1, n_perm), dtype=np.uint64)
+    v = np.empty_like(sh)  # one buffer for every permutation: no allocation per pass
     with np.errstate(over="ignore"):
         for p in range(n_perm):
-            v = sh * a[p] + b[p]
+            np.multiply(sh, a[p], out=v)
+            v += b[p]
             sig[:, p] = np.minimum.reduceat(v, offsets[:-1])
     return sig
 
@@ -87,10 +107,10 @@ def near_duplicate_pairs(
         order = np.argsort(key, kind="stable")
         sk = key[order]
         bounds = np.flatnonzero(np.diff(sk)) + 1
-        for grp in np.split(order, bounds):
-            if len(grp) < 2:
-                continue
-            g = sorted(int(x) for x in grp)
+        starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(sk)]])
+        shared = ends - starts >= 2  # only the rows that share this band's key with another row
+        for a, z in zip(starts[shared].tolist(), ends[shared].tolist(), strict=True):
+            g = sorted(order[a:z].tolist())
             if len(g) > max_group:  # a big cluster: pair each with its first member only
                 candidates.update((g[0], x) for x in g[1:])
             else:

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any
 
 from gradian.data.types import Example
+from gradian.diagnose.minhash import normalize
 
 # Sentence-final punctuation in many scripts (Latin, CJK, Arabic, Devanagari, Ethiopic, Armenian, Greek).
 TERMINAL = set(".!?…。！？؟۔।॥።։\u037e")  # U+037E: the Greek question mark (ASCII ';' is mid-sentence)
@@ -39,28 +40,29 @@ def end_class(text: str) -> str:
 
 
 _SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+_SENT_END = re.compile(r"[.!?。！？\n]")  # a text without any of these is one sentence (_SENT cannot split it)
 _WORDS = re.compile(r"\w+")
 
 
 def loop_measures(text: str) -> tuple[int, float, float]:
     """The repetition measures the repetition rule uses, computed lean: the most copies of one sentence of 4+ words,
     the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams.
-    A repeated 10-gram needs at least 10 repeated word occurrences, a repeated sentence at least one: rows with
-    fewer skip the work."""
+    A repeated 10-gram needs at least 10 repeated word occurrences and a repeated 3-gram, a repeated sentence at
+    least one repeated word and a sentence end: rows without skip the work."""
     words = text.lower().split()
     n_dup = len(words) - len(set(words))
     if n_dup == 0:
         return 1, 0.0, 0.0
-    units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
-    seen = Counter(units)
-    if len(seen) < len(units):
-        copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
-        dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
-    else:
-        copies, dup_sent = 1, 0.0
+    copies, dup_sent = 1, 0.0
+    if _SENT_END.search(text):
+        units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
+        seen = Counter(units)
+        if len(seen) < len(units):
+            copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
+            dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
     n = 10
-    if n_dup < n:
-        return copies, dup_sent, 0.0
+    if n_dup < n or len(set(zip(words, words[1:], words[2:], strict=False))) == len(words) - 2:
+        return copies, dup_sent, 0.0  # a repeated 10-gram needs 10 repeated words and a repeated 3-gram
     grams = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
     counts = Counter(grams)
     if len(counts) == len(grams):
@@ -156,10 +158,13 @@ def row_pairs(e: Example) -> list[tuple[str, str]]:
     return [(e.prompt or "", e.completion or "")]
 
 
+_ASCII_LETTER = re.compile("[A-Za-z]")  # str.isalpha() of an ASCII character
+
+
 def script_of(text: str) -> str | None:
     """The dominant Unicode script family of a text's letters (by the first word of their Unicode name)."""
     if text.isascii():
-        return "LATIN" if any(ch.isalpha() for ch in text) else None
+        return "LATIN" if _ASCII_LETTER.search(text) else None
     c: Counter[str] = Counter()
     for ch in text:
         if ch.isalpha():
@@ -176,3 +181,28 @@ def cache(ctx: Any, key: str, fn: Any) -> Any:
     if key not in store:
         store[key] = fn()
     return store[key]
+
+
+def targets(ctx: Any) -> list[str]:
+    """Every train row's ``target_text()``, in row order, computed once per context."""
+    return cache(ctx, "targets", lambda: [e.target_text() for e in ctx.train])
+
+
+def plains(ctx: Any) -> list[str]:
+    """Every train row's ``plain_text()``, in row order, computed once per context."""
+    return cache(ctx, "plains", lambda: [e.plain_text() for e in ctx.train])
+
+
+def norm_targets(ctx: Any) -> list[str]:
+    """Every train row's normalized target (lowercased, whitespace collapsed: the duplicate and label key)."""
+    return cache(ctx, "norm_targets", lambda: [normalize(t) for t in targets(ctx)])
+
+
+def norm_plains(ctx: Any) -> list[str]:
+    """Every train row's normalized whole text (the exact-duplicate key)."""
+    return cache(ctx, "norm_plains", lambda: [normalize(t) for t in plains(ctx)])
+
+
+def answers(ctx: Any) -> list[tuple[int, str, str]]:
+    """(row, prompt, answer) for every answer of a prompt/completion or chat row (text rows have none), in order."""
+    return cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in row_pairs(e)])

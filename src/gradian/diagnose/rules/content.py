@@ -15,11 +15,6 @@ from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 
 
-def _answers(ctx: DiagnoseContext) -> list[tuple[int, str, str]]:
-    """(row, prompt, answer) for every answer of a prompt/completion or chat row (text rows have none)."""
-    return ts.cache(ctx, "answers", lambda: [(e.index, p, a) for e in ctx.train for p, a in ts.row_pairs(e)])
-
-
 def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'):
     a learned ending signature, for files whose answers end in a fixed final line."""
@@ -48,7 +43,7 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     seen_in="synthetic-data pipelines (finish_reason 'length')",
 )  # fmt: skip
 def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    ans = [(i, a) for i, _, a in _answers(ctx) if a.strip()]
+    ans = [(i, a) for i, _, a in ts.answers(ctx) if a.strip()]
     classes = [(i, ts.end_class(a), len(a.split())) for i, a in ans]
     judged = [(i, c) for i, c, n in classes if n >= t.min_words and c in ("clean", "word", "mid")]
     if len(judged) < 20:
@@ -88,16 +83,16 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
-    for e in ctx.train:
-        tgt = e.target_text()
+    max_copies, max_sent, max_10 = t.sentence_copies, t.dup_sentence_share, t.dup_10gram_share
+    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
         if len(tgt) < 40:
             continue
         copies, dup_sent, dup_10 = ts.loop_measures(tgt)
-        if copies >= t.sentence_copies:
+        if copies >= max_copies:
             worst["sentence repeated"] += 1
-        elif dup_sent >= t.dup_sentence_share:
+        elif dup_sent >= max_sent:
             worst["repeated sentences"] += 1
-        elif dup_10 >= t.dup_10gram_share:
+        elif dup_10 >= max_10:
             worst["repeated 10-grams"] += 1
         else:
             continue
@@ -134,7 +129,7 @@ def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[
             hit = (ms & paired) | ts.known_markers(e.text or "")
             if hit:
                 rows.append(e.index)
-                used.update(hit)
+                used.update(sorted(hit))  # a set: sorted, so ties keep one order whatever the hash seed
         return rows, [m for m, _ in used.most_common(6)]
 
     return ts.cache(ctx, f"template_layout:{min_share}", compute)
@@ -162,11 +157,11 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, len(ctx.train), ctx.train_file, markers=markers),
             fix=drop_fix("Store the rows as prompt/completion or messages", rows, ctx.train_file, "D130"),
         )
-    prompts = [p for _, p, _ in _answers(ctx)]
+    prompts = [p for _, p, _ in ts.answers(ctx)]
     if not prompts:
         return
     learned = sorted(ts.learned_markers(ts.sample(prompts), 0.5))
-    inside = sorted({i for i, _, a in _answers(ctx)
+    inside = sorted({i for i, _, a in ts.answers(ctx)
                      if any("\n" + m in a for m in learned) or ts.known_markers(a)})  # fmt: skip
     if inside:
         yield Hit(
@@ -199,8 +194,8 @@ _PLACEHOLDER = re.compile(
 def placeholder(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
-    for e in ctx.train:
-        hits = _PLACEHOLDER.findall(e.plain_text())
+    for e, x in zip(ctx.train, ts.plains(ctx), strict=True):
+        hits = _PLACEHOLDER.findall(x)
         if hits:
             rows.append(e.index)
             found.update(h[:40] for h in hits)
@@ -233,8 +228,8 @@ _MARKUP = re.compile(
 def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
-    for e in ctx.train:
-        hits = _MARKUP.findall(e.target_text())
+    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
+        hits = _MARKUP.findall(tgt)
         if hits:
             rows.append(e.index)
             found.update(h.split()[0][:20].lower() for h in hits)
@@ -266,7 +261,7 @@ _TOKENS = re.compile(r"\w+")
 )  # fmt: skip
 def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     groups: dict[tuple[str, ...], list[tuple[int, str]]] = defaultdict(list)
-    answers = _answers(ctx)
+    answers = ts.answers(ctx)
     layouts = sorted(ts.learned_markers(ts.sample([p for _, p, _ in answers]), 0.1))
     for i, p, a in answers:
         kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind
@@ -307,6 +302,18 @@ def _lang_scores(text: str) -> dict[str, float]:
     return {lang: float(s) / max(1, len(words)) for lang, s in _LANGID[0].rank(words)}
 
 
+def _profile_shares(segs: list[str], template: set[str], profile: set[str], min_words: int) -> list[tuple[int, float]]:
+    """(k, share of the file's profile words among segs[k]'s distinct words) for the texts with at least
+    ``min_words`` distinct words besides the template words; words from the first 600 characters."""
+    out = []
+    for k, seg in enumerate(segs):
+        ws = set(seg[:600].lower().split())
+        m = len(ws) - len(ws & template) if template else len(ws)
+        if m >= min_words:
+            out.append((k, len(ws & profile) / m))
+    return out
+
+
 def _top_lang(text: str) -> str:
     sc = _lang_scores(text)
     return max(sc, key=sc.__getitem__)
@@ -338,20 +345,17 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         return
     # judge what the model learns to write (the answer, or the whole text row): a foreign prompt with an answer in
     # the file's language is a translation task, and an English prompt must not hide a foreign answer
-    segs = [(e.index, seg) for e in ctx.train if (seg := e.target_text())]
-    words = [set(seg[:600].lower().split()) for _, seg in segs]  # distinct words of the first 600 characters
-    rows_sample = ts.sample(ctx.train)
+    segs = [(e.index, seg) for e, seg in zip(ctx.train, ts.targets(ctx), strict=True) if seg]
+    plains_sample = ts.sample(ts.plains(ctx))
     df: Counter[str] = Counter()
-    for e in rows_sample:
-        df.update(set(e.plain_text().lower().split()))
-    markers = ts.learned_markers([e.plain_text() for e in rows_sample], 0.9)
+    for x in plains_sample:
+        df.update(set(x.lower().split()))
+    markers = ts.learned_markers(plains_sample, 0.9)
     template = {w for m in markers for w in m.lower().split()}  # "question:", "answer:": the file's layout words
-    n_s = len(rows_sample)
+    n_s = len(plains_sample)
     common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
     profile = {w for w, _ in common.most_common(t.profile_words)}
-    lens = [len(ws) - len(ws & template) for ws in words] if template else [len(ws) for ws in words]
-    scores = [(k, len(ws & profile) / m) for k, (ws, m) in enumerate(zip(words, lens, strict=True))
-              if m >= t.min_words]  # fmt: skip
+    scores = _profile_shares([seg for _, seg in segs], template, profile, int(t.min_words))
     if len(scores) < 20:
         return
     med = sorted(s for _, s in scores)[len(scores) // 2]

@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from gradian.diagnose import textstats as ts
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.minhash import near_duplicate_pairs, normalize
 from gradian.diagnose.registry import Hit, Params, rule
@@ -26,7 +27,13 @@ CONTROL_STRINGS = sorted({m for ms in FAMILY_MARKERS.values() for m in ms if m.s
 VALID_ROLES = {"system", "user", "assistant", "tool", "function", "ipython", "developer"}
 
 
+# every marker contains one of these: a text without them has no family (a cheap screen before 19 searches)
+_MARKER_PARTS = ("<", "[", "###")
+
+
 def _family_of(text: str) -> str | None:
+    if not any(p in text for p in _MARKER_PARTS):
+        return None
     for fam, markers in FAMILY_MARKERS.items():
         if any(m in text for m in markers):
             return fam
@@ -179,7 +186,7 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     seen_in="OpenAI validators",
 )  # fmt: skip
 def empty_target(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e in ctx.train if not e.target_text().strip()]
+    rows = [e.index for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True) if not tgt.strip()]
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) have an empty completion / assistant turn",
@@ -204,8 +211,7 @@ def empty_target(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def duplicates(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     seen: dict[str, int] = {}
     dup_rows, uniq_texts, uniq_idx = [], [], []
-    for e in ctx.train:
-        key = normalize(e.plain_text())
+    for e, key in zip(ctx.train, ts.norm_plains(ctx), strict=True):
         if key in seen:
             dup_rows.append(e.index)
         else:
@@ -626,8 +632,11 @@ def size_small(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
-    targets = Counter(normalize(e.target_text()) for e in ctx.train)
-    return len(ctx.train) >= 20 and len(targets) <= max_distinct and all(len(k.split()) <= 5 for k in targets)
+    def compute() -> bool:
+        targets = set(ts.norm_targets(ctx))
+        return len(ctx.train) >= 20 and len(targets) <= max_distinct and all(len(k.split()) <= 5 for k in targets)
+
+    return bool(ts.cache(ctx, f"is_labels:{max_distinct}", compute))
 
 
 @rule(
@@ -643,12 +652,13 @@ def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
 def identical_targets(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if _is_labels(ctx):
         return
-    c = Counter(normalize(e.target_text()) for e in ctx.train if e.target_text().strip())
+    norm = ts.norm_targets(ctx)
+    c = Counter(k for k, tgt in zip(norm, ts.targets(ctx), strict=True) if tgt.strip())
     if not c:
         return
     top, cnt = c.most_common(1)[0]
     if pct(cnt, len(ctx.train)) > t.max_percent:
-        rows = [e.index for e in ctx.train if normalize(e.target_text()) == top]
+        rows = [e.index for e, k in zip(ctx.train, norm, strict=True) if k == top]
         yield Hit(
             f"{cnt} rows ({pct(cnt, len(ctx.train))}%) have the same target {top[:60]!r}",
             evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), target=top[:200]),
@@ -699,10 +709,10 @@ def boilerplate_prefix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     fix="Inspect and drop or split the outliers.",
 )  # fmt: skip
 def length_outliers(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    lens = sorted(len(e.plain_text()) for e in ctx.train)
+    lens = sorted(map(len, ts.plains(ctx)))
     med = lens[len(lens) // 2]
     lim = max(t.factor * med, t.min_chars)
-    rows = [e.index for e in ctx.train if len(e.plain_text()) > lim]
+    rows = [e.index for e, x in zip(ctx.train, ts.plains(ctx), strict=True) if len(x) > lim]
     if rows:
         yield Hit(
             f"{len(rows)} row(s) are over {int(lim)} characters ({t.factor:g}x the median {med})",
@@ -712,6 +722,11 @@ def length_outliers(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # all _MOJIBAKE can find in an ASCII text
+
+
+def _has_mojibake(text: str) -> bool:
+    return bool((_CONTROL if text.isascii() else _MOJIBAKE).search(text))
 
 
 @rule(
@@ -723,7 +738,7 @@ _MOJIBAKE = re.compile("\ufffd|Ã[\u0080-\u00bf]|â€|[\x00-\x08\x0b\x0c\x0e-\x
     fix="Re-decode the source as UTF-8 (or fix with ftfy) and drop what cannot be repaired.",
 )  # fmt: skip
 def encoding_artifacts(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e in ctx.train if _MOJIBAKE.search(e.plain_text())]
+    rows = [e.index for e, x in zip(ctx.train, ts.plains(ctx), strict=True) if _has_mojibake(x)]
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) contain mojibake or control characters",
@@ -743,7 +758,7 @@ _NULLS = {"nan", "none", "null", "undefined", "[object object]", "<na>"}
     fix="Drop those rows, and fix the export.",
 )  # fmt: skip
 def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e in ctx.train if e.target_text().strip().lower() in _NULLS]
+    rows = [e.index for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True) if tgt.strip().lower() in _NULLS]
     if rows:
         yield Hit(
             f"{len(rows)} row(s) have a serialized missing value as their target",
@@ -765,18 +780,19 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     fix="Fix the join / prompt template so the answer column holds the answer and the prompt does not.",
 )  # fmt: skip
 def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    from gradian.diagnose.textstats import row_pairs
-
     leak, copy = [], []
-    for e in ctx.train:
-        for prompt, answer in row_pairs(e):
-            a, p = normalize(answer), normalize(prompt)
-            if len(a) >= t.min_chars and a in p:
-                leak.append(e.index)
-                break
-            if len(p) >= t.min_chars and p in a:
-                copy.append(e.index)
-                break
+    min_chars = t.min_chars
+    done = -1  # the row already counted: its other pairs are not checked
+    for i, prompt, answer in ts.answers(ctx):
+        if i == done:
+            continue
+        a, p = normalize(answer), normalize(prompt)
+        if len(a) >= min_chars and a in p:
+            leak.append(i)
+            done = i
+        elif len(p) >= min_chars and p in a:
+            copy.append(i)
+            done = i
     rows = sorted(set(leak) | set(copy))
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
         yield Hit(
@@ -798,7 +814,7 @@ def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def label_imbalance(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if not _is_labels(ctx):
         return
-    c = Counter(normalize(e.target_text()) for e in ctx.train)
+    c = Counter(ts.norm_targets(ctx))
     top, cnt = c.most_common(1)[0]
     if len(c) > 1 and cnt / len(ctx.train) > t.max_share:
         yield Hit(f"label {top!r} is {cnt / len(ctx.train):.0%} of rows ({dict(c.most_common(5))})",
@@ -825,8 +841,7 @@ _REFUSAL_OPENING = re.compile(
 )  # fmt: skip
 def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows = []
-    for e in ctx.train:
-        tgt = e.target_text()
+    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
         if _REFUSAL_OPENING.match(tgt[:200]) or any(r in tgt.lower() for r in _REFUSALS):
             rows.append(e.index)
     if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
@@ -852,7 +867,7 @@ def truncation_estimate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ml, src = ctx.effective_max_length()
     if not ml:
         return
-    rows = [e.index for e in ctx.train if len(e.plain_text()) / t.chars_per_token > ml]
+    rows = [e.index for e, x in zip(ctx.train, ts.plains(ctx), strict=True) if len(x) / t.chars_per_token > ml]
     if rows and pct(len(rows), len(ctx.train)) > t.warn_percent:
         yield Hit(f"about {len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) are likely over max length {ml} "
                   f"({src}); estimate at {t.chars_per_token} chars/token (no tokenizer)",
