@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import process_peers
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 EX = ROOT / "examples" / "stories260k"
@@ -96,9 +99,11 @@ def floor(work: Path) -> None:
 def kronfluence(work: Path) -> None:
     sys.path.insert(0, str(HERE))
     import common
+    import numpy as np
 
     model, fx, qfx = load_rows(work)
-    common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf")
+    scores = common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf")[0]  # queries x rows
+    np.save(work / "kronfluence_scores.npy", scores.numpy().T)
 
 
 def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -116,21 +121,24 @@ def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1024)
-    ap.add_argument("--queries", type=int, default=16)
-    ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
-    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "kronfluence"])
-    ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
-    ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
-    args = ap.parse_args()
-    work = args.work / f"rows{args.rows}"
-    if args.role == "floor":
-        return floor(work)
-    if args.role == "kronfluence":
-        return kronfluence(work)
-    prepare(work, args.rows, args.queries)
+def scores_agreement(work: Path, rows: int, names: list[str]) -> dict:
+    """Spearman of per-row scores between the attribution processes of this run (process_peers.agreement)."""
+    readers = {
+        "gradian": lambda: process_peers.gradian_scores(work / "out", rows),
+        "bergson": lambda: process_peers.bergson_scores(work),
+        "kronfluence": lambda: np.load(work / "kronfluence_scores.npy"),
+    }
+    scores = {n: readers[n]() for n in names if n in readers}
+    return process_peers.agreement(scores) if len(scores) > 1 else {}
+
+
+def uptime() -> str:
+    """The machine's `uptime` line (load averages: how contended the shared cores were)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def commands(args: argparse.Namespace, work: Path) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+    """Each process's argv and environment."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     py = sys.executable
     cmds = {
@@ -139,21 +147,73 @@ def main() -> None:
                     "--out", str(work / "out"), "--no-progress"],
         "floor": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "floor"],
         "kronfluence": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "kronfluence"],
+        "bergson": process_peers.bergson_argv(py, work),
     }  # fmt: skip
-    res: dict = {"rows": args.rows, "queries": args.queries, "threads": os.environ.get("OMP_NUM_THREADS")}
-    res |= {"command": " ".join(["python", "bench/bench_process.py", *sys.argv[1:]]), "wall_s": {}, "cpu_s": {}}
-    for name in args.only:
-        shutil.rmtree(work / "out", ignore_errors=True)  # no reuse of a stored run
-        res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], env)
-        print(f"{name}: {res['wall_s'][name]:.1f} s wall, {res['cpu_s'][name]:.1f} s CPU", flush=True)
+    extra = str(HERE / "work" / "bergson-extra")  # torchopt for bergson's CLI import (see process_peers.py)
+    envs = {n: env for n in cmds}
+    envs["bergson"] = env | {"PYTHONPATH": os.pathsep.join(p for p in (extra, env.get("PYTHONPATH")) if p)}
+    return cmds, envs
+
+
+OUTPUTS = {"gradian": "out", "bergson": "bergson_run", "kronfluence": "kf"}  # removed before each run: no reuse
+
+
+def summarise(res: dict, work: Path) -> dict:
+    """Add the ratios (per unit) and the ranking agreement of the processes in ``res``."""
     for unit in ("wall_s", "cpu_s"):
         w = res[unit]
         if "gradian" in w and "floor" in w:
             res[f"gradian_over_floor_{unit[:-2]}"] = w["gradian"] / w["floor"]
-        if "gradian" in w and "kronfluence" in w:
-            res[f"kronfluence_over_gradian_{unit[:-2]}"] = w["kronfluence"] / w["gradian"]
+        for peer in ("kronfluence", "bergson"):
+            if "gradian" in w and peer in w:
+                res[f"{peer}_over_gradian_{unit[:-2]}"] = w[peer] / w["gradian"]
+    res["spearman"] = scores_agreement(work, res["rows"], list(res["cpu_s"]))
+    return res
+
+
+def merge(paths: list[Path], work: Path) -> dict:
+    """One result from several (processes of the same rows run as separate invocations, e.g. side by side)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    res = {k: parts[0][k] for k in ("rows", "queries", "threads")}
+    res["command"] = [p["command"] for p in parts]
+    for key in ("wall_s", "cpu_s", "uptime"):
+        res[key] = {k: v for p in parts for k, v in p.get(key, {}).items()}
+    return summarise(res, work / f"rows{res['rows']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--queries", type=int, default=16)
+    ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
+    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "bergson", "kronfluence"])
+    ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
+    ap.add_argument("--merge", nargs="*", type=Path, help="merge these results files into --results")
+    ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
+    args = ap.parse_args()
+    work = args.work / f"rows{args.rows}"
+    if args.role == "floor":
+        return floor(work)
+    if args.role == "kronfluence":
+        return kronfluence(work)
+    if args.merge:
+        res = merge(args.merge, args.work)
+    else:
+        prepare(work, args.rows, args.queries)
+        cmds, envs = commands(args, work)
+        res = {"rows": args.rows, "queries": args.queries, "threads": os.environ.get("OMP_NUM_THREADS")}
+        res |= {"command": " ".join(["python", "bench/bench_process.py", *sys.argv[1:]]), "wall_s": {}, "cpu_s": {}}
+        res["uptime"] = {}
+        for name in args.only:
+            if name in OUTPUTS:
+                shutil.rmtree(work / OUTPUTS[name], ignore_errors=True)
+            before = uptime()
+            res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], envs[name])
+            res["uptime"][name] = {"before": before, "after": uptime()}
+            print(f"{name}: {res['wall_s'][name]:.1f} s wall, {res['cpu_s'][name]:.1f} s CPU", flush=True)
+        summarise(res, work)
     print(json.dumps(res, indent=1))
-    out = HERE / "results" / (args.results or f"process_rows{args.rows}.json")
+    out = HERE / "results" / (args.results or f"process_rows{res['rows']}.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
 
