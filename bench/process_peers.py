@@ -80,8 +80,8 @@ def bergson_scores(work: Path) -> np.ndarray:
 
 def gradian_scores(out: Path, rows: int) -> np.ndarray:
     """Gradian's per-item scores from ``gradian attribute``'s output, rows x queries (training-row order; rows
-    Gradian dropped are NaN)."""
-    S = np.load(out / "item_scores.npy").astype(np.float64)  # items x columns
+    Gradian dropped are NaN), as influence: Gradian stores harm, ``-<X, G_i>``, the peers ``+<X, G_i>``."""
+    S = -np.load(out / "item_scores.npy").astype(np.float64)  # items x columns
     idx_path = out / "embeddings_index.npy"
     idx = np.load(idx_path) if idx_path.is_file() else np.arange(S.shape[1])
     full = np.full((rows, S.shape[0]), np.nan)
