@@ -106,9 +106,10 @@ def kronfluence(work: Path) -> None:
     np.save(work / "kronfluence_scores.npy", scores.numpy().T)
 
 
-def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user + system) of one child process. On a shared machine the CPU seconds of a
-    one-thread process are the steadier measure of its work; wall time includes waiting for a core."""
+def timed_process(argv: list[str], env: dict[str, str], log: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user + system) of one child process; its stdout and stderr go to ``log``. On a
+    shared machine the CPU seconds of a one-thread process are the steadier measure of its work; wall time includes
+    waiting for a core."""
     import resource
 
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -116,6 +117,8 @@ def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -208,7 +211,7 @@ def main() -> None:
             if name in OUTPUTS:
                 shutil.rmtree(work / OUTPUTS[name], ignore_errors=True)
             before = uptime()
-            res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], envs[name])
+            res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], envs[name], work / f"{name}.log")
             res["uptime"][name] = {"before": before, "after": uptime()}
             print(f"{name}: {res['wall_s'][name]:.1f} s wall, {res['cpu_s'][name]:.1f} s CPU", flush=True)
         summarise(res, work)
