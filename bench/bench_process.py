@@ -1,6 +1,10 @@
-"""Whole processes, as users run them: the `gradian attribute` CLI against a floor process and a kronfluence script.
+"""Whole processes, as users run them: the `gradian attribute` CLI against a floor process, bergson's CLI and a
+kronfluence script.
 
     python bench/bench_process.py --rows 1024 --queries 16              # prepare, then time each as a subprocess
+    python bench/bench_process.py --rows 1024 --only bergson --results process_rows1024_bergson.json   # one of them
+    python bench/bench_process.py --rows 1024 --merge bench/results/process_rows1024_{floor,gradian,bergson}.json \
+        --results process_rows1024.json                                # side-by-side invocations as one result
 
 The model is bench/common.py's "wide" Llama (hidden 192, 12 layers, about 5.4M parameters, vocab 512, the bundled
 stories260K tokenizer) saved as a base folder, with a LoRA adapter (r=8 on all 7 projections, B random) saved by PEFT.
@@ -14,9 +18,14 @@ everything):
   tokenization, then one training-style forward+backward epoch over the rows (batch size 8): what any gradient-based
   attribution must at least do;
 * ``kronfluence``: the same load and rows, then kronfluence EK-FAC (factors + pairwise scores, empirical Fisher,
-  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``).
+  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``);
+* ``bergson``: ``python -m bergson ekfac RUN --model ADAPTER ...`` (bergson 2.5.1's CLI: EK-FAC, empirical Fisher,
+  one score column per query; its inputs and the one extra import it needs: ``process_peers.py``).
 
-Results go to bench/results/process.json; docs/benchmarks.md quotes them.
+Each result records ``uptime`` before and after each process (the load on the shared cores) and the Spearman
+correlation of per-row scores between the attribution processes it ran or merged (``spearman``: of the query-mean
+score and the mean over queries of each query's; Gradian's harm negated into influence). Results go to
+bench/results/process_rows<ROWS>.json; docs/benchmarks.md quotes them.
 """
 
 from __future__ import annotations
