@@ -1,6 +1,10 @@
-"""Whole processes, as users run them: the `gradian attribute` CLI against a floor process and a kronfluence script.
+"""Whole processes, as users run them: the `gradian attribute` CLI against a floor process, bergson's CLI and a
+kronfluence script.
 
     python bench/bench_process.py --rows 1024 --queries 16              # prepare, then time each as a subprocess
+    python bench/bench_process.py --rows 1024 --only bergson --results process_rows1024_bergson.json   # one of them
+    python bench/bench_process.py --rows 1024 --merge bench/results/process_rows1024_{floor,gradian,bergson}.json \
+        --results process_rows1024.json                                # side-by-side invocations as one result
 
 The model is bench/common.py's "wide" Llama (hidden 192, 12 layers, about 5.4M parameters, vocab 512, the bundled
 stories260K tokenizer) saved as a base folder, with a LoRA adapter (r=8 on all 7 projections, B random) saved by PEFT.
@@ -14,9 +18,14 @@ everything):
   tokenization, then one training-style forward+backward epoch over the rows (batch size 8): what any gradient-based
   attribution must at least do;
 * ``kronfluence``: the same load and rows, then kronfluence EK-FAC (factors + pairwise scores, empirical Fisher,
-  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``).
+  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``);
+* ``bergson``: ``python -m bergson ekfac RUN --model ADAPTER ...`` (bergson 2.5.1's CLI: EK-FAC, empirical Fisher,
+  one score column per query; its inputs and the one extra import it needs: ``process_peers.py``).
 
-Results go to bench/results/process.json; docs/benchmarks.md quotes them.
+Each result records ``uptime`` before and after each process (the load on the shared cores) and the Spearman
+correlation of per-row scores between the attribution processes it ran or merged (``spearman``: of the query-mean
+score and the mean over queries of each query's; Gradian's harm negated into influence). Results go to
+bench/results/process_rows<ROWS>.json; docs/benchmarks.md quotes them.
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+import process_peers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -96,14 +108,17 @@ def floor(work: Path) -> None:
 def kronfluence(work: Path) -> None:
     sys.path.insert(0, str(HERE))
     import common
+    import numpy as np
 
     model, fx, qfx = load_rows(work)
-    common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf")
+    scores = common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf")[0]  # queries x rows
+    np.save(work / "kronfluence_scores.npy", scores.numpy().T)
 
 
-def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds user + system) of one child process. On a shared machine the CPU seconds of a
-    one-thread process are the steadier measure of its work; wall time includes waiting for a core."""
+def timed_process(argv: list[str], env: dict[str, str], log: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user + system) of one child process; its stdout and stderr go to ``log``. On a
+    shared machine the CPU seconds of a one-thread process are the steadier measure of its work; wall time includes
+    waiting for a core."""
     import resource
 
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -111,26 +126,31 @@ def timed_process(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     proc = subprocess.run(argv, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1024)
-    ap.add_argument("--queries", type=int, default=16)
-    ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
-    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "kronfluence"])
-    ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
-    ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
-    args = ap.parse_args()
-    work = args.work / f"rows{args.rows}"
-    if args.role == "floor":
-        return floor(work)
-    if args.role == "kronfluence":
-        return kronfluence(work)
-    prepare(work, args.rows, args.queries)
+def scores_agreement(work: Path, rows: int, names: list[str]) -> dict:
+    """Spearman of per-row scores between the attribution processes of this run (process_peers.agreement)."""
+    readers = {
+        "gradian": lambda: process_peers.gradian_scores(work / "out", rows),
+        "bergson": lambda: process_peers.bergson_scores(work),
+        "kronfluence": lambda: np.load(work / "kronfluence_scores.npy"),
+    }
+    scores = {n: readers[n]() for n in names if n in readers}
+    return process_peers.agreement(scores) if len(scores) > 1 else {}
+
+
+def uptime() -> str:
+    """The machine's `uptime` line (load averages: how contended the shared cores were)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def commands(args: argparse.Namespace, work: Path) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+    """Each process's argv and environment."""
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     py = sys.executable
     cmds = {
@@ -139,21 +159,73 @@ def main() -> None:
                     "--out", str(work / "out"), "--no-progress"],
         "floor": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "floor"],
         "kronfluence": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "kronfluence"],
+        "bergson": process_peers.bergson_argv(py, work),
     }  # fmt: skip
-    res: dict = {"rows": args.rows, "queries": args.queries, "threads": os.environ.get("OMP_NUM_THREADS")}
-    res |= {"command": " ".join(["python", "bench/bench_process.py", *sys.argv[1:]]), "wall_s": {}, "cpu_s": {}}
-    for name in args.only:
-        shutil.rmtree(work / "out", ignore_errors=True)  # no reuse of a stored run
-        res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], env)
-        print(f"{name}: {res['wall_s'][name]:.1f} s wall, {res['cpu_s'][name]:.1f} s CPU", flush=True)
+    extra = str(HERE / "work" / "bergson-extra")  # torchopt for bergson's CLI import (see process_peers.py)
+    envs = {n: env for n in cmds}
+    envs["bergson"] = env | {"PYTHONPATH": os.pathsep.join(p for p in (extra, env.get("PYTHONPATH")) if p)}
+    return cmds, envs
+
+
+OUTPUTS = {"gradian": "out", "bergson": "bergson_run", "kronfluence": "kf"}  # removed before each run: no reuse
+
+
+def summarise(res: dict, work: Path) -> dict:
+    """Add the ratios (per unit) and the ranking agreement of the processes in ``res``."""
     for unit in ("wall_s", "cpu_s"):
         w = res[unit]
         if "gradian" in w and "floor" in w:
             res[f"gradian_over_floor_{unit[:-2]}"] = w["gradian"] / w["floor"]
-        if "gradian" in w and "kronfluence" in w:
-            res[f"kronfluence_over_gradian_{unit[:-2]}"] = w["kronfluence"] / w["gradian"]
+        for peer in ("kronfluence", "bergson"):
+            if "gradian" in w and peer in w:
+                res[f"{peer}_over_gradian_{unit[:-2]}"] = w[peer] / w["gradian"]
+    res["spearman"] = scores_agreement(work, res["rows"], list(res["cpu_s"]))
+    return res
+
+
+def merge(paths: list[Path], work: Path) -> dict:
+    """One result from several (processes of the same rows run as separate invocations, e.g. side by side)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    res = {k: parts[0][k] for k in ("rows", "queries", "threads")}
+    res["command"] = [p["command"] for p in parts]
+    for key in ("wall_s", "cpu_s", "uptime"):
+        res[key] = {k: v for p in parts for k, v in p.get(key, {}).items()}
+    return summarise(res, work / f"rows{res['rows']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--queries", type=int, default=16)
+    ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
+    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "bergson", "kronfluence"])
+    ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
+    ap.add_argument("--merge", nargs="*", type=Path, help="merge these results files into --results")
+    ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
+    args = ap.parse_args()
+    work = args.work / f"rows{args.rows}"
+    if args.role == "floor":
+        return floor(work)
+    if args.role == "kronfluence":
+        return kronfluence(work)
+    if args.merge:
+        res = merge(args.merge, args.work)
+    else:
+        prepare(work, args.rows, args.queries)
+        cmds, envs = commands(args, work)
+        res = {"rows": args.rows, "queries": args.queries, "threads": os.environ.get("OMP_NUM_THREADS")}
+        res |= {"command": " ".join(["python", "bench/bench_process.py", *sys.argv[1:]]), "wall_s": {}, "cpu_s": {}}
+        res["uptime"] = {}
+        for name in args.only:
+            if name in OUTPUTS:
+                shutil.rmtree(work / OUTPUTS[name], ignore_errors=True)
+            before = uptime()
+            res["wall_s"][name], res["cpu_s"][name] = timed_process(cmds[name], envs[name], work / f"{name}.log")
+            res["uptime"][name] = {"before": before, "after": uptime()}
+            print(f"{name}: {res['wall_s'][name]:.1f} s wall, {res['cpu_s'][name]:.1f} s CPU", flush=True)
+        summarise(res, work)
     print(json.dumps(res, indent=1))
-    out = HERE / "results" / (args.results or f"process_rows{args.rows}.json")
+    out = HERE / "results" / (args.results or f"process_rows{res['rows']}.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
 
