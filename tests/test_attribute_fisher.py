@@ -64,17 +64,14 @@ def test_true_fisher_is_seeded_and_only_changes_the_curvature(setup, tmp_path):
     np.testing.assert_array_equal(a.scores, b.scores)  # same seed, same labels, same scores
     assert not np.allclose(a.scores, c.scores, rtol=1e-6)  # other labels, other curvature
     assert not np.allclose(a.scores, emp.scores, rtol=1e-3)
-    # identity preconditioning has no curvature: the Fisher option leaves it alone
-    ia = _run(setup, method="identity", fisher="true")
-    ie = _run(setup, method="identity")
-    np.testing.assert_allclose(ia.scores, ie.scores, rtol=1e-12)
     # the store path samples the same labels per row as the in-memory path
     st = _run(setup, fisher="true", fisher_seed=3, store_dir=tmp_path / "grads", shard_rows=8)
     np.testing.assert_allclose(st.scores, a.scores, rtol=1e-6, atol=1e-9 * np.abs(a.scores).max())
 
 
 @pytest.mark.parametrize(("fisher", "method", "needle"), [("sampled", "ekfac", "unknown --fisher"),
-                                                          ("true", "exact", "--fisher true")])  # fmt: skip
+                                                          ("true", "exact", "--fisher true"),
+                                                          ("true", "identity", "uses no curvature")])  # fmt: skip
 def test_fisher_option_errors_are_one_line(fisher, method, needle):
     with pytest.raises(GradianError) as e:
         check_options(method, "uniform", "auto", fisher)
