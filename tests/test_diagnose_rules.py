@@ -648,6 +648,19 @@ def test_silent_on_clean(rule):
     assert run_rule(rule, ctx) == []
 
 
+def test_identical_targets_needs_a_target_that_recurs():
+    """Two rows with two different targets: the commonest is half the rows, but nothing repeats."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    ctx.train = ctx.train[:2]
+    assert ctx.train[0].completion != ctx.train[1].completion
+    assert run_rule(by_code["D116"], ctx) == []
+    same = clean_context()  # a fresh context: a context computes each row's text once
+    same.train = same.train[:2]
+    same.train[1].completion = same.train[0].completion
+    assert [f.code for f in run_rule(by_code["D116"], same)] == ["D116"]
+
+
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.code}-{r.name}")
 def test_fires_on_planted(rule, tmp_path: Path):
     ctx = clean_context()

@@ -657,7 +657,7 @@ def identical_targets(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if not c:
         return
     top, cnt = c.most_common(1)[0]
-    if pct(cnt, len(ctx.train)) > t.max_percent:
+    if cnt >= 2 and pct(cnt, len(ctx.train)) > t.max_percent:  # a target seen once is not repeated
         rows = [e.index for e, k in zip(ctx.train, norm, strict=True) if k == top]
         yield Hit(
             f"{cnt} rows ({pct(cnt, len(ctx.train))}%) have the same target {top[:60]!r}",
