@@ -128,7 +128,7 @@ def clean_cell(rep: dict) -> str:
     for fs in fl.values():
         for f in {x.split(":")[0] for x in fs}:
             per[f.replace("Filter", "")] += 1
-    each = ", ".join(f"{f} {c}" for f, c in sorted(per.items(), key=lambda x: -x[1]))
+    each = ", ".join(f"{f} {c}" for f, c in sorted(per.items(), key=lambda x: (-x[1], x[0])))
     return f"{len(fl)}/{n} ({len(fl) / n:.0%}){': ' + each if each else ''}"
 
 
