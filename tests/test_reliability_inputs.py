@@ -209,12 +209,12 @@ def test_long_row_200k_chars_is_formatted(long_row_file):
 
 def test_messages_with_tokenizer_without_chat_template_diagnose():
     """Chat rows + a tokenizer with no chat template: not a refusal but one D127 error finding, and every check that
-    needs no tokens still runs (here the repeated-target check)."""
+    needs no tokens still runs (here the dataset-size check)."""
     res = gradian("diagnose", "--train", FIX / "messages_ok.jsonl", "--base", BASE_DIR)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
     assert "D127" in res.stdout and "no chat template" in res.stdout
-    assert "Down-sample the repeated target" in res.stdout
+    assert "D115 size_small: only 1 training rows" in res.stdout
 
 
 def test_messages_with_tokenizer_without_chat_template_doctor():
