@@ -21,6 +21,7 @@ from sklearn.metrics import roc_auc_score
 
 from gradian.data import FormatSettings, format_examples, load_examples
 from gradian.errors import GradianError
+from gradian.options import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[1]
 EX = REPO / "examples" / "stories260k"
@@ -151,12 +152,13 @@ def test_token_harm_of_top_rows_lands_on_the_planted_edit(runs):
     from bench_prompts import top3_hits
 
     rep = runs["prompts"]
-    assert rep["settings"]["token_harm_rows"] == 50
-    assert all(("token_harm" in e) == (e["rank"] <= 50) for e in rep["examples"])
-    for e in rep["examples"][:50]:
+    k = DEFAULTS.token_harm
+    assert rep["settings"]["token_harm_rows"] == k
+    assert all(("token_harm" in e) == (e["rank"] <= k) for e in rep["examples"])
+    for e in rep["examples"][:k]:
         assert np.isclose(sum(h for _, h in e["token_harm"] if h is not None), e["score"], rtol=1e-3)
     hits, n, _ = top3_hits(rep, PLANTED)
-    print(f"\nplanted rows in the top 50 whose three highest-harm tokens hit the planted edit: {hits}/{n}")
+    print(f"\nplanted rows in the top {k} whose three highest-harm tokens hit the planted edit: {hits}/{n}")
     assert n >= 18 and hits >= 0.8 * n  # the bar: at least 80% of the planted rows in the top K
     assert 'class="tok"' in runs["prompts_html"] and "Most harmful tokens" in runs["prompts_md"]
 

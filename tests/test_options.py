@@ -239,3 +239,11 @@ def test_gradian_report_reads_the_saved_options_back(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps(base))  # older: no options, re-rendered as it was
     rerender(tmp_path)
     assert "options" not in json.loads((tmp_path / "report.json").read_text())
+
+
+def test_every_row_the_report_shows_is_split_by_token_by_default():
+    """Token harm is computed for the rows a user sees (the HTML/Markdown top rows, the terminal's ``--top``), and no
+    more: each extra row costs a forward-mode pass."""
+    from gradian.report.render import TOP_ROWS_SHOWN
+
+    assert DEFAULTS.token_harm == max(TOP_ROWS_SHOWN, DEFAULTS.top)

@@ -84,7 +84,9 @@ class AttributeOptions(Options):
     generations: int = option(
         20, "The N most regressed items are shown as the base model's and the fine-tune's greedy continuations.", min=0
     )
-    token_harm: int = option(50, "The N top rows get their harm split over their tokens.", min=0)
+    token_harm: int = option(
+        25, "The N top rows get their harm split over their tokens (the report shows the top 25).", min=0
+    )
     trust_remote_code: bool = option(False, "Allow the base model's own code.")
     top: int = option(20, "Rows shown and explained per item.", min=0)
     extra_methods: tuple[str, ...] = option((), "Other methods scored from the same stored gradients.", cli=False)
