@@ -15,10 +15,13 @@ everything):
 * ``gradian``: ``python -m gradian attribute --base B --adapter A --train T --eval E --out O --query all`` (also runs
   diagnose and writes the report, as the command does);
 * ``floor``: the same imports (torch, transformers, peft, gradian's formatting), the same model load and
-  tokenization, then one training-style forward+backward epoch over the rows (batch size 8): what any gradient-based
-  attribution must at least do;
+  tokenization, then one training-style forward+backward epoch over the rows (batch size 8, rows longest first so a
+  batch pads little, as gradian's training pass and bergson's token batches run): what any gradient-based
+  attribution must at least do; ``floor_file``: the same epoch in file order (each batch padded to its longest row;
+  the floor before gradian batched by length);
 * ``kronfluence``: the same load and rows, then kronfluence EK-FAC (factors + pairwise scores, empirical Fisher,
-  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``);
+  its default dtypes) on the same LoRA modules (``bench/common.py: kronfluence_scores``), rows longest first with
+  per-batch padding;
 * ``bergson``: ``python -m bergson ekfac RUN --model ADAPTER ...`` (bergson 2.5.1's CLI: EK-FAC, empirical Fisher,
   one score column per query; its inputs and the one extra import it needs: ``process_peers.py``).
 
@@ -97,12 +100,12 @@ def load_rows(work: Path):
     return lm.model, [f for f in fx if not f.dropped], qfx
 
 
-def floor(work: Path) -> None:
+def floor(work: Path, by_length: bool = True) -> None:
     sys.path.insert(0, str(HERE))
     import common
 
     model, fx, _ = load_rows(work)
-    common.floor_pass(model, fx, bs=8)
+    common.floor_pass(model, fx, bs=8, by_length=by_length)
 
 
 def kronfluence(work: Path) -> None:
@@ -111,7 +114,7 @@ def kronfluence(work: Path) -> None:
     import numpy as np
 
     model, fx, qfx = load_rows(work)
-    scores = common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf")[0]  # queries x rows
+    scores = common.kronfluence_scores(model, fx, qfx, bs=8, workdir=work / "kf", by_length=True)[0]  # queries x rows
     np.save(work / "kronfluence_scores.npy", scores.numpy().T)
 
 
@@ -158,6 +161,7 @@ def commands(args: argparse.Namespace, work: Path) -> tuple[dict[str, list[str]]
                     "--train", str(work / "train.jsonl"), "--eval", str(work / "eval.jsonl"), "--query", "all",
                     "--out", str(work / "out"), "--no-progress"],
         "floor": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "floor"],
+        "floor_file": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "floor_file"],
         "kronfluence": [py, __file__, "--rows", str(args.rows), "--work", str(args.work), "--role", "kronfluence"],
         "bergson": process_peers.bergson_argv(py, work),
     }  # fmt: skip
@@ -176,6 +180,8 @@ def summarise(res: dict, work: Path) -> dict:
         w = res[unit]
         if "gradian" in w and "floor" in w:
             res[f"gradian_over_floor_{unit[:-2]}"] = w["gradian"] / w["floor"]
+        if "gradian" in w and "floor_file" in w:
+            res[f"gradian_over_floor_file_{unit[:-2]}"] = w["gradian"] / w["floor_file"]
         for peer in ("kronfluence", "bergson"):
             if "gradian" in w and peer in w:
                 res[f"{peer}_over_gradian_{unit[:-2]}"] = w[peer] / w["gradian"]
@@ -198,14 +204,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--queries", type=int, default=16)
     ap.add_argument("--work", type=Path, default=HERE / "work" / "process")
-    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "bergson", "kronfluence"])
+    ap.add_argument("--only", nargs="*", default=["gradian", "floor", "floor_file", "bergson", "kronfluence"])
     ap.add_argument("--results", default=None, help="results file name (default process_rows<ROWS>.json)")
     ap.add_argument("--merge", nargs="*", type=Path, help="merge these results files into --results")
-    ap.add_argument("--role", choices=["floor", "kronfluence"], help=argparse.SUPPRESS)  # a timed child process
+    roles = ["floor", "floor_file", "kronfluence"]
+    ap.add_argument("--role", choices=roles, help=argparse.SUPPRESS)  # a timed child process
     args = ap.parse_args()
     work = args.work / f"rows{args.rows}"
-    if args.role == "floor":
-        return floor(work)
+    if args.role in ("floor", "floor_file"):
+        return floor(work, by_length=args.role == "floor")
     if args.role == "kronfluence":
         return kronfluence(work)
     if args.merge:

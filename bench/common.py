@@ -88,11 +88,15 @@ def wide_setup(n_rows: int, n_queries: int = 16, seq: int = 128, dtype=torch.flo
     return model, fx, qfx
 
 
-def floor_pass(model, fx, bs: int = 8) -> None:
-    """One training-style forward+backward per batch (summed loss, parameter .grad): the floor."""
+def floor_pass(model, fx, bs: int = 8, by_length: bool = False) -> None:
+    """One training-style forward+backward per batch (summed loss, parameter .grad): the floor. ``by_length``: the
+    rows longest first, so a batch pads little (as gradian's training pass and bergson's token batches run)."""
     from gradian.attribute.collector import token_losses
     from gradian.attribute.engine import collate
+    from gradian.attribute.robust import longest_first
 
+    if by_length:
+        fx = [fx[i] for i in longest_first(fx)]
     for s in range(0, len(fx), bs):
         ids, am, lm = collate(fx[s : s + bs], 0, DEVICE)
         model.zero_grad(set_to_none=True)
@@ -150,17 +154,34 @@ KF_CPU: list[float] = []  # process CPU seconds of the last kronfluence_scores c
 
 
 def kronfluence_scores(
-    model, fx, qfx, *, fp64: bool = False, bs: int = 8, damping=None, workdir=None, empirical: bool = True
+    model,
+    fx,
+    qfx,
+    *,
+    fp64: bool = False,
+    bs: int = 8,
+    damping=None,
+    workdir=None,
+    empirical: bool = True,
+    by_length: bool = False,
 ):
     """kronfluence EK-FAC on the same LoRA modules: factors (covariance, eigendecomposition, lambda) + pairwise
     scores. Training loss = summed label-token NLL per row, measurement = mean NLL per completion token per query
     (gradian's conventions). ``empirical=False``: kronfluence's default true Fisher (labels sampled from the model,
-    seeded). Returns (scores (n_query, n_train) with kronfluence's sign, factor s, score s)."""
+    seeded). ``by_length``: the training rows run longest first and each batch pads to its own longest row (a
+    ``collate_fn`` through kronfluence's ``DataLoaderKwargs``), as gradian's training pass does; otherwise every row
+    is padded to the longest of all. Returns (scores (n_query, n_train) with kronfluence's sign, in ``fx``'s order,
+    factor s, score s)."""
     from kronfluence.analyzer import Analyzer, prepare_model
     from kronfluence.arguments import FactorArguments, ScoreArguments
     from kronfluence.task import Task
+    from kronfluence.utils.dataset import DataLoaderKwargs
 
     from gradian.attribute.collector import find_lora_blocks, token_losses
+    from gradian.attribute.robust import longest_first
+
+    order = longest_first(fx) if by_length else list(range(len(fx)))
+    fx = [fx[i] for i in order]
 
     names = [f"{b.name.rsplit('.', 1)[0]}.{b.name.rsplit('.', 1)[1]}.default" for b in find_lora_blocks(model)]
     T = max(len(f.input_ids) for f in list(fx) + list(qfx))
@@ -205,6 +226,13 @@ def kronfluence_scores(
     model = prepare_model(model, task)
     wd = Path(workdir or tempfile.mkdtemp())
     analyzer = Analyzer("bench", model, task, cpu=DEVICE == "cpu", disable_tqdm=True, output_dir=str(wd))
+    if by_length:
+
+        def pad_to_batch(rows):  # every row is padded to T by tensors(); cut the batch to its longest row
+            n = max(int(r["attention_mask"].sum()) for r in rows)
+            return {k: torch.stack([r[k][:n] for r in rows]) for k in rows[0]}
+
+        analyzer.set_dataloader_kwargs(DataLoaderKwargs(collate_fn=pad_to_batch))
     f64 = torch.float64
     fa = FactorArguments(strategy="ekfac", use_empirical_fisher=empirical)
     sa = ScoreArguments(damping_factor=damping)
@@ -227,9 +255,11 @@ def kronfluence_scores(
         score_args=sa, overwrite_output_dir=True,
     )  # fmt: skip
     t2, c2 = time.perf_counter(), time.process_time()
-    scores = analyzer.load_pairwise_scores("s")["all_modules"]
+    scores = analyzer.load_pairwise_scores("s")["all_modules"].double().cpu()
     KF_CPU[:] = [c1 - c0, c2 - c1]
-    return scores.double().cpu(), t1 - t0, t2 - t1
+    back = torch.empty_like(scores)
+    back[:, torch.as_tensor(order)] = scores  # the rows' own order
+    return back, t1 - t0, t2 - t1
 
 
 def write_json(path: Path, data: dict) -> None:

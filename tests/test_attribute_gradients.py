@@ -84,6 +84,39 @@ def test_padding_does_not_change_gradients():
         assert rel(c1.S[b.name], c2.S[b.name]) < 1e-5
 
 
+def test_the_training_pass_batches_rows_of_one_length_and_returns_file_order():
+    """robust.gradients runs the rows longest first (batches of about one length: little padding) and hands back one
+    gradient per row in the rows' own order, equal to each row's gradient computed alone; the covariance sums too."""
+    from gradian.attribute.robust import PassState, gradients
+
+    model = helpers.lora_model(torch.float64, r=4)
+    _, fx = helpers.formatted(helpers.TRAIN)
+    fx = fx[:12]
+    lengths = [len(f.input_ids) for f in fx]
+    assert lengths != sorted(lengths, reverse=True)  # file order is not length order
+    blocks = find_lora_blocks(model)
+    seen: list[int] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: seen.append(kw["input_ids"].shape), with_kwargs=True)
+    try:
+        chunk = gradients(model, blocks, fx, 0, PassState(batch_size=4))
+    finally:
+        hook.remove()
+    padded = [max(lengths[i] for i in b) for b in _batches(lengths, 4)]  # each batch pads to its longest row
+    assert [s[1] for s in seen] == padded and padded == sorted(padded, reverse=True)
+    assert sum(s[0] * s[1] for s in seen) < sum(4 * max(lengths[i : i + 4]) for i in range(0, 12, 4))  # less padding
+    alone, col = gradient_pass(model, blocks, fx, pad_id=0, batch_size=1, covariance=True)
+    for b in blocks:
+        assert float((chunk.G[b.name] - alone[b.name]).norm() / alone[b.name].norm()) < 1e-5
+        assert float((chunk.A[b.name] - col.A[b.name]).norm() / col.A[b.name].norm()) < 1e-5
+    assert chunk.n_tokens == col.n_tokens and chunk.n_examples == len(fx)
+
+
+def _batches(lengths: list[int], size: int) -> list[list[int]]:
+    """Positions in batches of ``size``, longest rows first (ties in file order)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[s : s + size] for s in range(0, len(order), size)]
+
+
 def test_projection_is_jl_and_consistent():
     model = helpers.lora_model(torch.float64, r=4)
     fx = _batch()

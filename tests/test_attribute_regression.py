@@ -26,6 +26,27 @@ def test_rises_no_larger_than_the_drift_are_noise():
     assert "none by more than the fine-tune's ordinary drift" in regression_summary(call)
 
 
+def test_many_items_up_within_a_wide_drift_count_as_a_regression():
+    """Each rise is within 2 x the drift, but 14 items rose and 2 fell: a shift of the set, not drift (sign test)."""
+    base = np.full(16, 2.0)
+    ft = base + np.array([0.25, 0.2, 0.2, 0.18, 0.15, 0.15, 0.12, 0.1, 0.1, 0.08, 0.06, 0.05, 0.04, 0.01, -0.1, -0.15])
+    call = call_regressions(base, ft)
+    assert call.cutoff > 0.25 and call.shift_p < 0.05  # drift 1.4826 x 0.125: no single item clears 2 x drift
+    assert call.regressed.tolist() == [True] * 13 + [False] * 3  # the 0.02 floor still applies
+    off = call_regressions(base, ft, RegressionRule(shift_alpha=0))
+    assert not off.regressed.any() and off.within_noise
+    assert "sign test" in regression_words({**RegressionRule().to_dict(), **call.to_dict()})
+
+
+def test_the_sign_test_is_the_binomial_tail():
+    from math import comb
+
+    from gradian.attribute.regression import sign_test
+
+    assert sign_test(14, 2) == pytest.approx(sum(comb(16, k) for k in range(14, 17)) / 2**16)
+    assert sign_test(3, 3) > 0.5 and sign_test(0, 0) == 1.0
+
+
 def test_item_gate_requires_each_item_to_clear_the_drift():
     base = np.ones(6)
     ft = base + np.array([0.9, 0.06, -0.05, -0.04, -0.06, 0.3])
@@ -47,7 +68,10 @@ def test_relative_scale_divides_by_the_base_loss():
     assert call.regressed.tolist() == [True, False, False, False]  # +200% vs +10% with a 7% drift
 
 
-@pytest.mark.parametrize("bad", [{"noise_multiple": -1}, {"gate": "x"}, {"scale": "log"}, {"min_delta": float("nan")}])
+BAD_RULES = [{"noise_multiple": -1}, {"shift_alpha": -1}, {"gate": "x"}, {"scale": "log"}, {"min_delta": float("nan")}]
+
+
+@pytest.mark.parametrize("bad", BAD_RULES)
 def test_rule_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         RegressionRule(**bad)

@@ -158,13 +158,8 @@ def test_corrupted_and_truncated_shards_are_recomputed(inputs, clean, tmp_path):
     assert records(out) == records(clean)
 
 
-def _poisoned_base(inputs: Path, dst: Path) -> tuple[Path, int, int]:
-    """A copy of the base whose input embedding of one token is NaN, where that token occurs in exactly one
-    formatted training row and in no eval item. The output head is untied (an exact copy of the original embedding)
-    so only rows that *contain* the token are affected. Returns (base dir, training row index, token id)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
+def _formatted(inputs: Path) -> tuple[list, list]:
+    """The training and eval rows as the run formats them."""
     from gradian.attribute.loading import _load_tokenizer
     from gradian.data import format_examples, load_examples
     from gradian.run import discover, format_settings, load_setup
@@ -172,8 +167,17 @@ def _poisoned_base(inputs: Path, dst: Path) -> tuple[Path, int, int]:
     art = discover(RUN, base=str(BASE_DIR), train=inputs / "train.jsonl", eval=inputs / "eval.jsonl")
     fs = format_settings(load_setup(art))
     tok = _load_tokenizer(art.tokenizer_dir or art.adapter_dir, str(BASE_DIR), False)
-    train = format_examples(load_examples(inputs / "train.jsonl"), tok, fs)
-    evals = format_examples(load_examples(inputs / "eval.jsonl"), tok, fs)
+    return [format_examples(load_examples(inputs / n), tok, fs) for n in ("train.jsonl", "eval.jsonl")]
+
+
+def _poisoned_base(inputs: Path, dst: Path) -> tuple[Path, int, int]:
+    """A copy of the base whose input embedding of one token is NaN, where that token occurs in exactly one
+    formatted training row and in no eval item. The output head is untied (an exact copy of the original embedding)
+    so only rows that *contain* the token are affected. Returns (base dir, training row index, token id)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    train, evals = _formatted(inputs)
     eval_tokens = {t for f in evals for t in f.input_ids}
     rows_of: dict[int, set[int]] = {}
     for f in train:
@@ -216,13 +220,16 @@ def test_oom_halves_the_batch_and_keeps_finished_shards(inputs, clean, tmp_path)
     rep = report(out)
     assert rep["settings"]["oom_retries"] == 1
     assert rep["settings"]["train_rows_computed"] == N_ROWS  # nothing computed twice into the store
-    note = f"out of memory at training row {3 * SHARD} with batch size {BATCH}; retried with batch size {BATCH // 2}"
+    # a shard's rows run longest first, in batches of about one length; the note names the failed batch's first row
+    shard = sorted(range(3 * SHARD, 4 * SHARD), key=lambda i: -len(_formatted(inputs)[0][i].input_ids))
+    failed = shard[shard.index(row) // BATCH * BATCH]
+    note = f"out of memory at training row {failed} with batch size {BATCH}; retried with batch size {BATCH // 2}"
     assert any(n.startswith(note) for n in rep["notes"]), rep["notes"]
     assert "out of memory" in res.stdout
     got_rec, ref = records(out), records(clean)
     for i in range(3):  # shards finished before the failure are the clean run's, byte for byte
         assert got_rec[i]["sha256"] == ref[i]["sha256"]
-    # Rows 24-31 ran in batches of 2, not 4: other padding, so fp32 rounding differs (measured: 2e-5 relative).
+    # Shard 3's rows ran in batches of 2, not 4: other padding, so fp32 rounding differs (measured: 2e-5 relative).
     got = {e["index"]: e["score"] for e in rep["examples"]}
     want = {e["index"]: e["score"] for e in report(clean)["examples"]}
     top = max(abs(v) for v in want.values())

@@ -74,10 +74,11 @@ def _why(grads: dict[str, torch.Tensor], row: int) -> str:
     return "nan gradient" if has_nan else "inf gradient"
 
 
-def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, offset: int, consume) -> None:
+def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, where: Sequence[int], consume) -> None:
     """Batches over ``fxs``, each handed to ``consume(start, n, grads, A, S, n_tokens, rows_finite, stats_finite)``
     as it finishes (the finiteness flags come from the collector, checked per group of blocks); on OOM the batch size
-    is halved and the pass retried from the first unfinished batch."""
+    is halved and the pass retried from the first unfinished batch. ``where[i]``: the training row of ``fxs[i]``
+    (for messages)."""
     from gradian.attribute import engine
 
     pos = 0
@@ -118,17 +119,31 @@ def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, offse
             state.batch_size = max(1, old // 2)
             state.oom_retries += 1
             state.notes.append(
-                f"out of memory at training row {offset + pos} with batch size {old}; retried with batch size "
+                f"out of memory at training row {where[pos]} with batch size {old}; retried with batch size "
                 f"{state.batch_size} (finished batches kept)"
             )
             _free_accelerator_memory()
 
 
 def gradients(
-    model, blocks, fxs: Sequence, pad_id: int, state: PassState, *, offset: int = 0, _advance: bool = True
+    model,
+    blocks,
+    fxs: Sequence,
+    pad_id: int,
+    state: PassState,
+    *,
+    offset: int = 0,
+    _advance: bool = True,
+    _where: Sequence[int] | None = None,
 ) -> Chunk:
-    """Per-example gradients and covariance sums of ``fxs`` (see the module docstring); ``offset`` is the position
-    of ``fxs[0]`` among the training rows (for messages).
+    """Per-example gradients and covariance sums of ``fxs`` (see the module docstring), one row of ``G`` per row of
+    ``fxs`` in its order; ``offset`` is the position of ``fxs[0]`` among the training rows (for messages).
+
+    The rows run longest first, so each batch holds rows of about one length (as ``group_by_length`` in the HF
+    Trainer, and bergson's token batches): padding is computed for nothing, and on variable-length SFT rows it can be
+    most of the work (bench/bench_process.py's rows: 1.84x the real tokens in file order, 1.01x sorted). A row's
+    gradient does not depend on its batch; the covariance sums are sums. The longest batch also runs first, so an
+    out-of-memory retry happens at once.
 
     Each finished batch is copied at once into one preallocated (rows, out, in) tensor per block: keeping the
     batches' own small tensors alive between the large temporaries of later batches fragments the heap (measured:
@@ -140,42 +155,52 @@ def gradients(
     st = Stats.empty()
     skipped: list[tuple[int, str]] = []
     deferred: list[tuple] = []  # batches with something non-finite: redone after the pass, row by row if needed
+    where = list(_where) if _where is not None else [offset + i for i in range(len(fxs))]  # training row of each
+    order = longest_first(fxs)  # run position -> position in fxs
+    run = [fxs[i] for i in order]
+    at = torch.as_tensor(order, dtype=torch.long)
 
     def consume(start, n, grads, bA, bS, ntok, ok, stats_ok):
         if not G:
             G.update({k: v.new_zeros((len(fxs), *v.shape[1:])) for k, v in grads.items()})
         if stats_ok and bool(ok.all()):
             for k in names:
-                G[k][start : start + n].copy_(grads[k])
+                G[k].index_copy_(0, at[start : start + n], grads[k])
             st.add(bA, bS, ntok, n)
         else:
             deferred.append((start, n, grads, ok))
 
-    _raw_pass(model, blocks, fxs, pad_id, state, _advance, offset, consume)
+    _raw_pass(model, blocks, run, pad_id, state, _advance, [where[i] for i in order], consume)
     for start, n, grads, ok in deferred:
         # Recompute this batch without the offending rows (or, when the gradients are finite but the covariance
         # sums are not, split it until the offending row is alone). Their rows stay zero in G.
         if n == 1:
-            skipped.append((start, _why(grads, 0) if not bool(ok[0]) else "non-finite activations"))
+            skipped.append((order[start], _why(grads, 0) if not bool(ok[0]) else "non-finite activations"))
             continue
         if bool(ok.all()):
             groups = [list(range(n // 2)), list(range(n // 2, n))]
         else:
             bad = [i for i in range(n) if not bool(ok[i])]
-            skipped += [(start + i, _why(grads, i)) for i in bad]
+            skipped += [(order[start + i], _why(grads, i)) for i in bad]
             groups = [[i for i in range(n) if bool(ok[i])]]
         for g in groups:
             if not g:
                 continue
+            rows = [order[start + i] for i in g]
             sub = gradients(
-                model, blocks, [fxs[start + i] for i in g], pad_id, state, offset=offset + start, _advance=False
+                model, blocks, [fxs[i] for i in rows], pad_id, state, _advance=False, _where=[where[i] for i in rows]
             )
-            for j, i in enumerate(g):
+            for j, i in enumerate(rows):
                 for k in names:
-                    G[k][start + i] = sub.G[k][j]
+                    G[k][i] = sub.G[k][j]
             st.add(sub.A, sub.S, sub.n_tokens, sub.n_examples)
-            skipped += [(start + g[p], why) for p, why in sub.skipped]
+            skipped += [(rows[p], why) for p, why in sub.skipped]
     return Chunk(G, st.A_sum, st.S_sum, st.n_tokens, st.n_examples, sorted(skipped))
+
+
+def longest_first(fxs: Sequence) -> list[int]:
+    """Positions of ``fxs`` by length, longest first (ties in file order)."""
+    return sorted(range(len(fxs)), key=lambda i: -len(fxs[i].input_ids))
 
 
 class FaultInjector:

@@ -241,12 +241,18 @@ def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_ca
         )
         draft.sentences.append(
             f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
-            f"fine-tune's ordinary drift{drift}: the change is within noise, so there is no regression to "
-            "attribute."
+            f"fine-tune's ordinary drift{drift}{_as_a_set(reg)}: the change is within noise, so there is no "
+            "regression to attribute."
         )
         return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
     draft.sentences.append("No eval item got worse after fine-tuning, so there is no regression to attribute.")
     return draft.done("no_regression", setup_cause, "No regression to explain.")
+
+
+def _as_a_set(reg: Mapping[str, Any]) -> str:
+    """The sign test's clause, when the report recorded it: not many more items got worse than got better."""
+    p = reg.get("shift_p")
+    return "" if p is None else f", and not more of them than chance would give (sign test p = {float(p):.2g})"
 
 
 def _aligned_item_scores(
