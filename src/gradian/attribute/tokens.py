@@ -56,18 +56,22 @@ def token_harm(
     pad_id: int,
     batch_size: int = DEFAULTS.batch_size,
 ) -> list[np.ndarray]:
-    """Per row of ``fxs``: ``-d loss_t / d eps`` along ``direction`` for each label token t (in position order)."""
+    """Per row of ``fxs``: ``-d loss_t / d eps`` along ``direction`` for each label token t (in position order). The
+    rows run longest first (batches of about one length, as the training pass's)."""
     import torch
     from torch.func import functional_call, jvp
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from gradian.attribute.engine import collate
+    from gradian.attribute.robust import longest_first
 
     dev = next(model.parameters()).device
     params = {n: p.detach() for n, p in model.named_parameters() if n in direction}
-    out: list[np.ndarray] = []
-    for s in range(0, len(fxs), batch_size):
-        batch = fxs[s : s + batch_size]
+    order = longest_first(fxs)
+    rows = [fxs[i] for i in order]
+    out: list[np.ndarray] = [np.zeros(0)] * len(fxs)
+    for s in range(0, len(rows), batch_size):
+        batch = rows[s : s + batch_size]
         ids, am, lm = collate(batch, pad_id, dev)
 
         def losses(p, ids=ids, am=am):
@@ -81,7 +85,7 @@ def token_harm(
         d = (-d.double()).cpu().numpy()
         mask = lm[:, 1:].cpu().numpy()
         for b in range(len(batch)):
-            out.append(d[b][mask[b]])
+            out[order[s + b]] = d[b][mask[b]]
     return out
 
 
