@@ -91,6 +91,9 @@ class RegressionCall:
     rose: int  # items whose NLL rose at all beyond the floors (regressed or within drift)
     scale: str = "absolute"
     shift_p: float = 1.0  # one-sided sign-test p-value of more items rising than falling
+    beyond: int = 0  # items past the floors that rose by more than the cutoff
+    up: int = 0  # items whose NLL rose (sign test)
+    down: int = 0  # items whose NLL fell (sign test)
 
     @property
     def within_noise(self) -> bool:
@@ -104,6 +107,9 @@ class RegressionCall:
             "scale": self.scale,
             "rose": int(self.rose),
             "shift_p": float(self.shift_p),
+            "beyond_drift": int(self.beyond),
+            "up": int(self.up),
+            "down": int(self.down),
             "regressed": int(self.regressed.sum()),
             "n_items": int(len(self.regressed)),
         }
@@ -126,10 +132,14 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
     cutoff = max(floor, rule.noise_multiple * drift if drift is not None else 0.0)
     floors = ok & (delta > rule.min_delta) & (rel > rule.min_relative)
     beyond = floors & (change > cutoff)
-    shift_p = sign_test(int((ok & (delta > 0)).sum()), int((ok & (delta < 0)).sum()))
+    up, down = int((ok & (delta > 0)).sum()), int((ok & (delta < 0)).sum())
+    shift_p = sign_test(up, down)
     shifted = rule.shift_alpha > 0 and shift_p < rule.shift_alpha
     regressed = beyond if rule.gate == "item" else (floors if beyond.any() or shifted else beyond)
-    return RegressionCall(regressed, delta, rel, drift, cutoff, int(floors.sum()), rule.scale, shift_p)
+    n_beyond = int(beyond.sum())
+    return RegressionCall(
+        regressed, delta, rel, drift, cutoff, int(floors.sum()), rule.scale, shift_p, n_beyond, up, down
+    )
 
 
 def sign_test(up: int, down: int) -> float:
@@ -170,6 +180,12 @@ def regression_words(reg: dict) -> str:
     drift = f"{describe_change(float(reg['cutoff']), scale)} = {reg.get('noise_multiple', 0):g} x the drift"
     if reg.get("gate", "set") == "set":
         alpha = float(reg.get("shift_alpha", 0) or 0)
+        p = reg.get("shift_p")
+        if alpha and reg.get("beyond_drift") == 0 and p is not None and float(p) < alpha:
+            return (
+                f"{floor}; none rose by more than {drift}, but {reg.get('up')} items rose and {reg.get('down')} fell: "
+                f"the set moved up (sign test p = {float(p):.2g} < {alpha:g})"
+            )
         shift = f", or more items up than down beyond chance: sign test p < {alpha:g}" if alpha else ""
         return f"{floor}, with at least one item up by more than {drift}{shift}"
     return f"{floor} and by more than {drift}"
