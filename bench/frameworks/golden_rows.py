@@ -6,10 +6,17 @@ prompt/response boundary, multi-turn chats, a system turn, and one row longer th
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import re
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+STORIES = REPO / "examples" / "stories260k" / "base"
+OUT = REPO / "tests" / "fixtures" / "golden"
 
 STORY = (
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. "
@@ -65,6 +72,30 @@ def sharegpt_rows() -> list[dict[str, Any]]:
 
 def text_rows() -> list[dict[str, Any]]:
     return [{"text": "The cat sat on the mat."}, {"text": STORY}, {"text": LONG}]
+
+
+def golden_args() -> argparse.Namespace:
+    """The generators' command line: the SmolLM2 tokenizer folder, and ``--only`` one case."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smollm2", type=Path, required=True, help="folder with SmolLM2-135M-Instruct's tokenizer")
+    ap.add_argument("--only", help="run one case and merge it into the existing fixture")
+    return ap.parse_args()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fixture_doc(framework: str, packages: tuple[str, ...], how: str, tok_dirs: dict[str, Path]) -> dict[str, Any]:
+    """A fixture's header (the framework, the installed versions of ``packages``, how it was recorded, each
+    tokenizer's sha256) with no cases yet."""
+    return {
+        "framework": framework,
+        "versions": {p: version(p) for p in packages},
+        "how": how,
+        "tokenizers": {k: sha256(d / "tokenizer.json") for k, d in tok_dirs.items()},
+        "cases": [],
+    }
 
 
 def write_fixture(path: Path, doc: dict[str, Any]) -> None:

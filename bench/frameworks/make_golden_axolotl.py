@@ -11,15 +11,12 @@ tests/fixtures/golden/axolotl_<version>_preprocess.json, which tests/test_golden
 
 from __future__ import annotations
 
-import argparse
 import copy
-import hashlib
 import json
 import logging
 import os
 import sys
 import tempfile
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +27,20 @@ import axolotl.utils.data  # noqa: F401, E402
 import yaml
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from golden_rows import alpaca_rows, chat_rows, merge_cases, sharegpt_rows, text_rows, write_fixture  # noqa: E402
+from golden_rows import (  # noqa: E402
+    OUT,
+    STORIES,
+    alpaca_rows,
+    chat_rows,
+    fixture_doc,
+    golden_args,
+    merge_cases,
+    sharegpt_rows,
+    text_rows,
+    write_fixture,
+)
 
-STORIES = REPO / "examples" / "stories260k" / "base"
-OUT = REPO / "tests" / "fixtures" / "golden"
 BASE_CFG = {
     "adapter": "lora",
     "lora_r": 4,
@@ -79,10 +84,6 @@ def cases() -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run_case(case: dict[str, Any], tok_dirs: dict[str, Path], work: Path) -> list[dict[str, Any]]:
     from axolotl.cli.config import load_cfg
     from axolotl.common.datasets import load_datasets
@@ -116,22 +117,18 @@ def run_case(case: dict[str, Any], tok_dirs: dict[str, Path], work: Path) -> lis
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smollm2", type=Path, required=True, help="folder with SmolLM2-135M-Instruct's tokenizer")
-    ap.add_argument("--only", help="run one case and merge it into the existing fixture")
-    args = ap.parse_args()
+    args = golden_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("AXOLOTL_DO_NOT_TRACK", "1")
     logging.disable(logging.WARNING)
     tok_dirs = {"stories260K": STORIES, "smollm2": args.smollm2}
-    doc: dict[str, Any] = {
-        "framework": "axolotl",
-        "versions": {p: version(p) for p in ("axolotl", "transformers", "tokenizers", "datasets", "trl", "torch")},
-        "how": "each row alone through axolotl.cli.config.load_cfg + axolotl.common.datasets.load_datasets "
+    doc = fixture_doc(
+        "axolotl",
+        ("axolotl", "transformers", "tokenizers", "datasets", "trl", "torch"),
+        "each row alone through axolotl.cli.config.load_cfg + axolotl.common.datasets.load_datasets "
         "(bench/frameworks/make_golden_axolotl.py)",
-        "tokenizers": {k: sha256(d / "tokenizer.json") for k, d in tok_dirs.items()},
-        "cases": [],
-    }
+        tok_dirs,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases():
             if args.only and case["name"] != args.only:

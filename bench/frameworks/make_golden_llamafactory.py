@@ -13,24 +13,28 @@ tests/fixtures/golden/llamafactory_<version>_preprocess.json.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import logging
 import os
 import sys
 import tempfile
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-from golden_rows import alpaca_rows, chat_rows, merge_cases, sharegpt_rows, write_fixture  # noqa: E402
+from golden_rows import (  # noqa: E402
+    OUT,
+    STORIES,
+    alpaca_rows,
+    chat_rows,
+    fixture_doc,
+    golden_args,
+    merge_cases,
+    sharegpt_rows,
+    write_fixture,
+)
 
-STORIES = REPO / "examples" / "stories260k" / "base"
-OUT = REPO / "tests" / "fixtures" / "golden"
 MESSAGES_INFO = {
     "formatting": "sharegpt",
     "columns": {"messages": "messages"},
@@ -69,10 +73,6 @@ def cases() -> list[dict[str, Any]]:
     out.append({"name": "alpaca_chatml", "tokenizer": "smollm2", "rows": alpaca_rows(), "dataset_info": ALPACA_INFO,
                 "config": {"template": "chatml", "cutoff_len": 48}})  # fmt: skip
     return out
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path) -> tuple[list[dict], dict]:
@@ -115,23 +115,19 @@ def run_row(case: dict[str, Any], tok_dir: Path, row: dict[str, Any], work: Path
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--smollm2", type=Path, required=True, help="folder with SmolLM2-135M-Instruct's tokenizer")
-    ap.add_argument("--only", help="run one case and merge it into the existing fixture")
-    args = ap.parse_args()
+    args = golden_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")
     logging.disable(logging.WARNING)
     tok_dirs = {"stories260K": STORIES, "smollm2": args.smollm2}
-    doc: dict[str, Any] = {
-        "framework": "llamafactory",
-        "versions": {p: version(p) for p in ("llamafactory", "transformers", "tokenizers", "datasets", "torch")},
-        "how": "each row alone through llamafactory's get_train_args, load_tokenizer, get_template_and_fix_tokenizer "
+    doc = fixture_doc(
+        "llamafactory",
+        ("llamafactory", "transformers", "tokenizers", "datasets", "torch"),
+        "each row alone through llamafactory's get_train_args, load_tokenizer, get_template_and_fix_tokenizer "
         "and get_dataset(stage='sft') (bench/frameworks/make_golden_llamafactory.py); torchaudio stubbed "
         "(bench/frameworks/stubs)",
-        "tokenizers": {k: sha256(d / "tokenizer.json") for k, d in tok_dirs.items()},
-        "cases": [],
-    }
+        tok_dirs,
+    )
     for case in cases():
         if args.only and case["name"] != args.only:
             continue
