@@ -92,8 +92,7 @@ def floor_pass(model, fx, bs: int = 8, by_length: bool = False) -> None:
     """One training-style forward+backward per batch (summed loss, parameter .grad): the floor. ``by_length``: the
     rows longest first, so a batch pads little (as gradian's training pass and bergson's token batches run)."""
     from gradian.attribute.collector import token_losses
-    from gradian.attribute.engine import collate
-    from gradian.attribute.robust import longest_first
+    from gradian.attribute.engine import collate, longest_first
 
     if by_length:
         fx = [fx[i] for i in longest_first(fx)]
@@ -178,7 +177,7 @@ def kronfluence_scores(
     from kronfluence.utils.dataset import DataLoaderKwargs
 
     from gradian.attribute.collector import find_lora_blocks, token_losses
-    from gradian.attribute.robust import longest_first
+    from gradian.attribute.engine import longest_first
 
     order = longest_first(fx) if by_length else list(range(len(fx)))
     fx = [fx[i] for i in order]

@@ -41,6 +41,11 @@ def collate(
     return ids.to(device), am.to(device), lm.to(device)
 
 
+def longest_first(fxs: Sequence[FormattedExample]) -> list[int]:
+    """Positions of ``fxs`` by length, longest first (ties in file order): batches taken in this order pad little."""
+    return sorted(range(len(fxs)), key=lambda i: -len(fxs[i].input_ids))
+
+
 def pad_id_of(tokenizer) -> int:
     for attr in ("pad_token_id", "eos_token_id", "unk_token_id"):
         v = getattr(tokenizer, attr, None) if tokenizer is not None else None

@@ -148,6 +148,7 @@ def gradients(
     Each finished batch is copied at once into one preallocated (rows, out, in) tensor per block: keeping the
     batches' own small tensors alive between the large temporaries of later batches fragments the heap (measured:
     6x the gradients' size in RSS on CPU)."""
+    from gradian.attribute.engine import longest_first
     from gradian.attribute.source import Stats
 
     names = [b.name for b in blocks]
@@ -196,11 +197,6 @@ def gradients(
             st.add(sub.A, sub.S, sub.n_tokens, sub.n_examples)
             skipped += [(rows[p], why) for p, why in sub.skipped]
     return Chunk(G, st.A_sum, st.S_sum, st.n_tokens, st.n_examples, sorted(skipped))
-
-
-def longest_first(fxs: Sequence) -> list[int]:
-    """Positions of ``fxs`` by length, longest first (ties in file order)."""
-    return sorted(range(len(fxs)), key=lambda i: -len(fxs[i].input_ids))
 
 
 class FaultInjector:

@@ -62,8 +62,7 @@ def token_harm(
     from torch.func import functional_call, jvp
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from gradian.attribute.engine import collate
-    from gradian.attribute.robust import longest_first
+    from gradian.attribute.engine import collate, longest_first
 
     dev = next(model.parameters()).device
     params = {n: p.detach() for n, p in model.named_parameters() if n in direction}
