@@ -96,6 +96,12 @@ class Record:
                     setattr(self, k, _FACTORIES[type(self)][k]())
 
     @classmethod
+    def _read_as_is(cls: type[RecordT], data: Mapping[str, Any], **converted: Any) -> RecordT:
+        """:meth:`_read` with every typed field as ``data`` holds it (None when missing), but the ``converted``
+        ones."""
+        return cls._read(data, **({k: data.get(k) for k in cls.typed()} | converted))
+
+    @classmethod
     def _read(cls: type[RecordT], data: Mapping[str, Any], **typed: Any) -> RecordT:
         """``cls`` with the typed values given, every other key of ``data`` in ``extra``, and ``data``'s key order."""
         extra = {k: v for k, v in data.items() if k not in typed}

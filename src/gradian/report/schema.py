@@ -60,16 +60,9 @@ class RankedRow(Record):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RankedRow:
         contributions = data.get("contributions")
-        return cls._read(
+        return cls._read_as_is(
             data,
             index=int(data["index"]),
-            id=data.get("id"),
-            score=data.get("score"),
-            rank=data.get("rank"),
-            token_harm=data.get("token_harm"),
-            cluster=data.get("cluster"),
-            findings=data.get("findings"),
-            text=data.get("text"),
             contributions=None if contributions is None else [Contribution.from_dict(c) for c in contributions],
         )
 
@@ -103,19 +96,8 @@ class EvalItem(Record):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvalItem:
         gens = data.get("generations")
-        return cls._read(
-            data,
-            index=int(data["index"]),
-            id=data.get("id"),
-            base_nll=data.get("base_nll"),
-            finetuned_nll=data.get("finetuned_nll"),
-            delta=data.get("delta"),
-            relative=data.get("relative"),
-            n_tokens=data.get("n_tokens"),
-            regressed=data.get("regressed"),
-            generated=data.get("generated"),
-            generations=dict(gens) if isinstance(gens, Mapping) else gens,
-            text=data.get("text"),
+        return cls._read_as_is(
+            data, index=int(data["index"]), generations=dict(gens) if isinstance(gens, Mapping) else gens
         )
 
 
@@ -132,7 +114,7 @@ class LogPoint(Record):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LogPoint:
-        return cls._read(data, **{k: data.get(k) for k in cls.typed()})
+        return cls._read_as_is(data)
 
 
 @dataclass
@@ -163,7 +145,7 @@ class ClusterMap(Record):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClusterMap:
-        return cls._read(data, **{k: data.get(k) for k in cls.typed()})
+        return cls._read_as_is(data)
 
 
 @dataclass
@@ -182,13 +164,8 @@ class ClusteringInfo(Record):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ClusteringInfo:
         m = data.get("map")
-        return cls._read(
-            data,
-            how=str(data.get("how") or ""),
-            k=data.get("k"),
-            silhouette=data.get("silhouette"),
-            silhouette_by_k=data.get("silhouette_by_k"),
-            map=ClusterMap.from_dict(m) if isinstance(m, Mapping) else m,
+        return cls._read_as_is(
+            data, how=str(data.get("how") or ""), map=ClusterMap.from_dict(m) if isinstance(m, Mapping) else m
         )
 
 
