@@ -35,6 +35,7 @@ def test_many_items_up_within_a_wide_drift_count_as_a_regression():
     assert call.regressed.tolist() == [True] * 13 + [False] * 3  # the 0.02 floor still applies
     off = call_regressions(base, ft, RegressionRule(shift_alpha=0))
     assert not off.regressed.any() and off.within_noise
+    assert off.shift_p is None and "sign test" not in regression_summary(off)  # a test that did not run is not quoted
     words = regression_words({**RegressionRule().to_dict(), **call.to_dict()})
     assert "none rose by more than" in words and "14 items rose and 2 fell" in words and "sign test p = " in words
 

@@ -90,7 +90,7 @@ class RegressionCall:
     cutoff: float  # the rise an item needed (rule.scale)
     rose: int  # items whose NLL rose at all beyond the floors (regressed or within drift)
     scale: str = "absolute"
-    shift_p: float = 1.0  # one-sided sign-test p-value of more items rising than falling
+    shift_p: float | None = None  # one-sided sign-test p-value of more items rising than falling (None: test off)
     beyond: int = 0  # items past the floors that rose by more than the cutoff
     up: int = 0  # items whose NLL rose (sign test)
     down: int = 0  # items whose NLL fell (sign test)
@@ -106,7 +106,7 @@ class RegressionCall:
             "cutoff": float(self.cutoff),
             "scale": self.scale,
             "rose": int(self.rose),
-            "shift_p": float(self.shift_p),
+            "shift_p": None if self.shift_p is None else float(self.shift_p),
             "beyond_drift": int(self.beyond),
             "up": int(self.up),
             "down": int(self.down),
@@ -133,8 +133,8 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
     floors = ok & (delta > rule.min_delta) & (rel > rule.min_relative)
     beyond = floors & (change > cutoff)
     up, down = int((ok & (delta > 0)).sum()), int((ok & (delta < 0)).sum())
-    shift_p = sign_test(up, down)
-    shifted = rule.shift_alpha > 0 and shift_p < rule.shift_alpha
+    shift_p = sign_test(up, down) if rule.shift_alpha > 0 else None
+    shifted = shift_p is not None and shift_p < rule.shift_alpha
     regressed = beyond if rule.gate == "item" else (floors if beyond.any() or shifted else beyond)
     n_beyond = int(beyond.sum())
     return RegressionCall(
@@ -164,9 +164,14 @@ def regression_summary(call: RegressionCall) -> str:
     )
     need = describe_change(call.cutoff, call.scale)
     if call.within_noise:
+        chance = (
+            ""
+            if call.shift_p is None
+            else f", and no more rose than chance would have (sign test p = {call.shift_p:.2g})"
+        )
         return (
             f"{call.rose} rose, but none by more than the fine-tune's ordinary drift ({drift}; an item needed "
-            f"+{need}), and no more rose than chance would have (sign test p = {call.shift_p:.2g})"
+            f"+{need}){chance}"
         )
     return f"{int(call.regressed.sum())} rose by more than +{need} ({drift})"
 
