@@ -275,3 +275,93 @@ def test_the_cut_rise_option_reaches_the_cut(fp64_model):
     n_tokens = {i: len(tok(every[i][0], add_special_tokens=False).input_ids) for i in every}
     assert all(argmax[i][0].startswith(every[i][0]) for i in every)
     assert max(n_tokens.values()) <= 2 and any(len(argmax[i][0]) > len(every[i][0]) for i in every)
+
+
+def test_greedy_generation_runs_wide_batches_and_narrows_them_on_out_of_memory(fp64_model):
+    """Greedy generation takes GREEDY_BATCH_FACTOR x batch_size prompts at a time. A device that cannot hold more than
+    two rows (the model's forward raises ``torch.OutOfMemoryError`` on a wider batch) halves the batch until it fits
+    and gives the same continuations as one prompt at a time."""
+    import torch
+
+    from gradian.attribute.generate import GREEDY_BATCH_FACTOR, generate
+
+    tok, model = fp64_model.tokenizer, fp64_model.model
+    texts = ["Once upon a time, there was", "One day, a boy went to the", "The sun was", "Lily and Tom", "The cat sat"]
+    prompts = [tok(t, add_special_tokens=False).input_ids for t in texts]
+    alone = [generate(model, tok, [p], adapter=True, max_new_tokens=12, batch_size=1)[0] for p in prompts]
+    widths: list[int] = []
+
+    def narrow_device(mod, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        widths.append(int(ids.shape[0]))
+        if ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("injected: at most 2 rows fit")
+
+    handle = model.get_base_model().register_forward_pre_hook(narrow_device, with_kwargs=True)
+    try:
+        got = generate(model, tok, prompts, adapter=True, max_new_tokens=12, batch_size=1)
+    finally:
+        handle.remove()
+    assert GREEDY_BATCH_FACTOR >= 4 and widths[0] == GREEDY_BATCH_FACTOR  # tried 4 prompts at once first
+    assert max(widths[1:]) == 2 and sorted(set(widths[1:])) == [1, 2]  # then 2, 2 and the last one alone
+    assert got == alone
+
+
+def test_forward_mode_through_a_frozen_linear_is_one_product():
+    """FrozenLinearTangents: a frozen layer's tangent is x_t W^T, computed with one product for it (PyTorch's own rule
+    also multiplies x by a zero tangent of W); a layer whose weight is dual runs PyTorch's rule."""
+    import torch
+    import torch.autograd.forward_ad as fwad
+    from torch.profiler import ProfilerActivity, profile
+
+    from gradian.attribute.forward_mode import FrozenLinearTangents
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8, dtype=torch.float64)
+    x, x_t, w_t = (torch.randn(5, 16, dtype=torch.float64), torch.randn(5, 16, dtype=torch.float64),
+                   torch.randn(8, 16, dtype=torch.float64))  # fmt: skip
+
+    def run(mode: bool, dual_weight: bool = False):
+        with torch.no_grad(), fwad.dual_level(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            ctx = FrozenLinearTangents() if mode else __import__("contextlib").nullcontext()
+            with ctx:
+                w = fwad.make_dual(lin.weight, w_t) if dual_weight else lin.weight
+                out = fwad.unpack_dual(torch.nn.functional.linear(fwad.make_dual(x, x_t), w, lin.bias))
+        products = sum(e.name in ("aten::mm", "aten::addmm") for e in prof.events())
+        return out.primal, out.tangent, products
+
+    ref_p, ref_t, ref_n = run(False)
+    p, t, n = run(True)
+    assert torch.equal(p, ref_p) and torch.allclose(t, x_t @ lin.weight.T, rtol=1e-12, atol=0)
+    assert torch.allclose(t, ref_t, rtol=1e-12, atol=0) and n == ref_n - 1 == 2
+    p, t, n = run(True, dual_weight=True)  # the LoRA weights' case: both terms
+    assert torch.allclose(t, x_t @ lin.weight.T + x @ w_t.T, rtol=1e-12, atol=0) and n == run(False, True)[2]
+
+
+def test_token_harm_equals_the_functorch_jvp(fp64_model):
+    """token_harm (forward_ad with the frozen-linear mode) gives, token by token, what ``torch.func.jvp`` over the
+    model gives with PyTorch's own rules."""
+    import torch
+    from torch.func import functional_call, jvp
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from gradian.attribute.engine import collate
+    from gradian.attribute.tokens import token_harm
+
+    tok, model = fp64_model.tokenizer, fp64_model.model
+    fxs = format_examples(load_examples(EX / "data" / "train.jsonl")[:5], tok, FormatSettings(max_length=64))
+    gen = torch.Generator().manual_seed(0)
+    direction = {n: torch.randn(p.shape, generator=gen, dtype=p.dtype) * 1e-2
+                 for n, p in model.named_parameters() if "lora_" in n}  # fmt: skip
+    got = token_harm(model, direction, fxs, 0, batch_size=2)
+    params = {n: p.detach() for n, p in model.named_parameters() if n in direction}
+    for fx, g in zip(fxs, got, strict=True):
+        ids, am, lm = collate([fx], 0, "cpu")
+
+        def losses(p, ids=ids, am=am):
+            lg = functional_call(model, p, args=(), kwargs={"input_ids": ids, "attention_mask": am}).logits[:, :-1]
+            return torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
+
+        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
+            d = -jvp(losses, (params,), ({n: direction[n] for n in params},))[1][0][lm[0, 1:]]
+        assert len(g) == len(d) > 0 and np.allclose(g, d.numpy(), rtol=1e-9, atol=1e-12 * float(abs(d).max()))

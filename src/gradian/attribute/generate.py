@@ -36,6 +36,10 @@ EVAL_SEED = DEFAULTS.eval_seed
 EVAL_CUT = DEFAULTS.eval_cut  # cut generated eval completions where the fine-tune departs from the base model
 CUT_RISE = DEFAULTS.eval_cut_rise  # nats: a token whose NLL rises more under the fine-tune is a departure too
 SIDE_BY_SIDE = DEFAULTS.generations  # regressed items shown as base vs fine-tune continuations; 0 = none
+# Greedy generation runs this many training batches' rows at once: it keeps no activations for a backward (a row holds
+# its KV cache, prompt + max_new_tokens), and its cost is a fixed per-step overhead times the steps, so fewer, wider
+# batches are faster. On out-of-memory the batch is halved (down to one prompt) and generation goes on.
+GREEDY_BATCH_FACTOR = 4
 
 
 def prompt_ids(ex: Example, tokenizer: Any) -> list[int]:
@@ -74,13 +78,15 @@ def generate(
     seeds: Sequence[int] | None = None,
 ) -> list[list[list[int]]]:
     """New token ids per prompt: ``[[greedy]]`` (``samples`` 0) or N sampled sequences, cut before the first end
-    token. Sampling runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``)."""
+    token. Greedy runs ``GREEDY_BATCH_FACTOR x batch_size`` prompts at a time (halved on out-of-memory); sampling
+    runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``)."""
     from contextlib import nullcontext
 
     import torch
     from transformers import GenerationConfig
 
     from gradian.attribute.engine import pad_id_of
+    from gradian.attribute.robust import is_oom
 
     dev = next(model.parameters()).device
     pad = pad_id_of(tokenizer)
@@ -90,11 +96,12 @@ def generate(
         gc = GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=samples, **cfg)
     else:
         gc = GenerationConfig(do_sample=False, **cfg)
-    step = 1 if samples else batch_size
+    step = 1 if samples else batch_size * GREEDY_BATCH_FACTOR
     out: list[list[list[int]]] = []
     ctx = nullcontext() if adapter else model.disable_adapter()
     with ctx, torch.no_grad():
-        for s in range(0, len(prompts), step):
+        s = 0
+        while s < len(prompts):
             batch = [list(p) for p in prompts[s : s + step]]
             T = max(len(p) for p in batch)
             ids = torch.full((len(batch), T), pad, dtype=torch.long)
@@ -103,14 +110,21 @@ def generate(
                 ids[b, T - len(p) :] = torch.tensor(p, dtype=torch.long)
                 am[b, T - len(p) :] = 1
             rng = torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [])
-            with rng:
-                if samples:
-                    torch.manual_seed(seed + (seeds[s] if seeds is not None else s))
-                gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), generation_config=gc)
+            try:
+                with rng:
+                    if samples:
+                        torch.manual_seed(seed + (seeds[s] if seeds is not None else s))
+                    gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), generation_config=gc)
+            except Exception as e:
+                if step == 1 or not is_oom(e):
+                    raise
+                step = max(1, step // 2)  # a wide greedy batch that does not fit: narrower, from this prompt on
+                continue
             new = gen[:, T:].tolist()
             per = max(samples, 1)
             for b in range(len(batch)):
                 out.append([_cut(seq, ends) for seq in new[b * per : (b + 1) * per]])
+            s += len(batch)
     return out
 
 

@@ -3,8 +3,9 @@
 A row's harm is linear in its gradient, ``harm_i = -<X, G_i>`` (``X`` the preconditioned query, :mod:`scores`), and its
 gradient is a sum over its label tokens, ``G_i = sum_t g_t`` with ``g_t`` the gradient of token t's loss. So
 ``harm_i = sum_t -<X, g_t>``, and ``-<X, g_t>`` is minus the directional derivative of token t's loss along ``X``.
-One forward-mode pass (``torch.func.jvp`` over the LoRA weights, tangent ``X``, no autograd graph) gives it for every
-token of a batch at once: no per-token backward. Where the stored gradients are projected
+One forward-mode pass (``torch.autograd.forward_ad``: the LoRA weights are dual tensors with tangent ``X``, no autograd
+graph) gives it for every token of a batch at once: no per-token backward; a frozen linear layer's tangent is one
+product (:mod:`gradian.attribute.forward_mode`). Where the stored gradients are projected
 (``--proj-dim``), ``X`` is lifted back to the LoRA weights' shapes (``X P`` for lora_A, ``P^T X`` for lora_B), which
 leaves ``<X, P G>`` unchanged. For ``cosine`` the token parts are scaled by the row's normalisation
 (``score / sum_t``). The parts sum to the row's score up to the model's own round-off (fp32 pieces such as RMSNorm run
@@ -59,32 +60,34 @@ def token_harm(
     """Per row of ``fxs``: ``-d loss_t / d eps`` along ``direction`` for each label token t (in position order). The
     rows run longest first (batches of about one length, as the training pass's)."""
     import torch
-    from torch.func import functional_call, jvp
+    import torch.autograd.forward_ad as fwad
+    from torch.func import functional_call
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from gradian.attribute.engine import collate, longest_first
+    from gradian.attribute.forward_mode import FrozenLinearTangents
 
     dev = next(model.parameters()).device
-    params = {n: p.detach() for n, p in model.named_parameters() if n in direction}
     order = longest_first(fxs)
     rows = [fxs[i] for i in order]
     out: list[np.ndarray] = [np.zeros(0)] * len(fxs)
-    for s in range(0, len(rows), batch_size):
-        batch = rows[s : s + batch_size]
-        ids, am, lm = collate(batch, pad_id, dev)
-
-        def losses(p, ids=ids, am=am):
-            logits = functional_call(model, p, args=(), kwargs={"input_ids": ids, "attention_mask": am}, strict=False)
-            lg = logits.logits[:, :-1]
+    # forward mode only (no graph for a backward); the math attention kernel has a forward-mode derivative
+    with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), fwad.dual_level(), FrozenLinearTangents():
+        duals = {n: fwad.make_dual(p.detach(), direction[n]) for n, p in model.named_parameters() if n in direction}
+        for s in range(0, len(rows), batch_size):
+            batch = rows[s : s + batch_size]
+            ids, am, lm = collate(batch, pad_id, dev)
+            kwargs = {"input_ids": ids, "attention_mask": am}
+            lg = functional_call(model, duals, args=(), kwargs=kwargs, strict=False).logits[:, :-1]
             lg = lg.to(torch.float64 if lg.dtype == torch.float64 else torch.float32)
-            return torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
-
-        with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):  # forward mode only: no graph for a backward
-            d = jvp(losses, (params,), ({n: direction[n] for n in params},))[1]  # (losses, their derivative)
-        d = (-d.double()).cpu().numpy()
-        mask = lm[:, 1:].cpu().numpy()
-        for b in range(len(batch)):
-            out[order[s + b]] = d[b][mask[b]]
+            losses = torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
+            d = fwad.unpack_dual(losses).tangent
+            if d is None:  # no LoRA weight reached the loss: nothing moves along the direction
+                d = torch.zeros_like(losses)
+            d = (-d.double()).cpu().numpy()
+            mask = lm[:, 1:].cpu().numpy()
+            for b in range(len(batch)):
+                out[order[s + b]] = d[b][mask[b]]
     return out
 
 
