@@ -50,7 +50,7 @@ def setup():
 
 def _run(setup, store_dir=None, **kw):
     model, fx, efx = setup
-    opts = AttributeOptions(batch_size=8, query="all", **kw)
+    opts = AttributeOptions(**{"batch_size": 8, "query": "all", **kw})
     return run_attribution(model, fx, efx, opts, pad_id=0, store_dir=store_dir)
 
 
@@ -67,6 +67,46 @@ def test_true_fisher_is_seeded_and_only_changes_the_curvature(setup, tmp_path):
     # the store path samples the same labels per row as the in-memory path
     st = _run(setup, fisher="true", fisher_seed=3, store_dir=tmp_path / "grads", shard_rows=8)
     np.testing.assert_allclose(st.scores, a.scores, rtol=1e-6, atol=1e-9 * np.abs(a.scores).max())
+
+
+def test_true_fisher_labels_belong_to_the_row_and_its_batches_are_sorted(setup):
+    """Each row samples its labels from its own seed, so the scores do not depend on the batch size (under the old
+    per-batch seeds they did), and the sampled pass runs its rows longest first (batches that pad little)."""
+    model, fx, _ = setup
+    a = _run(setup, fisher="true", fisher_seed=3)
+    b = _run(setup, fisher="true", fisher_seed=3, batch_size=5)
+    np.testing.assert_allclose(b.scores, a.scores, rtol=1e-8, atol=1e-12 * np.abs(a.scores).max())
+
+    from gradian.attribute.collector import find_lora_blocks
+    from gradian.attribute.fisher import SampledSource
+
+    widths: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda m, args, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True
+    )
+    try:
+        src = SampledSource(model, find_lora_blocks(model), fx, torch.arange(len(fx)), 0, 4, seed=3)
+        src.stats()
+    finally:
+        hook.remove()
+    lengths = sorted((len(f.input_ids) for f in fx), reverse=True)
+    assert widths == [lengths[s] for s in range(0, len(fx), 4)]  # each batch as wide as its longest row, longest first
+    assert len(set(len(f.input_ids) for f in fx)) > 1 and [len(f.input_ids) for f in fx] != lengths  # not file order
+
+
+def test_sampled_labels_of_a_row_do_not_depend_on_its_batch():
+    """Per-row generators: a row padded in a batch draws the labels it draws alone."""
+    torch.manual_seed(0)
+    V = 7
+    logits = torch.randn(2, 6, V, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1], [0, 1, 1, 0, 0, 0]], dtype=torch.bool)  # row 1: 2 labels, then padding
+
+    def gens():
+        return [torch.Generator().manual_seed(11), torch.Generator().manual_seed(12)]
+
+    both = sampled_losses(logits, mask, gens())
+    alone = sampled_losses(logits[1:, :3], mask[1:, :3], gens()[1:])
+    torch.testing.assert_close(both[1:], alone, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize(("fisher", "method", "needle"), [("sampled", "ekfac", "unknown --fisher"),

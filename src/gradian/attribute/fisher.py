@@ -8,8 +8,10 @@ gradients (one extra forward+backward over this rank's rows) and :class:`Sampled
 gradients for the EK-FAC eigenvalues (the rows of the first pass, kept when they fit the cache, else recomputed with
 the same samples). Scores still use the data-label gradients: only the curvature changes.
 
-Samples are reproducible: batch ``b`` draws from a generator seeded with ``(seed, first row of b)``, and shards are
-whole batches, so any number of torchrun ranks draws the same labels for a row.
+Samples are reproducible: each row draws its labels, at its own label positions, from a generator seeded with
+``(seed, the row's training position)``, so a row's labels depend on neither its batch, the batch size, the order nor
+the number of torchrun ranks. The rows run longest first within windows of about a store shard's size (256 MiB of
+gradients), as the empirical pass's shards do, so a batch pads little; each window goes back in file order.
 """
 
 from __future__ import annotations
@@ -20,22 +22,36 @@ from typing import Any, Protocol
 import torch
 
 from gradian.attribute.collector import Block, GradientCollector
-from gradian.attribute.engine import _model_device, collate
+from gradian.attribute.engine import _model_device, collate, longest_first
+from gradian.attribute.plan import shard_rows
 from gradian.attribute.source import GradSource, Stats
 from gradian.dist import SINGLE, Dist
 
 FISHERS = ("empirical", "true")
 
 
-def sampled_losses(logits: torch.Tensor, loss_mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Per-row SUM of the cross-entropy at label positions against tokens sampled from ``softmax(logits)`` (B,)."""
+def sampled_losses(
+    logits: torch.Tensor, loss_mask: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]
+) -> torch.Tensor:
+    """Per-row SUM of the cross-entropy at label positions against tokens sampled from ``softmax(logits)`` (B,).
+    ``generator``: one per row (each row samples at its own label positions only, so its labels do not depend on
+    the batch's padding), or one for the whole batch."""
     dt = torch.float64 if logits.dtype == torch.float64 else torch.float32
     lg = logits[:, :-1].to(dt)
+    m = loss_mask[:, 1:].to(torch.bool)
+    y = torch.zeros(lg.shape[:2], dtype=torch.long, device=lg.device)
     with torch.no_grad():
-        probs = torch.softmax(lg.detach().reshape(-1, lg.shape[-1]), dim=-1)
-        y = torch.multinomial(probs, 1, generator=generator).view(lg.shape[:2])
+        if isinstance(generator, torch.Generator):
+            probs = torch.softmax(lg.detach()[m], dim=-1)
+            y[m] = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            for b, gen in enumerate(generator):
+                at = m[b].nonzero().squeeze(1)
+                if len(at):
+                    probs = torch.softmax(lg[b, at].detach(), dim=-1)
+                    y[b, at] = torch.multinomial(probs, 1, generator=gen).squeeze(1)
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="none")
-    return (nll.view(y.shape) * loss_mask[:, 1:].to(dt)).sum(dim=1)
+    return (nll.view(y.shape) * m.to(dt)).sum(dim=1)
 
 
 def _generator(device: torch.device, seed: int, row: int) -> torch.Generator:
@@ -55,18 +71,29 @@ class Rows(Protocol):
 def _sampled_batches(
     model, blocks: Sequence[Block], fxs: Rows, pad_id: int, batch_size: int, seed: int, offsets, covariance: bool
 ) -> Iterator[tuple[dict[str, torch.Tensor], GradientCollector]]:
-    """Per-example gradients (CPU) of each batch at sampled labels; ``offsets``: each row's training-row position."""
+    """Per-example gradients (CPU) at sampled labels, one window of rows at a time in ``fxs``' order (the
+    collector's covariance sums cover the window); ``offsets``: each row's training-row position. A window's rows
+    run longest first."""
     dev = _model_device(model)
+    window = shard_rows(sum(b.numel for b in blocks), batch_size)
     with GradientCollector(blocks, covariance=covariance) as col:
-        for s in range(0, len(fxs), batch_size):
-            batch = [fxs[i] for i in range(s, min(s + batch_size, len(fxs)))]
-            ids, am, lm = collate(batch, pad_id, dev)
-            with torch.enable_grad():
-                logits = model(input_ids=ids, attention_mask=am).logits
-                losses = sampled_losses(logits, lm, _generator(dev, seed, offsets[s]))
-                grads = col.collect(losses.sum(), token_mask=am.bool())
-            del logits, losses
-            yield {k: v.cpu() for k, v in grads.items()}, col
+        for w0 in range(0, len(fxs), window):
+            rows = [fxs[i] for i in range(w0, min(w0 + window, len(fxs)))]
+            order = longest_first(rows)
+            parts: list[dict[str, torch.Tensor]] = []
+            for s in range(0, len(order), batch_size):
+                at = order[s : s + batch_size]
+                ids, am, lm = collate([rows[i] for i in at], pad_id, dev)
+                gens = [_generator(dev, seed, offsets[w0 + i]) for i in at]
+                with torch.enable_grad():
+                    logits = model(input_ids=ids, attention_mask=am).logits
+                    losses = sampled_losses(logits, lm, gens)
+                    grads = col.collect(losses.sum(), token_mask=am.bool())
+                del logits, losses
+                parts.append({k: v.cpu() for k, v in grads.items()})
+            back = torch.empty(len(order), dtype=torch.long)
+            back[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+            yield {k: torch.cat([g[k] for g in parts]).index_select(0, back) for k in parts[0]}, col
 
 
 class _Kept:
