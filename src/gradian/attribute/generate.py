@@ -86,7 +86,7 @@ def generate(
     from transformers import GenerationConfig
 
     from gradian.attribute.engine import pad_id_of
-    from gradian.attribute.robust import is_oom
+    from gradian.attribute.robust import free_accelerator_memory, is_oom
 
     dev = next(model.parameters()).device
     pad = pad_id_of(tokenizer)
@@ -119,6 +119,7 @@ def generate(
                 if step == 1 or not is_oom(e):
                     raise
                 step = max(1, step // 2)  # a wide greedy batch that does not fit: narrower, from this prompt on
+                free_accelerator_memory()
                 continue
             new = gen[:, T:].tolist()
             per = max(samples, 1)

@@ -60,7 +60,8 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
 
 
-def _free_accelerator_memory() -> None:
+def free_accelerator_memory() -> None:
+    """After an out-of-memory error: collect garbage and empty the CUDA / MPS caches before the retry."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -122,7 +123,7 @@ def _raw_pass(model, blocks, fxs, pad_id, state: PassState, advance: bool, where
                 f"out of memory at training row {where[pos]} with batch size {old}; retried with batch size "
                 f"{state.batch_size} (finished batches kept)"
             )
-            _free_accelerator_memory()
+            free_accelerator_memory()
 
 
 def gradients(
