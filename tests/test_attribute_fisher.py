@@ -28,11 +28,12 @@ def test_sampled_labels_give_the_true_fisher_at_the_logits():
     torch.manual_seed(0)
     V, n = 5, 40_000
     z = torch.randn(V, dtype=torch.float64)
-    logits = z.expand(n, 2, V).clone().requires_grad_(True)  # position 0 predicts token 1, the only label
-    mask = torch.tensor([[False, True]]).expand(n, 2)
+    logits = z.expand(1, n + 1, V).clone().requires_grad_(True)  # one row: positions 0..n-1 predict labels 1..n
+    mask = torch.ones(1, n + 1, dtype=torch.bool)
+    mask[0, 0] = False
     gen = torch.Generator().manual_seed(1)
-    sampled_losses(logits, mask, gen).sum().backward()
-    g = logits.grad[:, 0]  # (n, V): p - e_y per row
+    sampled_losses(logits, mask, [gen]).sum().backward()
+    g = logits.grad[0, :n]  # (n, V): p - e_y per position
     p = torch.softmax(z, 0)
     want = torch.diag(p) - torch.outer(p, p)
     got = g.T @ g / n

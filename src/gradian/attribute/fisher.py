@@ -31,25 +31,21 @@ FISHERS = ("empirical", "true")
 
 
 def sampled_losses(
-    logits: torch.Tensor, loss_mask: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator]
+    logits: torch.Tensor, loss_mask: torch.Tensor, generators: Sequence[torch.Generator]
 ) -> torch.Tensor:
     """Per-row SUM of the cross-entropy at label positions against tokens sampled from ``softmax(logits)`` (B,).
-    ``generator``: one per row (each row samples at its own label positions only, so its labels do not depend on
-    the batch's padding), or one for the whole batch."""
+    ``generators``: one per row; a row samples at its own label positions only, so its labels do not depend on the
+    batch's padding."""
     dt = torch.float64 if logits.dtype == torch.float64 else torch.float32
     lg = logits[:, :-1].to(dt)
     m = loss_mask[:, 1:].to(torch.bool)
     y = torch.zeros(lg.shape[:2], dtype=torch.long, device=lg.device)
     with torch.no_grad():
-        if isinstance(generator, torch.Generator):
-            probs = torch.softmax(lg.detach()[m], dim=-1)
-            y[m] = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            for b, gen in enumerate(generator):
-                at = m[b].nonzero().squeeze(1)
-                if len(at):
-                    probs = torch.softmax(lg[b, at].detach(), dim=-1)
-                    y[b, at] = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+        for b, gen in enumerate(generators):
+            at = m[b].nonzero().squeeze(1)
+            if len(at):
+                probs = torch.softmax(lg[b, at].detach(), dim=-1)
+                y[b, at] = torch.multinomial(probs, 1, generator=gen).squeeze(1)
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1), reduction="none")
     return (nll.view(y.shape) * m.to(dt)).sum(dim=1)
 
@@ -80,7 +76,7 @@ def _sampled_batches(
         for w0 in range(0, len(fxs), window):
             rows = [fxs[i] for i in range(w0, min(w0 + window, len(fxs)))]
             order = longest_first(rows)
-            parts: list[dict[str, torch.Tensor]] = []
+            G: dict[str, torch.Tensor] = {}  # preallocated per window, rows in fxs' order (robust.gradients)
             for s in range(0, len(order), batch_size):
                 at = order[s : s + batch_size]
                 ids, am, lm = collate([rows[i] for i in at], pad_id, dev)
@@ -90,10 +86,11 @@ def _sampled_batches(
                     losses = sampled_losses(logits, lm, gens)
                     grads = col.collect(losses.sum(), token_mask=am.bool())
                 del logits, losses
-                parts.append({k: v.cpu() for k, v in grads.items()})
-            back = torch.empty(len(order), dtype=torch.long)
-            back[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-            yield {k: torch.cat([g[k] for g in parts]).index_select(0, back) for k in parts[0]}, col
+                if not G:
+                    G = {k: torch.zeros((len(rows), *v.shape[1:]), dtype=v.dtype) for k, v in grads.items()}
+                for k, v in grads.items():
+                    G[k].index_copy_(0, torch.as_tensor(at, dtype=torch.long), v.cpu())
+            yield G, col
 
 
 class _Kept:
