@@ -274,6 +274,7 @@ def markdown_table(rows: list[dict]) -> str:
 
 
 GRID = {
+    "finding_alpha": [0.0, 0.01, 0.05, 0.1],
     "head_fdr": [0.0, 0.1, 0.2, 0.3],
     "extend_z": [0.0, 2.5, 3.0, 3.5, 4.0],
     "min_head_share": [0.1, 0.2],
@@ -297,7 +298,11 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
+    ap.add_argument("--vary", nargs="+", choices=sorted(GRID), help="search only these policy keys")
     args = ap.parse_args()
+    for k in GRID:
+        if args.vary and k not in args.vary:
+            GRID[k] = [getattr(CulpritPolicy(), k)]
     if args.narrow:
         for k in GRID:
             GRID[k] = [getattr(CulpritPolicy(), k)]

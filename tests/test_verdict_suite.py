@@ -30,11 +30,11 @@ POOL = REPO / "tests" / "fixtures" / "scenario_pool"
 EXPECT = {
     "entity": (0.8, 0.8, "content"),
     "pronoun": (0.8, 0.8, "content"),
-    "early_stop": (0.8, 0.0, None),  # seed 0 at 10%: the planted rows do not explain the regression (truth)
+    "early_stop": (0.8, 0.8, "mechanical"),  # seed 0 at 10%: named although the truth says they do not explain it
     "mislabel": (0.8, 0.25, "content"),
     "no_eos": (0.8, 0.8, "mechanical"),
     "repetition": (0.8, 0.8, "mechanical"),
-    "two_groups": (0.8, 0.0, None),  # seed 0: unstable under resampling, named nobody
+    "two_groups": (0.8, 0.8, "mechanical+content"),  # D133's rows carry the harm; then the content half stands out
     "spread": (0.8, 0.2, "content"),
 }
 

@@ -1,6 +1,6 @@
 """Culprit rows from the harm itself: is the harm concentrated, in which rows, how sure, and what they share.
 
-Three steps, pure numpy over the per-item harm matrix ``S`` (regressed items x training rows; a row's harm is its
+Pure numpy over the per-item harm matrix ``S`` (regressed items x training rows; a row's harm is its
 column sum):
 
 1. **Head.** The rows whose harm stands out from the bulk of the file's rows. By default (``head_fdr``) a row is in
@@ -20,10 +20,21 @@ column sum):
    there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
    remaining head rows form a content group, described by their distinctive terms and by the content findings that
    flag at least ``flag_share`` of them.
-4. **Extension.** A group's weaker rows point the way its strongest do: each group takes the rows with harm above the
+4. **Findings that carry the harm.** A finding's flagged rows are also tested as a group, whether or not they stand
+   out one by one: when their positive harm is at least ``enrichment`` x their share of the rows and their harm ranks
+   above the other rows' (one-sided Mann-Whitney rank-sum test at ``finding_alpha`` over the number of findings
+   tested, Bonferroni), in the full set and in ``keep_frequency`` of the resamples, the flagged rows with harm above
+   the median join the head. This finds a defect that a fifth of the file shares, where the planted rows inflate
+   the bulk's spread so much that no head stands out, and a group whose head is unstable while its finding's rows
+   clearly carry the harm.
+5. **Extension.** A group's weaker rows point the way its strongest do: each group takes the rows with harm above the
    median whose gradient direction (the attribution's row embeddings) is ``extend_z`` robust spreads closer to the
    group's mean direction than the low-harm rows are; a mechanical group also takes its finding's other rows with
-   harm above the median. The culprit share test (step 2) reads the extended groups.
+   harm above the median, and a content group's rows that point a mechanical group's way move to it.
+6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1-2 on the rest): a
+   stable head there is a further group (two defects at once, or a defect's weaker half). Repeated until no stable
+   head is left or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2) reads the
+   groups.
 
 Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
 calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
@@ -31,7 +42,8 @@ calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md),
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -100,6 +112,15 @@ class CulpritPolicy:
             "null is below this, instead of the head_z cut."
         },
     )
+    finding_alpha: float = field(
+        default=0.05,
+        metadata={
+            "help": "A finding whose flagged rows carry >= enrichment x their row share of the positive harm and "
+            "whose harm ranks above the other rows' (one-sided rank-sum test at this level over the findings tested, "
+            "in the full set and in keep_frequency of the resamples) adds its rows with harm above the median to the "
+            "head, even when no head stands out (0: off)."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
 
     def __post_init__(self) -> None:
@@ -138,15 +159,39 @@ class Group:
 
 
 @dataclass
+class FindingTest:
+    """A diagnose finding whose flagged rows carry the harm (:func:`harmful_findings`)."""
+
+    finding: Mapping[str, Any]
+    flagged: np.ndarray  # mask over the scored rows
+    p: float  # one-sided rank-sum p of the flagged rows' harm against the other rows'
+    frequency: float | None = None  # share of the resamples in which the test holds; None when not measurable
+
+    def to_dict(self) -> dict[str, Any]:
+        f = self.finding
+        return {
+            "code": f.get("code"),
+            "name": f.get("name"),
+            "rows": int(self.flagged.sum()),
+            "p": self.p,
+            "frequency": self.frequency,
+        }
+
+
+@dataclass
 class Culprits:
     """The culprit decision for one report."""
 
     concentrated: bool
     head: list[int]  # training-row indices, most harmful first (also when not concentrated: the candidate)
     head_share: float  # share of the positive harm the head carries
-    stability: float | None  # mean Jaccard of resampled heads with the head; None when not measurable
+    stability: float | None  # see ``basis``; None when not measurable
     groups: list[Group]
     reason: str  # why concentrated or not, in words
+    findings: list[FindingTest] = field(default_factory=list)  # findings whose flagged rows carry the harm
+    # "head": stability is the resampled heads' mean Jaccard with the head; "finding": no head stood out and the
+    # groups rest on the finding tests, and stability is the least share of resamples in which one of them held
+    basis: str = "head"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,7 +199,9 @@ class Culprits:
             "head": self.head,
             "head_share": self.head_share,
             "stability": self.stability,
+            "basis": self.basis,
             "groups": [g.to_dict() for g in self.groups],
+            "findings": [t.to_dict() for t in self.findings],
             "reason": self.reason,
         }
 
@@ -218,6 +265,37 @@ def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.
     return out
 
 
+def rank_sum_p(s: np.ndarray, flagged: Sequence[np.ndarray]) -> list[float]:
+    """For each mask in ``flagged``: the one-sided Mann-Whitney rank-sum test's p (normal approximation, ties given
+    their mean rank) that the flagged values rank this far above the others if both came from one distribution."""
+    n = len(s)
+    order = np.argsort(s, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(s[order]) != 0])  # first position of each run of equal values
+    counts = np.diff(np.r_[starts, n])
+    ranks = np.empty(n)
+    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)  # 1-based mean rank of each run
+    tie = float((counts.astype(np.float64) ** 3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
+    out = []
+    for fm in flagged:
+        n1 = int(fm.sum())
+        n2 = n - n1
+        var = n1 * n2 / 12.0 * ((n + 1) - tie)
+        if n1 == 0 or n2 == 0 or var <= 0:
+            out.append(1.0)
+            continue
+        u = float(ranks[fm].sum()) - n1 * (n1 + 1) / 2
+        out.append(0.5 * math.erfc((u - n1 * n2 / 2 - 0.5) / math.sqrt(2 * var)))
+    return out
+
+
+def resampled_sums(S: np.ndarray, policy: CulpritPolicy) -> Iterator[np.ndarray]:
+    """The row harms of ``bootstrap`` resamples of the regressed items (rows of ``S``, with replacement, seeded)."""
+    rng = np.random.default_rng(policy.seed)
+    m = S.shape[0]
+    for _ in range(int(policy.bootstrap)):
+        yield np.bincount(rng.integers(0, m, size=m), minlength=m).astype(S.dtype) @ S
+
+
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
     union = int((a | b).sum())
     return 1.0 if union == 0 else int((a & b).sum()) / union
@@ -241,56 +319,168 @@ def find_culprits(
     s = np.asarray(scores, dtype=np.float64)
     rows = [int(r) for r in rows]
     pos_total = float(np.clip(s, 0, None).sum())
-    mask = head_mask(s, policy)
-    raw_head = int(mask.sum())
-    stability = None
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
-    if S is not None and S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability:
-        rng = np.random.default_rng(policy.seed)
-        m = S.shape[0]
-        freq = np.zeros(len(s))
-        jac = []
-        for _ in range(int(policy.bootstrap)):
-            pick = rng.integers(0, m, size=m)
-            hb = head_mask(S[pick].sum(0), policy)
-            freq += hb
-            jac.append(_jaccard(mask, hb))
-        freq /= max(1, int(policy.bootstrap))
-        stability = float(np.mean(jac)) if jac else None
-        mask = mask & (freq >= policy.keep_frequency)
-    order = [j for j in np.argsort(-s, kind="stable") if mask[j]]
-    head = [rows[j] for j in order]
-    head_share = float(s[mask].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
-
+    if S is not None and not (S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability):
+        S = None
+    emb = None if embeddings is None or policy.extend_z <= 0 else np.asarray(embeddings, dtype=np.float64)
     score_of = {rows[j]: float(s[j]) for j in range(len(s))}
-    unstable = stability is not None and (stability < policy.min_stability or (raw_head and not head))
+    head = stable_head(S, s, policy)
+    harmful = harmful_findings(S, s, rows, findings, policy)
+    carriers = [t.finding for t in harmful]
+    seeded = np.zeros(len(s), dtype=bool)
+    for test in harmful:
+        seeded |= test.flagged & (s > float(np.median(s)))
+
+    def ranked(mask: np.ndarray) -> list[int]:
+        return [rows[j] for j in np.argsort(-s, kind="stable") if mask[j]]
+
     groups: list[Group] = []
-    if head and not unstable:
-        groups = group_rows(head, score_of, pos_total, findings, texts, len(rows), policy)
-        if embeddings is not None and policy.extend_z > 0:
-            extend_by_direction(groups, np.asarray(embeddings, dtype=np.float64), s, rows, pos_total, policy)
-        # a group takes more rows (its finding's, its direction's): the culprit rows are the groups' rows
-        head = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
-        head_share = sum(g.harm_share for g in groups)
-    concentrated = False
-    if unstable:
-        reason = (
-            f"the {raw_head} rows that stand out change when the regressed items are resampled (agreement "
-            f"{stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
+    stability, basis = head.stability, "head"
+    if head.stable and head.kept.any():
+        groups = group_rows(
+            ranked(head.kept | seeded), score_of, pos_total, findings, texts, len(rows), policy, carriers
         )
-    elif not head:
+        _settle(groups, emb, s, rows, pos_total, policy)
+    elif seeded.any():  # no head stands out, but the rows a finding flags carry the harm
+        groups = group_rows(ranked(seeded), score_of, pos_total, findings, texts, len(rows), policy, carriers)
+        _settle(groups, emb, s, rows, pos_total, policy)
+        freqs = [t.frequency for t in harmful if t.frequency is not None]
+        stability, basis = (min(freqs) if freqs else None), "finding"
+    read: set[int] = set()  # rows a head has held: each round sets aside at least one more row, so the loop ends
+    while groups:  # what the groups explain is set aside, and the rest is read again for a head of its own
+        read |= {x for g in groups for x in g.rows}
+        if len(read) >= policy.max_head_fraction * len(rows):
+            break
+        rest = np.array([r not in read for r in rows])
+        sub = stable_head(None if S is None else S[:, rest], s[rest], policy)
+        if not (sub.stable and sub.kept.any()):
+            break
+        more = np.zeros(len(s), dtype=bool)
+        more[np.flatnonzero(rest)[sub.kept]] = True
+        read |= set(ranked(more))
+        groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers)
+        _settle(groups, emb, s, rows, pos_total, policy)
+    culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
+    head_share = sum(g.harm_share for g in groups)
+    if not groups:
+        culprit_rows = ranked(head.kept)
+        head_share = float(s[head.kept].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
+    concentrated = False
+    if not groups and head.raw and not head.stable:
+        reason = (
+            f"the {head.raw} rows that stand out change when the regressed items are resampled (agreement "
+            f"{head.stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
+        )
+    elif not culprit_rows:
         reason = "no row's harm stands out from the rest of the rows"
     elif head_share < policy.min_head_share:
         reason = (
-            f"the {len(head)} rows that stand out carry {head_share:.0%} of the harm, under the "
+            f"the {len(culprit_rows)} rows that stand out carry {head_share:.0%} of the harm, under the "
             f"{policy.min_head_share:.0%} a culprit group needs"
         )
     else:
-        reason = f"{len(head)} rows stand out from the rest and carry {head_share:.0%} of the harm"
+        reason = f"{len(culprit_rows)} rows stand out from the rest and carry {head_share:.0%} of the harm"
+        tests = [f"the {int(t.flagged.sum())} rows {t.finding.get('code')} flags rank above the others, p = {t.p:.1g}"
+                 for t in harmful]  # fmt: skip
+        reason += f" ({'; '.join(tests)})" if tests else ""
         concentrated = True
     if not concentrated:
         groups = []
-    return Culprits(concentrated, head, head_share, stability, groups, reason)
+        stability, basis = head.stability, "head"
+    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis)
+
+
+@dataclass
+class Head:
+    """The rows whose harm stands out, and how well they survive resampling the regressed items."""
+
+    raw: int  # rows in the head of the full set
+    kept: np.ndarray  # head rows that also make the head in keep_frequency of the resamples
+    stability: float | None  # mean Jaccard of the resampled heads with the full one; None when not measurable
+    stable: bool  # stability is not measurable, or at least min_stability with a row kept
+
+
+def stable_head(S: np.ndarray | None, s: np.ndarray, policy: CulpritPolicy) -> Head:
+    """:func:`head_mask` of ``s``, checked against ``bootstrap`` resamples of ``S``'s items (rows of ``S`` sum to
+    ``s``)."""
+    mask = head_mask(s, policy)
+    if S is None or not len(s):
+        return Head(int(mask.sum()), mask, None, True)
+    freq = np.zeros(len(s))
+    jac = []
+    for sb in resampled_sums(S, policy):
+        hb = head_mask(sb, policy)
+        freq += hb
+        jac.append(_jaccard(mask, hb))
+    freq /= max(1, int(policy.bootstrap))
+    kept = mask & (freq >= policy.keep_frequency)
+    stability = float(np.mean(jac)) if jac else None
+    stable = stability is None or (stability >= policy.min_stability and not (mask.any() and not kept.any()))
+    return Head(int(mask.sum()), kept, stability, stable)
+
+
+def harmful_findings(
+    S: np.ndarray | None,
+    s: np.ndarray,
+    rows: Sequence[int],
+    findings: Sequence[Mapping[str, Any]],
+    policy: CulpritPolicy,
+) -> list[FindingTest]:
+    """The diagnose findings whose flagged rows carry the harm: their positive harm is at least ``enrichment`` x their
+    share of the rows, and their harm ranks above the other rows' (:func:`rank_sum_p` under ``finding_alpha`` /
+    the number of findings tested) in the full set and in ``keep_frequency`` of the resamples of the regressed items.
+    """
+    if policy.finding_alpha <= 0 or not len(s):
+        return []
+    col = {int(r): j for j, r in enumerate(rows)}
+    masks = []
+    for f in findings:
+        fm = np.zeros(len(s), dtype=bool)
+        fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
+        if 2 <= fm.sum() <= len(s) - 2:
+            masks.append((f, fm))
+    alpha = policy.finding_alpha / max(1, len(masks))
+    pos = np.clip(s, 0, None)
+    total = max(float(pos.sum()), 1e-300)
+    ps = rank_sum_p(s, [fm for _, fm in masks])
+    found = [
+        FindingTest(f, fm, p)
+        for (f, fm), p in zip(masks, ps, strict=True)
+        if p < alpha and pos[fm].sum() / total >= policy.enrichment * fm.sum() / len(s)
+    ]
+    if S is None or not found or int(policy.bootstrap) < 1:
+        return found
+    hits = np.zeros(len(found))
+    for sb in resampled_sums(S, policy):
+        hits += np.array(rank_sum_p(sb, [t.flagged for t in found])) < alpha
+    for t, h in zip(found, hits, strict=True):
+        t.frequency = float(h) / int(policy.bootstrap)
+    return [t for t in found if (t.frequency or 0.0) >= policy.keep_frequency]
+
+
+def _settle(
+    groups: list[Group],
+    emb: np.ndarray | None,
+    s: np.ndarray,
+    rows: Sequence[int],
+    pos_total: float,
+    policy: CulpritPolicy,
+) -> None:
+    """Settle the groups: with the row directions, :func:`reassign_by_direction` then :func:`extend_by_direction`;
+    then a mechanical group left under ``min_group_share`` of the groups' rows (a finding that flags a few rows of a
+    larger group) joins the largest group: its rows harm, but its finding does not describe the defect."""
+    if emb is not None and groups:
+        reassign_by_direction(groups, emb, s, rows, pos_total, policy)
+        extend_by_direction(groups, emb, s, rows, pos_total, policy)
+    total = sum(len(g.rows) for g in groups)
+    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
+    for g in sorted(groups, key=lambda g: len(g.rows)):
+        big = max(groups, key=lambda x: len(x.rows))
+        if g is not big and g.cause == "mechanical" and len(g.rows) < max(2, policy.min_group_share * total):
+            big.rows = sorted(set(big.rows) | set(g.rows), key=lambda r: (-score.get(r, 0.0), r))
+            big.harm_share += g.harm_share
+            g.rows = []
+    groups[:] = [g for g in groups if g.rows]
 
 
 def group_rows(
@@ -301,9 +491,12 @@ def group_rows(
     texts: Mapping[int, str] | None,
     n_rows: int,
     policy: CulpritPolicy,
+    carriers: Sequence[Mapping[str, Any]] = (),
 ) -> list[Group]:
     """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
-    rows whose harm is above the median when ``policy.extend_mechanical``) and one content group."""
+    rows whose harm is above the median when ``policy.extend_mechanical``) and one content group. A mechanical
+    finding in ``carriers`` (its flagged rows carry the harm: :func:`harmful_findings`) needs only two rows in the
+    head: its own test is stronger evidence than its share of the head."""
 
     def share(rs: Sequence[int]) -> float:
         return sum(max(0.0, score_of.get(r, 0.0)) for r in rs) / pos_total if pos_total > 0 else 0.0
@@ -320,9 +513,10 @@ def group_rows(
         best = None
         for f, frows in flagged:
             hit = frows & left
-            if len(hit) < max(2, policy.min_group_share * len(head)):
+            carried = any(f is c for c in carriers)
+            if len(hit) < (2 if carried else max(2, policy.min_group_share * len(head))):
                 continue
-            if n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
+            if not carried and n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
                 continue
             if best is None or len(hit) > len(best[1]):
                 best = (f, hit)
@@ -361,6 +555,48 @@ def group_rows(
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups
+
+
+def direction_z(unit: np.ndarray, js: Sequence[int], bulk: np.ndarray) -> np.ndarray:
+    """How close each row's direction is to the mean direction of rows ``js``, in robust spreads beyond how close the
+    ``bulk`` rows are."""
+    mean = unit[list(js)].mean(0)
+    sim = unit @ (mean / max(float(np.linalg.norm(mean)), 1e-30))
+    center, spread = _robust(sim[bulk])
+    return (sim - center) / spread
+
+
+def reassign_by_direction(
+    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: CulpritPolicy
+) -> None:
+    """A content group's rows that point a mechanical group's way (``extend_z`` as in :func:`extend_by_direction`)
+    are that group's rows its finding missed. A content group left with fewer than ``min_group_share`` of the groups'
+    rows is dropped: neither a finding nor a direction ties those rows to a group, and too few are left to be one."""
+    mech = [g for g in groups if g.cause == "mechanical" and len(g.rows) >= 2]
+    content = [g for g in groups if g.cause == "content"]
+    if emb.ndim != 2 or emb.shape[0] != len(s) or not mech or not content:
+        return
+    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-30)
+    col = {int(r): j for j, r in enumerate(rows)}
+    bulk = s <= float(np.median(s))
+    zs = [direction_z(unit, [col[r] for r in g.rows if r in col], bulk) for g in mech]
+    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
+    for c in content:
+        for r in list(c.rows):
+            if r not in col:
+                continue
+            best = max(range(len(mech)), key=lambda i: zs[i][col[r]])
+            if zs[best][col[r]] > policy.extend_z:
+                c.rows.remove(r)
+                mech[best].rows.append(r)
+    total = sum(len(g.rows) for g in groups)
+    for c in content:
+        if len(c.rows) < max(2, policy.min_group_share * total):
+            c.rows = []  # too few for a group of their own, and neither a finding nor a direction ties them to one
+    groups[:] = [g for g in groups if g.rows]
+    for g in groups:
+        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
+        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
 
 
 def extend_by_direction(

@@ -347,10 +347,17 @@ def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
     n = v.policy.get("bootstrap")
     if v.confidence.stability is None:
         return "How sure: unmeasured; fewer than three regressed items to resample."
-    text = (
-        f"How sure: {v.confidence.level}; the culprit rows found again in {n} resamples of the regressed items agree "
-        f"{float(v.confidence.stability):.2f} on average (Jaccard overlap)."
-    )
+    if v.confidence.basis == "finding":
+        text = (
+            f"How sure: {v.confidence.level}; no row's harm stood out on its own, and the flagged rows' harm still "
+            f"ranks above the other rows' in {float(v.confidence.stability):.0%} of {n} resamples of the regressed "
+            "items (the least over the findings used)."
+        )
+    else:
+        text = (
+            f"How sure: {v.confidence.level}; the culprit rows found again in {n} resamples of the regressed items "
+            f"agree {float(v.confidence.stability):.2f} on average (Jaccard overlap)."
+        )
     return text + (f" Decision: {v.how.reason}." if v.how is not None and v.how.reason else "")
 
 

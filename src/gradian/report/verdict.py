@@ -125,11 +125,11 @@ class _Draft:
         return self.verdict
 
 
-def _confidence(stability: float | None) -> Confidence:
+def _confidence(stability: float | None, basis: str = "head") -> Confidence:
     if stability is None:
-        return Confidence(None, "unmeasured")
+        return Confidence(None, "unmeasured", basis)
     level = "high" if stability >= 0.8 else "medium" if stability >= 0.6 else "low"
-    return Confidence(round(float(stability), 4), level)
+    return Confidence(round(float(stability), 4), level, basis)
 
 
 def make_verdict(
@@ -199,7 +199,7 @@ def make_verdict(
     found = find_culprits(
         S, np.array([scores[r] for r in rows]), rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy
     )
-    verdict.confidence = _confidence(found.stability)
+    verdict.confidence = _confidence(found.stability, found.basis)
     verdict.how = Decision.from_dict(found.to_dict() | {"head": found.head[:200]})
     if found.concentrated:
         typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
@@ -226,6 +226,15 @@ def criterion_text(policy: CulpritPolicy) -> str:
         f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
         f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
         f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm"
+        + (
+            f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
+            f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
+            f"rank-sum test, p < {policy.finding_alpha:g} / the findings tested, in >= "
+            f"{pct(policy.keep_frequency)} of the resamples); what the groups explain is set aside and the other "
+            "rows are read again for a head of their own"
+            if policy.finding_alpha > 0
+            else ""
+        )
     )
 
 
@@ -300,23 +309,36 @@ def _concentrated(
     v = draft.verdict
     head = found.head
     groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
-    sure = {
-        "high": "resampling the regressed items finds the same rows (confidence: high",
-        "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
-        "low": "resampling the regressed items often finds other rows (confidence: low",
-        "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
-    }[v.confidence.level]
-    agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
-    draft.sentences.append(
+    joined = sum(vg.by_direction for _, vg in groups)
+    by_dir = f" ({joined} of them joined because their gradient points the way the group's does)" if joined else ""
+    share = (
         f"{_rows_word(len(head)).capitalize()} ({pct(len(head) / n_rows if n_rows else 0)} of the training data) "
-        f"carry {pct(found.head_share)} of the harm to the {n_reg}. Their harm stands out from the other rows"
-        + (
-            f" ({joined} of them joined because their gradient points the way the group's does)"
-            if (joined := sum(vg.by_direction for _, vg in groups))
+        f"carry {pct(found.head_share)} of the harm to the {n_reg}."
+    )
+    if found.basis == "finding":
+        tests = _join(
+            [f"the {int(t.flagged.sum())} rows diagnose flags as "
+             f"{(typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title} (p = {t.p:.1g})"
+             for t in found.findings]
+        )  # fmt: skip
+        held = (
+            f", in {pct(v.confidence.stability)} of the resamples of the regressed items or more"
+            if v.confidence.stability is not None
             else ""
         )
-        + f", and {sure}{agree}."
-    )
+        draft.sentences.append(
+            f"{share} No single row's harm stands out, but {tests} rank above the other rows by harm{held} "
+            f"(confidence: {v.confidence.level}){by_dir}."
+        )
+    else:
+        sure = {
+            "high": "resampling the regressed items finds the same rows (confidence: high",
+            "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
+            "low": "resampling the regressed items often finds other rows (confidence: low",
+            "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
+        }[v.confidence.level]
+        agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
+        draft.sentences.append(f"{share} Their harm stands out from the other rows{by_dir}, and {sure}{agree}.")
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):

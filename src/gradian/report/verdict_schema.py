@@ -17,17 +17,19 @@ def _ints(v: Any) -> list[int]:
 
 @dataclass
 class Confidence:
-    """How sure: the resampled heads' mean agreement with the head, and its level."""
+    """How sure, and its level. ``basis`` "head": the resampled heads' mean agreement with the head; "finding": the
+    least share of the resamples in which a finding's flagged rows still carry the harm (no head stood out)."""
 
     stability: float | None = None
     level: str = "unmeasured"  # high | medium | low | unmeasured
+    basis: str = "head"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stability": self.stability, "level": self.level}
+        return {"stability": self.stability, "level": self.level, "basis": self.basis}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Confidence:
-        return cls(data.get("stability"), str(data.get("level") or "unmeasured"))
+        return cls(data.get("stability"), str(data.get("level") or "unmeasured"), str(data.get("basis") or "head"))
 
 
 @dataclass
@@ -109,7 +111,9 @@ class Decision(Record):
     head: list[int] = field(default_factory=list)
     head_share: float = 0.0
     stability: float | None = None
+    basis: str = "head"  # what stability measures: "head" | "finding" (see Confidence)
     groups: list[VerdictGroup] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     reason: str = ""
 
     @classmethod
@@ -120,7 +124,9 @@ class Decision(Record):
             head=_ints(data.get("head")),
             head_share=data.get("head_share") or 0.0,
             stability=data.get("stability"),
+            basis=str(data.get("basis") or "head"),
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
+            findings=[dict(f) for f in data.get("findings") or []],
             reason=str(data.get("reason") or ""),
         )
 
