@@ -332,6 +332,9 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     assert v["confidence"]["basis"] == "finding" and v["confidence"]["level"] == "high"
     assert v["how"]["findings"][0]["code"] == "D133" and v["how"]["findings"][0]["p"] < 1e-6
     assert "No single row's harm stands out" in v["text"] and "D133 short_answers" in v["text"]
+    from gradian.report.render import confidence_text
+
+    assert "no row's harm stood out on its own" in confidence_text(v) and "100% of 200 resamples" in confidence_text(v)
     assert verdict(S, embeddings=E)["kind"] == "spread"
     assert verdict(S, [cut], embeddings=E, policy=CulpritPolicy(finding_alpha=0))["kind"] == "spread"
 
