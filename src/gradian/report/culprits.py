@@ -618,10 +618,7 @@ def extend_by_direction(
         js = [col[r] for r in g.rows if r in col]
         if len(js) < 2:
             continue
-        mean = unit[js].mean(0)
-        sim = unit @ (mean / max(float(np.linalg.norm(mean)), 1e-30))
-        center, spread = _robust(sim[bulk])
-        z = (sim - center) / spread
+        z = direction_z(unit, js, bulk)
         closer = z > best_z
         best_z[closer], best_g[closer] = z[closer], gi
     taken = {r for g in groups for r in g.rows}
