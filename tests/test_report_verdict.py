@@ -334,7 +334,8 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     assert "No single row's harm stands out" in v["text"] and "D133 short_answers" in v["text"]
     from gradian.report.render import confidence_text
 
-    assert "no row's harm stood out on its own" in confidence_text(v) and "100% of 200 resamples" in confidence_text(v)
+    assert "rest on diagnose findings" in confidence_text(v) and "100% of 200 resamples" in confidence_text(v)
+    assert v["how"]["raw_head"] == 0 and v["how"]["basis"] == "finding"
     assert verdict(S, embeddings=E)["kind"] == "spread"
     assert verdict(S, [cut], embeddings=E, policy=CulpritPolicy(finding_alpha=0))["kind"] == "spread"
 

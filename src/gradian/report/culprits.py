@@ -192,6 +192,7 @@ class Culprits:
     # "head": stability is the resampled heads' mean Jaccard with the head; "finding": no head stood out and the
     # groups rest on the finding tests, and stability is the least share of resamples in which one of them held
     basis: str = "head"
+    raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,6 +201,7 @@ class Culprits:
             "head_share": self.head_share,
             "stability": self.stability,
             "basis": self.basis,
+            "raw_head": self.raw_head,
             "groups": [g.to_dict() for g in self.groups],
             "findings": [t.to_dict() for t in self.findings],
             "reason": self.reason,
@@ -379,15 +381,16 @@ def find_culprits(
             f"{policy.min_head_share:.0%} a culprit group needs"
         )
     else:
-        reason = f"{len(culprit_rows)} rows stand out from the rest and carry {head_share:.0%} of the harm"
         tests = [f"the {int(t.flagged.sum())} rows {t.finding.get('code')} flags rank above the others, p = {t.p:.1g}"
                  for t in harmful]  # fmt: skip
+        how = "stand out from the rest and carry" if basis == "head" else "carry"
+        reason = f"{len(culprit_rows)} rows {how} {head_share:.0%} of the harm"
         reason += f" ({'; '.join(tests)})" if tests else ""
         concentrated = True
     if not concentrated:
         groups = []
         stability, basis = head.stability, "head"
-    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis)
+    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw)
 
 
 @dataclass

@@ -349,9 +349,9 @@ def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
         return "How sure: unmeasured; fewer than three regressed items to resample."
     if v.confidence.basis == "finding":
         text = (
-            f"How sure: {v.confidence.level}; no row's harm stood out on its own, and the flagged rows' harm still "
-            f"ranks above the other rows' in {float(v.confidence.stability):.0%} of {n} resamples of the regressed "
-            "items (the least over the findings used)."
+            f"How sure: {v.confidence.level}; the culprit rows rest on diagnose findings whose flagged rows' harm "
+            f"still ranks above the other rows' in {float(v.confidence.stability):.0%} of {n} resamples of the "
+            "regressed items (the least over the findings used)."
         )
     else:
         text = (

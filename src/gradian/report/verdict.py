@@ -321,14 +321,22 @@ def _concentrated(
              f"{(typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title} (p = {t.p:.1g})"
              for t in found.findings]
         )  # fmt: skip
+        least = "" if len(found.findings) == 1 else "at least "
         held = (
-            f", in {pct(v.confidence.stability)} of the resamples of the regressed items or more"
+            f" in {least}{pct(v.confidence.stability)} of the resamples of the regressed items"
             if v.confidence.stability is not None
             else ""
         )
+        alone = (
+            "No single row's harm stands out"
+            if not found.raw_head
+            else f"The {found.raw_head} rows whose harm stands out on its own change when the regressed items are "
+            "resampled"
+        )
+        joined_text = f"; {joined} more rows joined because their gradient points the group's way" if joined else ""
         draft.sentences.append(
-            f"{share} No single row's harm stands out, but {tests} rank above the other rows by harm{held} "
-            f"(confidence: {v.confidence.level}){by_dir}."
+            f"{share} {alone}, but {tests} rank above the other rows by harm{held} "
+            f"(confidence: {v.confidence.level}){joined_text}."
         )
     else:
         sure = {

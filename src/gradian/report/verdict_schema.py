@@ -112,6 +112,7 @@ class Decision(Record):
     head_share: float = 0.0
     stability: float | None = None
     basis: str = "head"  # what stability measures: "head" | "finding" (see Confidence)
+    raw_head: int = 0  # rows whose harm stood out on their own in the full set
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     reason: str = ""
@@ -125,6 +126,7 @@ class Decision(Record):
             head_share=data.get("head_share") or 0.0,
             stability=data.get("stability"),
             basis=str(data.get("basis") or "head"),
+            raw_head=int(data.get("raw_head") or 0),
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
             findings=[dict(f) for f in data.get("findings") or []],
             reason=str(data.get("reason") or ""),
