@@ -329,9 +329,9 @@ def find_culprits(
     head = stable_head(S, s, policy)
     harmful = harmful_findings(S, s, rows, findings, policy)
     carriers = [t.finding for t in harmful]
-    seeded = np.zeros(len(s), dtype=bool)
-    for test in harmful:
-        seeded |= test.flagged & (s > float(np.median(s)))
+    seeded = np.zeros(len(s), dtype=bool)  # a harm-carrying finding's rows with harm above the median
+    if harmful:
+        seeded = np.logical_or.reduce([t.flagged for t in harmful]) & (s > float(np.median(s)))
 
     def ranked(mask: np.ndarray) -> list[int]:
         return [rows[j] for j in np.argsort(-s, kind="stable") if mask[j]]
@@ -476,14 +476,21 @@ def _settle(
         reassign_by_direction(groups, emb, s, rows, pos_total, policy)
         extend_by_direction(groups, emb, s, rows, pos_total, policy)
     total = sum(len(g.rows) for g in groups)
-    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
     for g in sorted(groups, key=lambda g: len(g.rows)):
         big = max(groups, key=lambda x: len(x.rows))
         if g is not big and g.cause == "mechanical" and len(g.rows) < max(2, policy.min_group_share * total):
-            big.rows = sorted(set(big.rows) | set(g.rows), key=lambda r: (-score.get(r, 0.0), r))
-            big.harm_share += g.harm_share
+            big.rows += g.rows
             g.rows = []
     groups[:] = [g for g in groups if g.rows]
+    _reorder(groups, s, rows, pos_total)
+
+
+def _reorder(groups: list[Group], s: np.ndarray, rows: Sequence[int], pos_total: float) -> None:
+    """After rows moved between groups: each group's rows most harmful first, and its share of the positive harm."""
+    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
+    for g in groups:
+        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
+        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
 
 
 def group_rows(
@@ -583,7 +590,6 @@ def reassign_by_direction(
     col = {int(r): j for j, r in enumerate(rows)}
     bulk = s <= float(np.median(s))
     zs = [direction_z(unit, [col[r] for r in g.rows if r in col], bulk) for g in mech]
-    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
     for c in content:
         for r in list(c.rows):
             if r not in col:
@@ -597,9 +603,7 @@ def reassign_by_direction(
         if len(c.rows) < max(2, policy.min_group_share * total):
             c.rows = []  # too few for a group of their own, and neither a finding nor a direction ties them to one
     groups[:] = [g for g in groups if g.rows]
-    for g in groups:
-        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
-        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
+    _reorder(groups, s, rows, pos_total)
 
 
 def extend_by_direction(
@@ -629,10 +633,7 @@ def extend_by_direction(
         if int(rows[j]) not in taken:
             groups[int(best_g[j])].rows.append(int(rows[j]))
             groups[int(best_g[j])].by_direction += 1
-    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
-    for g in groups:
-        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
-        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
+    _reorder(groups, s, rows, pos_total)
 
 
 def _shared(f: Mapping[str, Any], hit: int, size: int) -> dict[str, Any]:
