@@ -110,12 +110,13 @@ def auc(scores: np.ndarray, pos: np.ndarray) -> float:
     return float(mannwhitneyu(scores[pos], scores[~pos]).statistic / (pos.sum() * (~pos).sum()))
 
 
-def verify_default(run_dir: Path, verdict: dict, reg_items: list[int]) -> dict:
-    """`gradian verify` on the default verdict: a copy of the run's report.json whose regressed items and drop_rows are
-    the ones the default `gradian attribute` gives (two real retrains). Cached in <run>/verify_default/."""
+def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: int = 1) -> dict:
+    """`gradian verify --seeds N` on the default verdict: a copy of the run's report.json whose regressed items and
+    drop_rows are the ones the default `gradian attribute` gives (two real retrains, three for each extra seed).
+    Cached in <run>/verify_default/ (one seed) or <run>/verify_default_s<N>/."""
     from gradian.verify import verify
 
-    out = run_dir / "verify_default"
+    out = run_dir / ("verify_default" if seeds == 1 else f"verify_default_s{seeds}")
     key = {"drop_rows": verdict["drop_rows"], "regressed": reg_items}
     done = out / "verify.json"
     if done.is_file() and json.loads((out / "key.json").read_text()) == key:
@@ -127,12 +128,26 @@ def verify_default(run_dir: Path, verdict: dict, reg_items: list[int]) -> dict:
         rep["regressed"] = [{**ev[i], "regressed": True} for i in reg_items]
         rep["verdict"] = {**(rep.get("verdict") or {}), "drop_rows": verdict["drop_rows"], "kind": verdict["kind"]}
         (out / "report.json").write_text(json.dumps(rep))
-        summary = verify(out, progress=False)["summary"]
+        summary = verify(out, progress=False, seeds=seeds)["summary"]
         (out / "key.json").write_text(json.dumps(key))
-    return {"verify_flagged": summary.get("recovered_flagged"), "verify_random": summary.get("recovered_random")}
+    return {
+        "verify_flagged": summary.get("recovered_flagged"),
+        "verify_random": summary.get("recovered_random"),
+        "verify_total_flagged": summary.get("recovered_total_flagged"),
+        "verify_total_random": summary.get("recovered_total_random"),
+        "verify_flagged_per_seed": summary.get("recovered_flagged_per_seed"),
+        "verify_random_per_seed": summary.get("recovered_random_per_seed"),
+    }
 
 
-def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: bool = False) -> dict:
+def verify_bar(row: dict) -> bool | None:
+    """The issue's bar for `gradian verify`: the verdict's rows recover >= 80% of the regression, random rows <= 20%
+    (None when verify did not run)."""
+    a, b = row.get("verify_flagged"), row.get("verify_random")
+    return None if a is None or b is None else bool(a >= 0.8 and b <= 0.2)
+
+
+def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: int = 0) -> dict:
     call = call_regressions(run.base, run.ft, rule)
     ev_index = list(range(len(run.base)))
     reg_items = [i for i in ev_index if call.regressed[i]]
@@ -175,14 +190,15 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     if not out["explained"]:  # the planted rows explain no real regression: naming nobody is right too
         out["pass"] = out["pass"] or not drop or out["precision"] >= 0.8
     if run_verify and v["drop_rows"]:
-        out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items))
+        out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items, seeds=run_verify))
+        out["verify_bar"] = verify_bar(out)
     return out
 
 
 RUNS_ROOT: list[Path] = []
 
 
-def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_verify: bool = False) -> tuple[int, list]:
+def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_verify: int = 0) -> tuple[int, list]:
     rows = [evaluate(r, rule, policy, run_verify=run_verify) for r in runs]
     return sum(r["pass"] for r in rows), rows
 
@@ -245,16 +261,22 @@ def _mean(xs: list) -> float | None:
 def markdown_table(rows: list[dict]) -> str:
     """Per kind: runs and how many of them the planted rows really explain (truth.json); on the explained runs the
     ranking's AUC and P@K, the verdict's drop_rows precision and recall, and whether the cause is right; runs that
-    pass; the truth's recoveries and, where run, `gradian verify`'s for the verdict's rows and random rows."""
+    pass; the truth's recoveries and, where run, `gradian verify`'s for the verdict's rows and random rows, and on how
+    many explained runs verify met the bar (:func:`verify_bar`)."""
 
     def f(x: float | None, pct: bool = False) -> str:
         return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
 
     out = [
         "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass "
-        "| truth: planted-drop | random-drop | verify: verdict rows | random rows |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| truth: planted-drop | random-drop | verify: verdict rows | random rows | verify bar |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def bar(group: list[dict]) -> str:
+        done = [r["verify_bar"] for r in group if r.get("verify_bar") is not None]
+        return f"{sum(done)} of {len(done)}" if done else "–"
+
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind]
         ctl = rs[0]["expected"] == "none"
@@ -268,7 +290,7 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {m('recall')} | {'–' if ctl else sum(bool(r.get('cause_right')) for r in ex)} "
             f"| {sum(r['pass'] for r in rs)} of {len(rs)} "
             f"| {m('truth_drop_planted', True, rs)} | {f(_mean([r.get('truth_drop_random') for r in rs]), True)} "
-            f"| {m('verify_flagged', True, rs)} | {m('verify_random', True, rs)} |"
+            f"| {m('verify_flagged', True, rs)} | {m('verify_random', True, rs)} | {bar(ex)} |"
         )
     return "\n".join(out) + "\n"
 
@@ -295,6 +317,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write per-run rows here")
     ap.add_argument("--table", type=Path, help="write the per-kind markdown table here")
     ap.add_argument("--verify", action="store_true", help="gradian verify each named culprit (two retrains per run)")
+    ap.add_argument("--verify-seeds", type=int, default=1, help="with --verify: gradian verify --seeds")
     ap.add_argument("--bootstrap", type=int, default=50, help="resamples per verdict during --search")
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
@@ -333,7 +356,7 @@ def main() -> None:
         print(f"leave-one-kind-out: {sum(held)} / {len(runs)} pass on the held-out kind")
         return
     RUNS_ROOT.append(args.runs)
-    n, rows = score(runs, RegressionRule(), CulpritPolicy(), run_verify=args.verify)
+    n, rows = score(runs, RegressionRule(), CulpritPolicy(), run_verify=args.verify_seeds if args.verify else 0)
     for r in rows:
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
     print(f"{n} / {len(runs)} pass")

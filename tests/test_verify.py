@@ -67,6 +67,38 @@ def test_verify_recovers_more_than_random(attributed):
     assert s["side_effect"] is False and on_disk["originally_excluded"] == []
 
 
+def test_verify_averages_over_training_seeds(attributed):
+    """--seeds 2: the first seed is the one-seed check (CPU training is deterministic given the seed); the second
+    re-trains on every row as its own baseline, draws its own random rows, and the summary is the mean of the two."""
+    from gradian.verify import verify
+
+    out, _ = attributed
+    one = verify(out, k=N_HARMFUL, random_seed=0, write=False)
+    two = verify(out, k=N_HARMFUL, random_seed=0, seeds=2, write=False)
+    first, second = two["seeds"]
+    assert second["seed"] == first["seed"] + 1 and second["random_seed"] == 1
+    assert first["baseline"] == "original adapter" and second["baseline"] == "reference re-train (all rows)"
+    assert set(second["runs"]) == {"reference", "drop_flagged", "drop_random"}
+    assert second["runs"]["reference"]["n_removed"] == 0 and second["runs"]["reference"]["recovered_vs_original"]
+    assert "/seed" in second["runs"]["drop_flagged"]["adapter"]
+    # the first seed repeats the one-seed check exactly
+    assert first["runs"]["drop_flagged"]["items"] == one["runs"]["drop_flagged"]["items"]
+    assert first["recovered_flagged"] == one["summary"]["recovered_flagged"]
+    # another seed, another fine-tune and another random draw of the same size, none of it blamed
+    assert second["runs"]["drop_flagged"]["items"] != first["runs"]["drop_flagged"]["items"]
+    r0, r1 = set(first["runs"]["drop_random"]["removed"]), set(second["runs"]["drop_random"]["removed"])
+    assert r0 != r1 and len(r1) == N_HARMFUL and not r1 & set(second["runs"]["drop_flagged"]["removed"])
+    s = two["summary"]
+    assert s["n_seeds"] == 2 and s["recovered_flagged_per_seed"] == [
+        first["recovered_flagged"],
+        second["recovered_flagged"],
+    ]
+    assert s["recovered_flagged"] == pytest.approx(sum(s["recovered_flagged_per_seed"]) / 2)
+    assert s["recovered_random"] == pytest.approx(sum(s["recovered_random_per_seed"]) / 2)
+    assert s["margin"] == pytest.approx(sum(s["margin_per_seed"]) / 2)
+    assert "Over 2 training seeds" in s["text"] and s["recovered_flagged"] > s["recovered_random"]
+
+
 def test_rows_to_drop_prefers_the_verdict():
     from gradian.verify import rows_to_drop
 

@@ -342,7 +342,8 @@ def verify(
     ``random_seed``: seed of the random draw. ``epochs`` / ``max_steps``: for every re-train. ``reference``: also
     re-train on every row and measure recovery against that (default: only when needed, see the module docstring).
     ``config_overrides``: TrainConfig keys applied to every re-train (e.g. ``{"epochs": 1}`` for a quick check);
-    they, like ``epochs`` and ``max_steps``, imply ``reference``.
+    they, like ``epochs`` and ``max_steps``, imply ``reference``. ``seeds``: re-train with this many training seeds
+    (see :func:`seed_plans`); the summary averages their recoveries.
 
     verify.json::
 
@@ -352,28 +353,38 @@ def verify(
          "removed_from": "verdict.drop_rows (...)" | "top K rows ...", "random_seed",
          "baseline": "original adapter" | "reference re-train (all rows)", "threshold",
          "items": [{"index", "id", "base_nll", "finetuned_nll"}],          # the regressed eval items
-         "runs": {"drop_flagged" | "drop_random" | "reference":
+         "runs": {"drop_flagged" | "drop_random" | "reference":             # the first training seed's
                     {"removed": [row, ...], "n_removed", "n_rows_trained", "global_step", "train_loss",
                      "seconds", "adapter", "recovered_mean", "recovered_total", "mean_retrained_nll",
                      "still_regressed", "items": [{"index", "retrained_nll", "recovered"}],
                      "other_items_mean_change"}},
+         "seeds": [{"seed", "random_seed", "baseline", "recovered_flagged", "recovered_random",
+                    "recovered_total_flagged", "recovered_total_random", "runs": {...as above...}}],
          "summary": {"recovered_flagged", "recovered_random", "recovered_total_flagged",
                      "recovered_total_random", "margin", "confirmed", "side_effect",
-                     "other_items_change_flagged", "other_items_change_random", "text"},
+                     "other_items_change_flagged", "other_items_change_random", "n_seeds",
+                     "recovered_flagged_per_seed", "recovered_random_per_seed", "margin_per_seed", "text"},
          "timings": {...}}
 
-    ``confirmed`` is true when removing the blamed rows recovers at least 0.25 more of the regression (mean over
-    items) than removing random rows and at least half of it. ``side_effect`` is true when, without the blamed rows,
-    the eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by more
-    than ``threshold`` beyond the random removal): the fix overshoots, e.g. the blamed rows share one label.
+    With several seeds every summary number is the mean over the seeds of that seed's number (each against its own
+    baseline). ``confirmed`` is true when removing the blamed rows recovers at least 0.25 more of the regression (mean
+    over items) than removing random rows and at least half of it. ``side_effect`` is true when, without the blamed
+    rows, the eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by
+    more than ``threshold`` beyond the random removal): the fix overshoots, e.g. the blamed rows share one label.
     """
     t0 = time.time()
     (opts,) = split_kwargs("verify", kwargs, (VerifyOptions, options))
-    plan = plan_verify(Path(out_dir), opts, config_overrides)
-    done = retrain(plan, opts, progress=progress, quiet=quiet)
-    result = verify_result(plan, done, t0)
+    plans = seed_plans(plan_verify(Path(out_dir), opts, config_overrides), opts.seeds)
+    t = time.time()
+    ft_nll, base_nll = measure(plans[0].base, plans[0].adapter, plans[0].report, with_base=True,
+                               device=opts.device, dtype=opts.dtype)  # fmt: skip
+    assert base_nll is not None
+    measured = time.time() - t
+    dones = [retrain(p, opts, ft_nll, base_nll, progress=progress, quiet=quiet) for p in plans]
+    dones[0].timings = {"measure_original_s": measured} | dones[0].timings
+    result = verify_result(plans, dones, t0)
     if write:
-        (plan.out / "verify.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
+        (plans[0].out / "verify.json").write_text(json.dumps(result, indent=1) + "\n", "utf-8")
     return result
 
 
@@ -399,10 +410,15 @@ class VerifyPlan:
     gradian_trained: bool
     reference: bool
     random_seed: int
+    seed_dir: str = ""  # under OUT/verify/: "" for the first training seed, "seed<N>" for the others
 
     @property
     def threshold(self) -> float:
         return self.options.threshold
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.seed)
 
     def runs(self) -> list[tuple[str, list[int]]]:
         plan: list[tuple[str, list[int]]] = [("drop_flagged", self.drop), ("drop_random", self.random)]
@@ -443,14 +459,34 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     already = _originally_excluded(adapter)  # rows the original run itself left out stay out of every re-train
     all_rows = [ex.index for ex in load_examples(Path(st["train"])) if ex.index not in already]
     drop = [r for r in drop if r not in already]
-    blamed = set(drop)
-    others = [r for r in all_rows if r not in blamed]
-    if len(others) < len(drop):
+    if len(all_rows) - len(set(drop)) < len(drop):
         raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
-    rand = sorted(random.Random(opts.random_seed).sample(others, len(drop)))
+    rand = random_rows(all_rows, drop, opts.random_seed)
     return VerifyPlan(out, report, report.attribute_options(), str(st["base"]), adapter, Path(st["train"]), regressed,
                       drop, source, rand, all_rows, already, cfg, cfg_source, overrides, gradian_trained,
                       bool(reference), opts.random_seed)  # fmt: skip
+
+
+def random_rows(all_rows: list[int], drop: list[int], random_seed: int) -> list[int]:
+    """As many rows as ``drop``, drawn at random (seeded) from the other rows."""
+    blamed = set(drop)
+    return sorted(random.Random(random_seed).sample([r for r in all_rows if r not in blamed], len(drop)))
+
+
+def seed_plans(plan: VerifyPlan, n: int) -> list[VerifyPlan]:
+    """``plan`` and, for ``n`` > 1, the same check with the next ``n - 1`` training seeds.
+
+    One re-train is one draw: on a small fine-tune another seed can move an item's recovery by tens of points. Each
+    extra seed re-trains on every row too (its baseline: another seed cannot be compared with the original adapter),
+    draws its own random rows (``random_seed`` + i) and writes under ``OUT/verify/seed<N>/``."""
+    plans = [plan]
+    for i in range(1, n):
+        seed, random_seed = plan.seed + i, plan.random_seed + i
+        plans.append(dataclasses.replace(
+            plan, config=dataclasses.replace(plan.config, seed=seed), reference=True, random_seed=random_seed,
+            random=random_rows(plan.all_rows, plan.drop, random_seed), seed_dir=f"seed{seed}",
+        ))  # fmt: skip
+    return plans
 
 
 @dataclass
@@ -464,34 +500,39 @@ class Retrained:
     timings: dict[str, float]
 
 
-def retrain(plan: VerifyPlan, opts: VerifyOptions, *, progress: bool, quiet: bool) -> Retrained:
-    """Measure the original adapter, then re-train and measure each planned run."""
+def retrain(
+    plan: VerifyPlan,
+    opts: VerifyOptions,
+    finetuned: dict[int, float],
+    base: dict[int, float],
+    *,
+    progress: bool,
+    quiet: bool,
+) -> Retrained:
+    """Re-train and measure each planned run of one training seed (``finetuned`` / ``base``: the original adapter's
+    and the base model's NLL, measured once for every seed)."""
     from gradian.train import train_lora
 
-    measure_kw: dict[str, Any] = {"device": opts.device, "dtype": opts.dtype}
     timings: dict[str, float] = {}
-    t = time.time()
-    ft_nll, base_nll = measure(plan.base, plan.adapter, plan.report, with_base=True, **measure_kw)
-    assert base_nll is not None
-    timings["measure_original_s"] = time.time() - t
+    tag = f"_{plan.seed_dir}" if plan.seed_dir else ""
     runs: dict[str, RetrainRun] = {}
     nll: dict[str, dict[int, float]] = {}
     for name, removed in plan.runs():
-        run_dir = plan.out / "verify" / name
+        run_dir = plan.out / "verify" / plan.seed_dir / name
         if not quiet:
-            typer.echo(f"re-training {name}: {len(removed)} rows removed → {run_dir}", err=True)
+            typer.echo(f"re-training {name} (seed {plan.seed}): {len(removed)} rows removed → {run_dir}", err=True)
         # without a progress bar the Trainer prints its log dicts to stdout; keep stdout for the table
         with contextlib.redirect_stdout(io.StringIO()) if not progress else contextlib.nullcontext():
             exclude = sorted(plan.already | set(removed))
             res = train_lora(plan.base, plan.train, run_dir, config=plan.config_for(len(removed)),
                              exclude_rows=exclude, progress=progress, quiet=True)  # fmt: skip
-        timings[f"train_{name}_s"] = res.seconds
+        timings[f"train_{name}{tag}_s"] = res.seconds
         t = time.time()
-        nll[name], _ = measure(plan.base, run_dir, plan.report, **measure_kw)
-        timings[f"measure_{name}_s"] = time.time() - t
+        nll[name], _ = measure(plan.base, run_dir, plan.report, device=opts.device, dtype=opts.dtype)
+        timings[f"measure_{name}{tag}_s"] = time.time() - t
         runs[name] = RetrainRun(removed, res.n_rows_trained, res.global_step, res.train_loss, round(res.seconds, 2),
                                 str(run_dir), reference=name == "reference")  # fmt: skip
-    return Retrained(runs, nll, ft_nll, base_nll, timings)
+    return Retrained(runs, nll, finetuned, base, timings)
 
 
 def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]]:
@@ -511,51 +552,92 @@ def _recoveries(plan: VerifyPlan, done: Retrained) -> tuple[list[int], list[int]
     return reg_idx, other_idx
 
 
-def _summary(plan: VerifyPlan, done: Retrained, n_items: int, n_other: int) -> dict[str, Any]:
-    """verify.json ``summary``: how much each removal recovered, whether the attribution holds, and side effects."""
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _seed_numbers(done: Retrained) -> dict[str, float | None]:
+    """One seed's recoveries (mean over items and on the summed NLL) and the other items' change, both removals."""
     fl, rd = done.runs["drop_flagged"], done.runs["drop_random"]
     assert fl.recovery is not None and rd.recovery is not None
-    a, b = fl.recovery.recovered_mean, rd.recovery.recovered_mean
+    return {
+        "recovered_flagged": fl.recovery.recovered_mean,
+        "recovered_random": rd.recovery.recovered_mean,
+        "recovered_total_flagged": fl.recovery.recovered_total,
+        "recovered_total_random": rd.recovery.recovered_total,
+        "other_items_change_flagged": fl.other_items_mean_change,
+        "other_items_change_random": rd.other_items_mean_change,
+    }
+
+
+def _summary(plans: list[VerifyPlan], dones: list[Retrained], n_items: int, n_other: int) -> dict[str, Any]:
+    """verify.json ``summary``: how much each removal recovered (the mean over seeds), whether the attribution holds,
+    and side effects."""
+    per = [_seed_numbers(d) for d in dones]
+    avg = {key: _mean([p[key] for p in per]) for key in per[0]}
+    a, b = avg["recovered_flagged"], avg["recovered_random"]
     margin = (a - b) if a is not None and b is not None else None
     confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
-    n = len(plan.drop)
+    n, k = len(plans[0].drop), len(plans)
+
+    def each(key: str) -> str:
+        return f" ({', '.join(_pct(p[key]) for p in per)} by seed)" if k > 1 else ""
+
     text = (
-        f"Removing the {n} blamed rows recovered {_pct(a)} of the regression on {n_items} regressed "
-        f"items; removing {n} random rows recovered {_pct(b)}. "
+        (f"Over {k} training seeds, removing" if k > 1 else "Removing")
+        + f" the {n} blamed rows recovered {_pct(a)} of the regression on {n_items} regressed items"
+        + each("recovered_flagged")
+        + f"; removing {n} random rows recovered {_pct(b)}{each('recovered_random')}. "
         + (
             "The attribution holds up."
             if confirmed
             else "The blamed rows do not explain the regression much better than random rows."
         )
     )
-    side = fl.other_items_mean_change
-    th = plan.threshold
-    side_effect = bool(side is not None and side > th and side > (rd.other_items_mean_change or 0.0) + th)
+    side, th = avg["other_items_change_flagged"], plans[0].threshold
+    side_effect = bool(side is not None and side > th and side > (avg["other_items_change_random"] or 0.0) + th)
     if side_effect:
         text += (
             f" But the {n_other} eval items that had not regressed got worse by {side:+.3f} nats/token on "
             "average without the blamed rows: the removal overshoots (look at what the blamed rows share, e.g. one "
             "label), so do not drop them blindly."
         )
-    return {
-        "recovered_flagged": a,
-        "recovered_random": b,
-        "recovered_total_flagged": fl.recovery.recovered_total,
-        "recovered_total_random": rd.recovery.recovered_total,
+    margins = [
+        (p["recovered_flagged"] - p["recovered_random"])
+        if p["recovered_flagged"] is not None and p["recovered_random"] is not None
+        else None
+        for p in per
+    ]
+    return avg | {
         "margin": margin,
         "confirmed": confirmed,
         "side_effect": side_effect,
-        "other_items_change_flagged": side,
-        "other_items_change_random": rd.other_items_mean_change,
+        "n_seeds": k,
+        "recovered_flagged_per_seed": [p["recovered_flagged"] for p in per],
+        "recovered_random_per_seed": [p["recovered_random"] for p in per],
+        "margin_per_seed": margins,
         "text": text,
     }
 
 
-def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any]:
-    """The verify.json dict (see :func:`verify`)."""
-    reg_idx, other_idx = _recoveries(plan, done)
+def _baseline(plan: VerifyPlan) -> str:
+    return "reference re-train (all rows)" if plan.reference else "original adapter"
+
+
+def verify_result(plans: list[VerifyPlan], dones: list[Retrained], t0: float) -> dict[str, Any]:
+    """The verify.json dict (see :func:`verify`): the first seed's plan and runs, every seed's recoveries."""
+    plan, done = plans[0], dones[0]
+    reg_idx, other_idx = [_recoveries(p, d) for p, d in zip(plans, dones, strict=True)][0]
     ids = {e.index: e.id for e in plan.report.eval or []}
     ref = done.nll.get("reference")
+    seeds = [
+        {"seed": p.seed, "random_seed": p.random_seed, "baseline": _baseline(p)}
+        | {k: v for k, v in _seed_numbers(d).items() if k.startswith("recovered")}
+        | {"runs": {name: r.to_dict() for name, r in d.runs.items()}}
+        for p, d in zip(plans, dones, strict=True)
+    ]
+    timings = {k: v for d in dones for k, v in d.timings.items()}
     return {
         "schema": SCHEMA,
         "report": str(plan.out / "report.json"),
@@ -572,7 +654,7 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
         "originally_excluded": sorted(plan.already),
         "removed_from": plan.source,
         "random_seed": plan.random_seed,
-        "baseline": "reference re-train (all rows)" if plan.reference else "original adapter",
+        "baseline": _baseline(plan),
         "threshold": plan.threshold,
         "items": [
             {
@@ -584,14 +666,20 @@ def verify_result(plan: VerifyPlan, done: Retrained, t0: float) -> dict[str, Any
             }
             for i in reg_idx
         ],
-        "runs": {name: r.to_dict() for name, r in done.runs.items()},
-        "summary": _summary(plan, done, len(reg_idx), len(other_idx)),
-        "timings": {k2: round(v, 2) for k2, v in done.timings.items()} | {"total_s": round(time.time() - t0, 2)},
+        "runs": seeds[0]["runs"],
+        "seeds": seeds,
+        "summary": _summary(plans, dones, len(reg_idx), len(other_idx)),
+        "timings": {k2: round(v, 2) for k2, v in timings.items()} | {"total_s": round(time.time() - t0, 2)},
     }
 
 
 def _pct(x: float | None) -> str:
     return pct(x, missing="n/a")
+
+
+def _labelled(seed: dict[str, Any], n_seeds: int) -> list[tuple[str, dict[str, Any]]]:
+    """One seed's runs, named with the seed when there are several."""
+    return [(f"{name} (seed {seed['seed']})" if n_seeds > 1 else name, r) for name, r in seed["runs"].items()]
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -608,18 +696,22 @@ def print_table(result: dict[str, Any]) -> None:
     mean_base = sum(i["base_nll"] for i in result["items"]) / max(1, len(result["items"]))
     table.add_row("base", "", "", f"{mean_base:.3f}", "", "", "")
     table.add_row("fine-tuned", "0", "", f"{mean_ft:.3f}", "", "", str(len(result["items"])))
-    for name, r in result["runs"].items():
+    seeds = result.get("seeds") or [{"seed": None, "runs": result["runs"]}]
+    for name, r in ((n, r) for sd in seeds for n, r in _labelled(sd, len(seeds))):
         table.add_row(
             name,
             str(r["n_removed"]),
             str(r["global_step"]),
             f"{r['mean_retrained_nll']:.3f}",
-            _pct(r["recovered_mean"]) if name != "reference" else "(baseline)",
-            _pct(r["recovered_total"]) if name != "reference" else "",
+            _pct(r["recovered_mean"]) if not r.get("note") else "(baseline)",
+            _pct(r["recovered_total"]) if not r.get("note") else "",
             str(r["still_regressed"]),
         )
     c.print(table)
-    c.print(f"rows removed: {result['removed_from']}; baseline: {result['baseline']}")
+    baseline = (
+        result["baseline"] if len(seeds) == 1 else "; ".join(f"seed {sd['seed']}: {sd['baseline']}" for sd in seeds)
+    )
+    c.print(f"rows removed: {result['removed_from']}; baseline: {baseline}")
     c.print(("[green]" if s["confirmed"] and not s.get("side_effect") else "[yellow]") + s["text"], highlight=False)
 
 

@@ -16,6 +16,12 @@ class VerifyOptions(Options):
 
     k: int | None = option(None, "Drop the top-K rows by score instead of the verdict's rows.", min=1)
     seed: int | None = option(None, "Training seed (default: the original run's).")
+    seeds: int = option(
+        1,
+        "Re-train with this many training seeds (the seed, then the next ones) and average the recoveries; each "
+        "extra seed also re-trains on every row as its own baseline and draws its own random rows.",
+        min=1,
+    )
     random_seed: int = option(0, "Seed of the random-rows control.")
     epochs: float | None = option(None, "Epochs for every re-train (implies a reference).")
     max_steps: int | None = option(None, "max_steps for every re-train (implies a reference).")
