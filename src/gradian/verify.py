@@ -628,7 +628,9 @@ def _baseline(plan: VerifyPlan) -> str:
 def verify_result(plans: list[VerifyPlan], dones: list[Retrained], t0: float) -> dict[str, Any]:
     """The verify.json dict (see :func:`verify`): the first seed's plan and runs, every seed's recoveries."""
     plan, done = plans[0], dones[0]
-    reg_idx, other_idx = [_recoveries(p, d) for p, d in zip(plans, dones, strict=True)][0]
+    for p, d in zip(plans[1:], dones[1:], strict=True):
+        _recoveries(p, d)
+    reg_idx, other_idx = _recoveries(plan, done)
     ids = {e.index: e.id for e in plan.report.eval or []}
     ref = done.nll.get("reference")
     seeds = [
@@ -677,11 +679,6 @@ def _pct(x: float | None) -> str:
     return pct(x, missing="n/a")
 
 
-def _labelled(seed: dict[str, Any], n_seeds: int) -> list[tuple[str, dict[str, Any]]]:
-    """One seed's runs, named with the seed when there are several."""
-    return [(f"{name} (seed {seed['seed']})" if n_seeds > 1 else name, r) for name, r in seed["runs"].items()]
-
-
 def print_table(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -697,14 +694,14 @@ def print_table(result: dict[str, Any]) -> None:
     table.add_row("base", "", "", f"{mean_base:.3f}", "", "", "")
     table.add_row("fine-tuned", "0", "", f"{mean_ft:.3f}", "", "", str(len(result["items"])))
     seeds = result.get("seeds") or [{"seed": None, "runs": result["runs"]}]
-    for name, r in ((n, r) for sd in seeds for n, r in _labelled(sd, len(seeds))):
+    for seed, (name, r) in ((one, run) for one in seeds for run in one["runs"].items()):
         table.add_row(
-            name,
+            f"{name} (seed {seed['seed']})" if len(seeds) > 1 else name,
             str(r["n_removed"]),
             str(r["global_step"]),
             f"{r['mean_retrained_nll']:.3f}",
-            _pct(r["recovered_mean"]) if not r.get("note") else "(baseline)",
-            _pct(r["recovered_total"]) if not r.get("note") else "",
+            _pct(r["recovered_mean"]) if name != "reference" else "(baseline)",
+            _pct(r["recovered_total"]) if name != "reference" else "",
             str(r["still_regressed"]),
         )
     c.print(table)
