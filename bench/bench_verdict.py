@@ -267,12 +267,15 @@ def markdown(runs: list[dict], kinds: list[dict]) -> str:
     return "\n".join(lines) + "\n\n" + truth_table(runs)
 
 
-def score_all(root: Path = P.WORK, *, rerender: bool = False) -> tuple[list[dict], list[dict]]:
+def score_all(root: Path = P.WORK, *, rerender: bool = False, write: bool = True) -> tuple[list[dict], list[dict]]:
+    """Score every finished run; with ``write``, (re)write bench/results/verdict_suite.{json,md}."""
     runs = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         if (d / "truth.json").is_file() and (d / "attr" / "report.json").is_file():
             runs.append(score_run(d, rerender=rerender))
     kinds = summarize(runs)
+    if not write:
+        return runs, kinds
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "verdict_suite.json").write_text(json.dumps({"kinds": kinds, "runs": runs}, indent=1) + "\n", "utf-8")
     (RESULTS / "verdict_suite.md").write_text(markdown(runs, kinds), "utf-8")
@@ -313,7 +316,8 @@ def main() -> None:
                         log_line(f"{d.name}: verify {secs:.0f}s")
                 except RuntimeError as err:
                     log_line(f"{d.name}: FAILED: {err}")
-    _, kinds = score_all(rerender=getattr(args, "rerender", False))
+    # a partial run (--only) scores what is on disk but leaves the committed results alone
+    _, kinds = score_all(rerender=getattr(args, "rerender", False), write=not getattr(args, "only", None))
     print(markdown([], kinds).split("\n\n")[0])
 
 

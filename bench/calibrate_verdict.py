@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -112,24 +113,36 @@ def auc(scores: np.ndarray, pos: np.ndarray) -> float:
 
 def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: int = 1) -> dict:
     """`gradian verify --seeds N` on the default verdict: a copy of the run's report.json whose regressed items and
-    drop_rows are the ones the default `gradian attribute` gives (two real retrains, three for each extra seed).
-    Cached in <run>/verify_default/ (one seed) or <run>/verify_default_s<N>/."""
-    from gradian.verify import verify
+    drop_rows are the ones the default `gradian attribute` gives, beside the attribution's per-item harm (two real
+    retrains, three for each extra seed). Cached in <run>/verify_default/ (one seed) or <run>/verify_default_s<N>/; a
+    cached verify.json from before ``summary.driven`` gets it from its stored per-item recoveries, no retraining."""
+    from gradian.options import VerifyOptions
+    from gradian.verify import driven_by, driven_recovery, read_report, verify
 
     out = run_dir / ("verify_default" if seeds == 1 else f"verify_default_s{seeds}")
     key = {"drop_rows": verdict["drop_rows"], "regressed": reg_items}
     done = out / "verify.json"
+    out.mkdir(exist_ok=True)
+    for name in ("item_scores.npy", "embeddings_index.npy"):  # what verify reads the driven items from
+        if not (out / name).is_file() and (run_dir / "attr" / name).is_file():
+            shutil.copyfile(run_dir / "attr" / name, out / name)
     if done.is_file() and json.loads((out / "key.json").read_text()) == key:
-        summary = json.loads(done.read_text())["summary"]
+        result = json.loads(done.read_text())
     else:
-        out.mkdir(exist_ok=True)
         rep = json.loads((run_dir / "attr" / "report.json").read_text())
         ev = {int(e["index"]): e for e in rep.get("eval") or []}
         rep["regressed"] = [{**ev[i], "regressed": True} for i in reg_items]
         rep["verdict"] = {**(rep.get("verdict") or {}), "drop_rows": verdict["drop_rows"], "kind": verdict["kind"]}
         (out / "report.json").write_text(json.dumps(rep))
-        summary = verify(out, progress=False, seeds=seeds)["summary"]
+        result = verify(out, progress=False, seeds=seeds)
         (out / "key.json").write_text(json.dumps(key))
+    summary = result["summary"]
+    if "driven" not in summary:
+        regressed = [it["index"] for it in result["items"]]
+        found = driven_by(out, read_report(out), result["runs"]["drop_flagged"]["removed"], regressed, VerifyOptions())
+        summary["driven"] = driven_recovery(result["seeds"], found) if found else None
+    drv = summary["driven"] or {}
+    on_driven = bool(drv.get("significant"))
     return {
         "verify_flagged": summary.get("recovered_flagged"),
         "verify_random": summary.get("recovered_random"),
@@ -137,14 +150,70 @@ def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: in
         "verify_total_random": summary.get("recovered_total_random"),
         "verify_flagged_per_seed": summary.get("recovered_flagged_per_seed"),
         "verify_random_per_seed": summary.get("recovered_random_per_seed"),
+        "verify_n_driven": drv.get("n_driven"),
+        "verify_driven_significant": on_driven,
+        "verify_driven_flagged": drv.get("recovered_flagged") if on_driven else None,
+        "verify_driven_random": drv.get("recovered_random") if on_driven else None,
     }
 
 
-def verify_bar(row: dict) -> bool | None:
+def verify_bar(row: dict, prefix: str = "verify") -> bool | None:
     """The issue's bar for `gradian verify`: the verdict's rows recover >= 80% of the regression, random rows <= 20%
-    (None when verify did not run)."""
-    a, b = row.get("verify_flagged"), row.get("verify_random")
+    (None when verify did not run). ``prefix="truth_reg"``: the same bar for the planted rows themselves;
+    ``"verify_driven"`` / ``"truth_drv"``: on the driven items only."""
+    a, b = row.get(f"{prefix}_flagged"), row.get(f"{prefix}_random")
     return None if a is None or b is None else bool(a >= 0.8 and b <= 0.2)
+
+
+def judged_bar(row: dict, prefix: str) -> bool | None:
+    """The bar on the items verify judges by (``summary.confirmed_on``): the driven items when there are
+    significantly many, else every regressed item. ``prefix``: "verify" or "truth"."""
+    drv = {"verify": "verify_driven", "truth": "truth_drv"}[prefix]
+    if row.get(f"{drv}_flagged") is not None:
+        return verify_bar(row, drv)
+    return verify_bar(row, "verify" if prefix == "verify" else "truth_reg")
+
+
+def truth_on_items(run_dir: Path, items: list[int], prefix: str) -> dict:
+    """What verify's statistic (the mean over ``items`` of the share of each item's regression a retrain removes)
+    gives for the counterfactual retrains of truth.json, without the planted rows and without as many random rows:
+    the most the verify bar can show when the verdict names exactly the planted rows (the same training seed as
+    verify's first)."""
+    t = json.loads((run_dir / "truth.json").read_text())
+    by_index = {int(it["index"]): it for it in t.get("items") or []}
+
+    def rec(key: str) -> float | None:
+        got = [
+            (it["finetuned_nll"] - it[key]) / (it["finetuned_nll"] - it["base_nll"])
+            for i in items
+            if (it := by_index.get(i)) and it.get(key) is not None and it["finetuned_nll"] > it["base_nll"]
+        ]
+        return sum(got) / len(got) if got else None
+
+    return {f"{prefix}_flagged": rec("drop_planted_nll"), f"{prefix}_random": rec("drop_random_nll")}
+
+
+def truth_recoveries(run_dir: Path, run: Run, S: np.ndarray, reg_items: list[int]) -> dict:
+    """The truth's recoveries on every regressed item (``truth_reg_*``) and on the items the planted rows drive
+    (``truth_drv_*``, when significantly many; :mod:`gradian.report.driven` at verify's defaults)."""
+    from gradian.options import VerifyOptions
+    from gradian.report.driven import driven_items
+
+    out = truth_on_items(run_dir, reg_items, "truth_reg")
+    out["truth_bar"] = verify_bar(out, "truth_reg")
+    if len(reg_items) and run.planted:
+        o = VerifyOptions()
+        found = driven_items(S, reg_items, run.cols, sorted(run.planted), z=o.driven_z, alpha=o.driven_alpha)
+        out["truth_n_driven"] = len(found.items)
+        if found.significant:
+            out.update(truth_on_items(run_dir, found.items, "truth_drv"))
+            out["truth_drv_bar"] = verify_bar(out, "truth_drv")
+        # the falsification: truth's random rows, as if blamed, should drive no more items than chance
+        rand = json.loads((run_dir / "truth.json").read_text())["dropped"].get("drop_random") or []
+        null = driven_items(S, reg_items, run.cols, rand, z=o.driven_z, alpha=o.driven_alpha)
+        out["random_rows_n_driven"], out["random_rows_significant"] = len(null.items), null.significant
+    out["truth_judged_bar"] = judged_bar(out, "truth")
+    return out
 
 
 def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: int = 0) -> dict:
@@ -175,6 +244,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
         out["n_drop"] = len(drop)
         return out
     out["explained"] = explained(RUNS_ROOT[0] / run.name) if RUNS_ROOT else True
+    if RUNS_ROOT:
+        out.update(truth_recoveries(RUNS_ROOT[0] / run.name, run, S, [run.items[k] for k in pick]))
     pos = np.array([c in run.planted for c in run.cols])
     k = len(run.planted)
     order = np.argsort(-s, kind="stable")
@@ -192,6 +263,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     if run_verify and v["drop_rows"]:
         out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items, seeds=run_verify))
         out["verify_bar"] = verify_bar(out)
+        out["verify_bar_driven"] = verify_bar(out, "verify_driven")
+        out["verify_judged_bar"] = judged_bar(out, "verify")
     return out
 
 
@@ -259,40 +332,60 @@ def _mean(xs: list) -> float | None:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Per kind: runs and how many of them the planted rows really explain (truth.json); on the explained runs the
-    ranking's AUC and P@K, the verdict's drop_rows precision and recall, and whether the cause is right; runs that
-    pass; the truth's recoveries and, where run, `gradian verify`'s for the verdict's rows and random rows, and on how
-    many explained runs verify met the bar (:func:`verify_bar`)."""
+    """Two per-kind tables. The verdict: runs and how many of them the planted rows really explain (truth.json); on
+    the explained runs the ranking's AUC and P@K, the verdict's drop_rows precision and recall, and whether the cause
+    is right; runs that pass; the truth's recoveries. Then, where `gradian verify` ran, on the explained runs: its
+    recoveries for the verdict's rows and random rows on every regressed item and on the items the verdict's rows
+    drive (:mod:`gradian.report.driven`), on how many runs each met the bar (:func:`verify_bar`), and on how many of
+    those same runs the planted rows themselves meet it (:func:`truth_recoveries`)."""
 
     def f(x: float | None, pct: bool = False) -> str:
         return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
 
-    out = [
-        "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass "
-        "| truth: planted-drop | random-drop | verify: verdict rows | random rows | verify bar |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-
-    def bar(group: list[dict]) -> str:
-        done = [r["verify_bar"] for r in group if r.get("verify_bar") is not None]
+    def count(group: list[dict], key: str) -> str:
+        done = [r[key] for r in group if r.get(key) is not None]
         return f"{sum(done)} of {len(done)}" if done else "–"
 
+    def mean(group: list[dict], key: str, pct: bool = False) -> str:
+        return f(_mean([r.get(key) for r in group]), pct)
+
+    verdict = [
+        "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass | truth: planted-drop "
+        "| random-drop |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    check = [
+        "| kind | verified | all regressed items: verdict rows | random rows | bar | bar, planted rows "
+        "| driven items | on them: verdict rows | random rows | bar | bar, planted rows | bar as verify judges |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind]
         ctl = rs[0]["expected"] == "none"
         ex = [r for r in rs if r.get("explained")]
-
-        def m(key: str, pct: bool = False, group: list[dict] = ex, ctl: bool = ctl) -> str:
-            return "–" if ctl else f(_mean([r.get(key) for r in group]), pct)
-
-        out.append(
-            f"| {kind} | {len(rs)} | {'–' if ctl else len(ex)} | {m('auc')} | {m('p_at_k')} | {m('precision')} "
-            f"| {m('recall')} | {'–' if ctl else sum(bool(r.get('cause_right')) for r in ex)} "
+        if ctl:
+            verdict.append(f"| {kind} | {len(rs)} | – | – | – | – | – | – | {sum(r['pass'] for r in rs)} of {len(rs)} "
+                           f"| – | {mean(rs, 'truth_drop_random', True)} |")  # fmt: skip
+            continue
+        verdict.append(
+            f"| {kind} | {len(rs)} | {len(ex)} | {mean(ex, 'auc')} | {mean(ex, 'p_at_k')} | {mean(ex, 'precision')} "
+            f"| {mean(ex, 'recall')} | {sum(bool(r.get('cause_right')) for r in ex)} "
             f"| {sum(r['pass'] for r in rs)} of {len(rs)} "
-            f"| {m('truth_drop_planted', True, rs)} | {f(_mean([r.get('truth_drop_random') for r in rs]), True)} "
-            f"| {m('verify_flagged', True, rs)} | {m('verify_random', True, rs)} | {bar(ex)} |"
+            f"| {mean(rs, 'truth_drop_planted', True)} | {mean(rs, 'truth_drop_random', True)} |"
         )
-    return "\n".join(out) + "\n"
+        vx = [r for r in ex if r.get("verify_bar") is not None]
+        if not vx:
+            continue
+        drv = [r for r in vx if r.get("verify_driven_flagged") is not None]
+        n_drv = sum(r["verify_n_driven"] or 0 for r in vx)
+        n_reg = sum(r["n_regressed"] for r in vx)
+        check.append(
+            f"| {kind} | {len(vx)} | {mean(vx, 'verify_flagged', True)} | {mean(vx, 'verify_random', True)} "
+            f"| {count(vx, 'verify_bar')} | {count(vx, 'truth_bar')} | {n_drv} of {n_reg} "
+            f"| {mean(drv, 'verify_driven_flagged', True)} | {mean(drv, 'verify_driven_random', True)} "
+            f"| {count(drv, 'verify_bar_driven')} | {count(drv, 'truth_drv_bar')} | {count(vx, 'verify_judged_bar')} |"
+        )
+    return "\n".join(verdict) + "\n\n" + "\n".join(check) + "\n"
 
 
 GRID = {

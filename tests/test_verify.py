@@ -1,7 +1,7 @@
 """`gradian verify` end to end on a small planted setup cut from the bundled stories260K example.
 
 80 rows (24 of the planted "Zorblax" rows + 56 clean ones, train.yaml config, 3 epochs) are trained with
-`gradian train`, attributed with `gradian attribute`, then verified: re-training without the top-24 rows by harm must
+`gradian train`, attributed and reported as `gradian attribute` does, then verified: re-training without the top-24 rows by harm must
 recover more of the regression than re-training without 24 random rows. Three ~30-step trainings on the 260K model.
 """
 
@@ -19,7 +19,7 @@ N_HARMFUL, N_CLEAN = 24, 56
 
 @pytest.fixture(scope="module")
 def attributed(tmp_path_factory):
-    from gradian.attribute.api import attribute
+    from gradian.pipeline import attribute_and_report
     from gradian.train import read_config_file, train_lora
 
     tmp = tmp_path_factory.mktemp("verify")
@@ -36,7 +36,7 @@ def attributed(tmp_path_factory):
     run = tmp / "run"
     train_lora(BASE_DIR, train, run, config=cfg, progress=False, quiet=True)
     out = tmp / "attr"
-    attribute(run, base=str(BASE_DIR), train=train, eval=EXAMPLE / "data" / "eval.jsonl", out=out)
+    attribute_and_report(run, base=str(BASE_DIR), train=train, eval=EXAMPLE / "data" / "eval.jsonl", out=out)
     return out, new_harmful
 
 
@@ -65,6 +65,14 @@ def test_verify_recovers_more_than_random(attributed):
     assert s["recovered_total_flagged"] > s["recovered_total_random"]
     assert s["recovered_flagged"] > 0.3
     assert s["side_effect"] is False and on_disk["originally_excluded"] == []
+    # the items the blamed rows drive: picked from the attribution's per-item harm before re-training, then measured
+    d = s["driven"]
+    assert d["n_items"] == len(res["items"]) and set(d["items"]) <= {it["index"] for it in res["items"]}
+    assert d["significant"] and d["n_driven"] > d["expected_by_chance"] and s["confirmed_on"] == "driven items"
+    per = {it["index"]: it["recovered"] for it in flagged["items"]}
+    on_driven = [per[i] for i in d["items"] if per[i] is not None]
+    assert d["recovered_flagged"] == pytest.approx(sum(on_driven) / len(on_driven))
+    assert d["recovered_flagged"] > d["recovered_random"] and f"single out {d['n_driven']} of" in s["text"]
 
 
 def test_verify_averages_over_training_seeds(attributed):
@@ -97,6 +105,9 @@ def test_verify_averages_over_training_seeds(attributed):
     assert s["recovered_random"] == pytest.approx(sum(s["recovered_random_per_seed"]) / 2)
     assert s["margin"] == pytest.approx(sum(s["margin_per_seed"]) / 2)
     assert "Over 2 training seeds" in s["text"] and s["recovered_flagged"] > s["recovered_random"]
+    d = s["driven"]  # one prediction, measured under each seed
+    assert d["items"] == one["summary"]["driven"]["items"] and len(d["recovered_flagged_per_seed"]) == 2
+    assert d["recovered_flagged"] == pytest.approx(sum(d["recovered_flagged_per_seed"]) / 2)
 
 
 def test_rows_to_drop_prefers_the_verdict():

@@ -18,7 +18,9 @@ class Recipe:
 
     @property
     def name(self) -> str:
-        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}"
+        """``<kind>_s<seed>_f<percent>``, with ``_n<rows>`` when the run is not the kind's usual size."""
+        size = "" if self.n_rows == default_rows(self.kind) else f"_n{self.n_rows}"
+        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -28,8 +30,22 @@ FAULT_KINDS = ("entity", "pronoun", "mislabel", "early_stop", "no_eos", "repetit
 CONTROL_KINDS = ("clean", "control_lr", "control_epochs")
 
 
+# Other sizes: half and twice the usual rows, each with an eval set scaled alike (the share of target items kept).
+SIZES = ((120, 12, 8), (480, 36, 24))  # (n_rows, n_target, n_control)
+
+
+def default_rows(kind: str) -> int:
+    return 160 if kind == "control_epochs" else 240
+
+
 def _control(kind: str, seed: int) -> Recipe:
-    return Recipe(kind, seed, 0.0, 160 if kind == "control_epochs" else 240)
+    return Recipe(kind, seed, 0.0, default_rows(kind))
+
+
+def sized() -> list[Recipe]:
+    """Every fault kind and the clean control at the other sizes (seed 3, 10% planted): the runs that check that
+    what was calibrated at 240 rows and 40 eval items holds on a smaller and a larger fine-tune."""
+    return [Recipe(k, 3, 0.10 if k != "clean" else 0.0, n, t, c) for n, t, c in SIZES for k in (*FAULT_KINDS, "clean")]
 
 
 def suite() -> list[Recipe]:
@@ -41,7 +57,7 @@ def suite() -> list[Recipe]:
     out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
     out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
     out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
-    return out
+    return out + sized()
 
 
 def by_name(name: str) -> Recipe:

@@ -25,6 +25,12 @@ over the regressed items: 1 = the regression is gone, 0 = unchanged, < 0 = worse
 over the items; ``recovered_total`` is the same ratio on the summed NLLs (less sensitive to items that barely
 regressed). Both are reported for each re-train.
 
+Not every regressed item is the blamed rows' doing: items the fine-tune should not affect drift too, and the
+regression rule lets some of them through. So the recovery is also measured on the *driven* items: the regressed
+items on which the blamed rows' own per-item harm (item_scores.npy, saved by ``gradian attribute``) is well above
+that of random rows of the same size (:mod:`gradian.report.driven`). They are chosen before any re-train, from the
+attribution alone, so the re-trains test a prediction; the random-rows control is measured on the same items.
+
 Schedule policy: the re-trains keep the original number of *epochs*, so a run with fewer rows takes fewer optimizer
 steps (the linear/cosine schedule then spans the same passes over the data, and every kept row is seen exactly as
 often as in the original run). A config with ``max_steps`` > 0 is scaled by kept rows / all rows for the same
@@ -56,6 +62,7 @@ from gradian.numbers import pct
 from gradian.options import AttributeOptions, VerifyOptions
 from gradian.options.base import split_kwargs
 from gradian.options.cli import options_command
+from gradian.report.driven import DrivenItems
 from gradian.report.schema import EvalItem, Report
 
 SCHEMA = "gradian.verify/1"
@@ -361,14 +368,21 @@ def verify(
          "seeds": [{"seed", "random_seed", "baseline", "recovered_flagged", "recovered_random",
                     "recovered_total_flagged", "recovered_total_random", "runs": {...as above...}}],
          "summary": {"recovered_flagged", "recovered_random", "recovered_total_flagged",
-                     "recovered_total_random", "margin", "confirmed", "side_effect",
+                     "recovered_total_random", "margin", "confirmed", "confirmed_on", "side_effect",
                      "other_items_change_flagged", "other_items_change_random", "n_seeds",
-                     "recovered_flagged_per_seed", "recovered_random_per_seed", "margin_per_seed", "text"},
+                     "recovered_flagged_per_seed", "recovered_random_per_seed", "margin_per_seed",
+                     "driven": {"items", "n_items", "n_driven", "n_rows", "z", "alpha", "expected_by_chance", "p",
+                                "significant", "recovered_flagged", "recovered_random", "margin",
+                                "recovered_flagged_per_seed", "recovered_random_per_seed"} | null,
+                     "text"},
          "timings": {...}}
 
     With several seeds every summary number is the mean over the seeds of that seed's number (each against its own
     baseline). ``confirmed`` is true when removing the blamed rows recovers at least 0.25 more of the regression (mean
-    over items) than removing random rows and at least half of it. ``side_effect`` is true when, without the blamed
+    over items) than removing random rows and at least half of it (:func:`holds`), judged on the regressed items the
+    blamed rows drive (``summary.driven``, :mod:`gradian.report.driven`: chosen from the attribution's per-item harm
+    before any re-train) when there are significantly more of them than random rows would drive, else on every
+    regressed item (``confirmed_on`` says which). ``side_effect`` is true when, without the blamed
     rows, the eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by
     more than ``threshold`` beyond the random removal): the fix overshoots, e.g. the blamed rows share one label.
     """
@@ -411,6 +425,7 @@ class VerifyPlan:
     reference: bool
     random_seed: int
     seed_dir: str = ""  # under OUT/verify/: "" for the first training seed, "seed<N>" for the others
+    driven: DrivenItems | None = None  # the regressed items the blamed rows drive (None: no item scores saved)
 
     @property
     def threshold(self) -> float:
@@ -462,9 +477,48 @@ def plan_verify(out: Path, opts: VerifyOptions, config_overrides: dict[str, Any]
     if len(all_rows) - len(set(drop)) < len(drop):
         raise GradianError("the blamed rows are most of the data: no random control possible", fix="pass a smaller --k")
     rand = random_rows(all_rows, drop, opts.random_seed)
+    driven = driven_by(out, report, drop, [e.index for e in regressed], opts)
     return VerifyPlan(out, report, report.attribute_options(), str(st["base"]), adapter, Path(st["train"]), regressed,
                       drop, source, rand, all_rows, already, cfg, cfg_source, overrides, gradian_trained,
-                      bool(reference), opts.random_seed)  # fmt: skip
+                      bool(reference), opts.random_seed, driven=driven)  # fmt: skip
+
+
+def driven_by(
+    out: Path, report: Report, drop: list[int], regressed: list[int], opts: VerifyOptions
+) -> DrivenItems | None:
+    """The regressed items the blamed rows drive, from the per-item harm the attribution saved in ``out``
+    (item_scores.npy; :mod:`gradian.report.driven`), decided before any re-train; None when it saved none."""
+    from gradian.report.build import regressed_item_scores
+    from gradian.report.cli import load_embedding_index, load_item_scores
+    from gradian.report.driven import driven_items
+
+    scores = load_item_scores(out)
+    matched = None if scores is None else regressed_item_scores(scores, report.settings, regressed,
+                                                                load_embedding_index(out))  # fmt: skip
+    if matched is None:
+        return None
+    S, items, rows = matched
+    return driven_items(S, items, rows, drop, z=opts.driven_z, alpha=opts.driven_alpha)
+
+
+def driven_recovery(seeds: list[dict[str, Any]], driven: DrivenItems) -> dict[str, Any]:
+    """verify.json ``summary.driven``: which items the blamed rows drive and, on those items only, each removal's
+    mean per-item recovery by seed and over the seeds (from the seeds' per-item recoveries in verify.json)."""
+    keep = set(driven.items)
+
+    def on_driven(run: dict[str, Any]) -> float | None:
+        return _mean([it["recovered"] for it in run.get("items") or [] if it["index"] in keep])
+
+    fl = [on_driven(sd["runs"]["drop_flagged"]) for sd in seeds]
+    rd = [on_driven(sd["runs"]["drop_random"]) for sd in seeds]
+    a, b = _mean(fl), _mean(rd)
+    return driven.to_dict() | {
+        "recovered_flagged": a,
+        "recovered_random": b,
+        "margin": a - b if a is not None and b is not None else None,
+        "recovered_flagged_per_seed": fl,
+        "recovered_random_per_seed": rd,
+    }
 
 
 def random_rows(all_rows: list[int], drop: list[int], random_seed: int) -> list[int]:
@@ -571,30 +625,53 @@ def _seed_numbers(done: Retrained) -> dict[str, float | None]:
     }
 
 
-def _summary(plans: list[VerifyPlan], dones: list[Retrained], n_items: int, n_other: int) -> dict[str, Any]:
-    """verify.json ``summary``: how much each removal recovered (the mean over seeds), whether the attribution holds,
-    and side effects."""
+def holds(flagged: float | None, random_: float | None) -> bool:
+    """verify's rule: removing the blamed rows recovers at least half of the regression and at least 0.25 more of it
+    than removing as many random rows."""
+    return flagged is not None and random_ is not None and flagged - random_ >= 0.25 and flagged >= 0.5
+
+
+def _summary(
+    plans: list[VerifyPlan], dones: list[Retrained], n_items: int, n_other: int, driven: dict[str, Any] | None
+) -> dict[str, Any]:
+    """verify.json ``summary``: how much each removal recovered (the mean over seeds), on every regressed item and on
+    the items the blamed rows drive, whether the attribution holds, and side effects."""
     per = [_seed_numbers(d) for d in dones]
     avg = {key: _mean([p[key] for p in per]) for key in per[0]}
     a, b = avg["recovered_flagged"], avg["recovered_random"]
     margin = (a - b) if a is not None and b is not None else None
-    confirmed = bool(margin is not None and a is not None and margin >= 0.25 and a >= 0.5)
+    on_driven = bool(driven and driven["significant"])
+    confirmed = holds(driven["recovered_flagged"], driven["recovered_random"]) if driven and on_driven else holds(a, b)
     n, k = len(plans[0].drop), len(plans)
 
-    def each(key: str) -> str:
-        return f" ({', '.join(_pct(p[key]) for p in per)} by seed)" if k > 1 else ""
+    def each(values: list[float | None]) -> str:
+        return f" ({', '.join(_pct(v) for v in values)} by seed)" if k > 1 else ""
 
     text = (
         (f"Over {k} training seeds, removing" if k > 1 else "Removing")
         + f" the {n} blamed rows recovered {_pct(a)} of the regression on {n_items} regressed items"
-        + each("recovered_flagged")
-        + f"; removing {n} random rows recovered {_pct(b)}{each('recovered_random')}. "
-        + (
-            "The attribution holds up."
-            if confirmed
-            else "The blamed rows do not explain the regression much better than random rows."
-        )
+        + each([p["recovered_flagged"] for p in per])
+        + f"; removing {n} random rows recovered {_pct(b)}{each([p['recovered_random'] for p in per])}. "
     )
+    if driven:
+        m, chance = driven["n_driven"], driven["expected_by_chance"]
+        text += (
+            f"The blamed rows' own scores single out {m} of the {driven['n_items']} regressed items (random rows "
+            f"would single out {chance:.1f}; p = {driven['p']:.2g})"
+        )
+        text += (
+            f"; on those, removing them recovered {_pct(driven['recovered_flagged'])}"
+            f"{each(driven['recovered_flagged_per_seed'])} and removing random rows "
+            f"{_pct(driven['recovered_random'])}{each(driven['recovered_random_per_seed'])}. "
+            if on_driven
+            else ", no more than chance: judged on every regressed item. "
+        )
+    if confirmed:
+        text += "The attribution holds up."
+        if on_driven and not holds(a, b):
+            text += " The other regressed items moved for another reason (drift, or a cause these rows do not carry)."
+    else:
+        text += "The blamed rows do not explain the regression much better than random rows."
     side, th = avg["other_items_change_flagged"], plans[0].threshold
     side_effect = bool(side is not None and side > th and side > (avg["other_items_change_random"] or 0.0) + th)
     if side_effect:
@@ -612,11 +689,13 @@ def _summary(plans: list[VerifyPlan], dones: list[Retrained], n_items: int, n_ot
     return avg | {
         "margin": margin,
         "confirmed": confirmed,
+        "confirmed_on": "driven items" if on_driven else "regressed items",
         "side_effect": side_effect,
         "n_seeds": k,
         "recovered_flagged_per_seed": [p["recovered_flagged"] for p in per],
         "recovered_random_per_seed": [p["recovered_random"] for p in per],
         "margin_per_seed": margins,
+        "driven": driven,
         "text": text,
     }
 
@@ -670,7 +749,9 @@ def verify_result(plans: list[VerifyPlan], dones: list[Retrained], t0: float) ->
         ],
         "runs": seeds[0]["runs"],
         "seeds": seeds,
-        "summary": _summary(plans, dones, len(reg_idx), len(other_idx)),
+        "summary": _summary(
+            plans, dones, len(reg_idx), len(other_idx), driven_recovery(seeds, plan.driven) if plan.driven else None
+        ),  # fmt: skip
         "timings": {k2: round(v, 2) for k2, v in timings.items()} | {"total_s": round(time.time() - t0, 2)},
     }
 

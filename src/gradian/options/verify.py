@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from gradian.options.base import Options, option
+from gradian.options.base import OptionError, Options, option
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,24 @@ class VerifyOptions(Options):
     reference: bool | None = option(
         None, "Also re-train on all rows as the baseline (default: when needed).", flag="--reference/--no-reference"
     )
+    driven_z: float = option(
+        2.0,
+        "An item counts as driven by the blamed rows when their harm on it is this many standard deviations above "
+        "that of random rows of the same size (gradian.report.driven).",
+        min=0.0,
+    )
+    driven_alpha: float = option(
+        0.05,
+        "Recovery is judged on the driven items when there are more of them than random rows would give at this "
+        "level (binomial test), else on every regressed item.",
+        min=0.0,
+    )
     device: str | None = option(None, "Device for measuring NLL (cpu, cuda; default auto).")
     dtype: str | None = option(None, "Model dtype for measuring NLL (default: the loader's).", cli=False)
+
+    def _check(self) -> None:
+        if self.driven_alpha > 1:
+            raise OptionError(f"--driven-alpha {self.driven_alpha} is above 1", fix="pass a level between 0 and 1")
 
     def train_overrides(self) -> dict[str, Any]:
         """The TrainOptions keys these options set for every re-train."""

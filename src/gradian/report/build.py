@@ -203,7 +203,8 @@ def build_report(
     n_rows = max(len(examples), len(row_cluster))
     report.set(examples=examples, regressed=regressed, n_rows=n_rows, clusters=clusters, clustering=clustering,
                findings=found)  # fmt: skip
-    s_items, s_rows = _regressed_item_scores(item_scores, report.settings, regressed, embedding_index)
+    matched = regressed_item_scores(item_scores, report.settings, [r.index for r in regressed], embedding_index)
+    s_items, s_rows = (matched[0], matched[2]) if matched else (None, None)
     regression = report.settings.get("regression")
     verdict = make_verdict(
         clusters,
@@ -376,26 +377,26 @@ def _regressed_with_text(
     return list(regressed)
 
 
-def _regressed_item_scores(
+def regressed_item_scores(
     item_scores: np.ndarray | None,
     settings: Mapping[str, Any],
-    regressed: Sequence[EvalItem],
+    regressed: Sequence[int],
     embedding_index: Sequence[int] | None,
-) -> tuple[np.ndarray | None, list[int] | None]:
-    """The rows of ``item_scores`` that belong to regressed items (``--query all`` scores every item), and the
-    training row of each column; (None, None) when they cannot be matched."""
+) -> tuple[np.ndarray, list[int], list[int]] | None:
+    """The rows of ``item_scores`` that belong to the ``regressed`` eval items (``--query all`` scores every item),
+    the eval index of each and the training row of each column; None when they cannot be matched."""
     if item_scores is None:
-        return None, None
+        return None
     arr = np.asarray(item_scores)
     q = [int(i) for i in settings.get("query_items") or []]
     if arr.ndim != 2 or len(q) != arr.shape[0]:
-        return None, None
-    want = {r.index for r in regressed}
+        return None
+    want = {int(i) for i in regressed}
     pick = [k for k, i in enumerate(q) if i in want]
     cols = [int(i) for i in embedding_index] if embedding_index is not None else list(range(arr.shape[1]))
     if not pick or len(cols) != arr.shape[1]:
-        return None, None
-    return arr[pick], cols
+        return None
+    return arr[pick], [q[k] for k in pick], cols
 
 
 def _map(

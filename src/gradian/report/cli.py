@@ -121,9 +121,7 @@ def load_embeddings(out_dir: Path) -> tuple[Any, list[int] | None]:
             emb = np.load(npy, allow_pickle=False)
         except (ValueError, OSError) as err:
             raise GradianError(f"cannot read it ({err})", where=str(npy)) from None
-        idx_path = out_dir / "embeddings_index.npy"
-        idx = np.load(idx_path, allow_pickle=False).astype(int).tolist() if idx_path.is_file() else None
-        return emb, idx
+        return emb, load_embedding_index(out_dir)
     if st.is_file():
         from safetensors.numpy import load_file
 
@@ -136,6 +134,22 @@ def load_embeddings(out_dir: Path) -> tuple[Any, list[int] | None]:
         idx = tensors["index"].astype(int).tolist() if "index" in tensors else None
         return tensors["embeddings"], idx
     return None, None
+
+
+def load_embedding_index(out_dir: Path) -> list[int] | None:
+    """The training row of each embedding (and item_scores.npy column) in out_dir, or None (columns in row order)."""
+    import numpy as np
+
+    idx_path = out_dir / "embeddings_index.npy"
+    if idx_path.is_file():
+        try:
+            return np.load(idx_path, allow_pickle=False).astype(int).tolist()
+        except (ValueError, OSError) as err:
+            raise GradianError(f"cannot read it ({err})", where=str(idx_path)) from None
+    if (out_dir / "embeddings.safetensors").is_file() and not (out_dir / "embeddings.npy").is_file():
+        # the index is a tensor inside it
+        return load_embeddings(out_dir)[1]
+    return None
 
 
 def load_item_scores(out_dir: Path) -> Any:
