@@ -1,8 +1,9 @@
 """`gradian verify` end to end on a small planted setup cut from the bundled stories260K example.
 
 80 rows (24 of the planted "Zorblax" rows + 56 clean ones, train.yaml config, 3 epochs) are trained with
-`gradian train`, attributed and reported as `gradian attribute` does, then verified: re-training without the top-24 rows by harm must
-recover more of the regression than re-training without 24 random rows. Three ~30-step trainings on the 260K model.
+`gradian train`, attributed and reported as `gradian attribute` does, then verified: re-training without the top-24
+rows by harm must recover more of the regression than re-training without 24 random rows. Three ~30-step trainings on
+the 260K model.
 """
 
 from __future__ import annotations
