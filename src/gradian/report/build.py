@@ -32,6 +32,7 @@ from gradian.report.schema import (
     TrainerLog,
 )
 from gradian.report.verdict import make_verdict
+from gradian.report.verdict_schema import Verdict
 
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
@@ -220,11 +221,27 @@ def build_report(
         embeddings=embeddings,
         embedding_rows=embedding_index,
     )
+    if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
+        _note_driven(verdict, *matched)
     report.set(verdict=verdict)
     log = trainer_log(logs) if logs is not None else previous.logs
     if log is not None and log.to_dict():
         report.set(logs=log)
     return report
+
+
+def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:
+    """Which regressed items the verdict's rows drive (``verdict.how.driven`` and a sentence), at `gradian verify`'s
+    cut (:class:`gradian.options.VerifyOptions`): the items verify will judge them on."""
+    from gradian.options import VerifyOptions
+    from gradian.report.driven import driven_items, driven_sentence
+
+    o = VerifyOptions()
+    found = driven_items(S, items, rows, verdict.drop_rows, z=o.driven_z, alpha=o.driven_alpha)
+    if verdict.how is not None:
+        verdict.how.driven = found.to_dict()
+    # after the sentence on the rows' share of the harm, which follows the one setup-error sentence when there is one
+    verdict.sentences.insert(1 if verdict.reliable else 2, driven_sentence(found))
 
 
 def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:

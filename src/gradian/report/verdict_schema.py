@@ -116,6 +116,7 @@ class Decision(Record):
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     reason: str = ""
+    driven: dict[str, Any] = field(default_factory=dict)  # gradian.report.driven.DrivenItems.to_dict() of drop_rows
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
@@ -130,6 +131,7 @@ class Decision(Record):
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
             findings=[dict(f) for f in data.get("findings") or []],
             reason=str(data.get("reason") or ""),
+            driven=dict(data.get("driven") or {}),
         )
 
 
