@@ -111,6 +111,26 @@ def test_verify_averages_over_training_seeds(attributed):
     assert d["recovered_flagged"] == pytest.approx(sum(d["recovered_flagged_per_seed"]) / 2)
 
 
+def test_verdict_names_the_items_verify_will_judge(attributed):
+    """A concentrated verdict predicts, in report.json, the regressed items its drop_rows drive: the very items a
+    default `gradian verify` (which drops those rows) judges the recovery on. No re-training needed to check it."""
+    from gradian.options import VerifyOptions
+    from gradian.report.schema import Report
+    from gradian.verify import driven_by
+
+    out, harmful = attributed
+    data = json.loads((out / "report.json").read_text())
+    v = data["verdict"]
+    assert v["kind"] == "concentrated" and len(set(v["drop_rows"]) & set(harmful)) >= 0.8 * len(v["drop_rows"])
+    said = v["how"]["driven"]
+    regressed = [int(r["index"]) for r in data["regressed"]]
+    judged = driven_by(out, Report.from_dict(data), v["drop_rows"], regressed, VerifyOptions())
+    assert judged is not None and said["items"] == judged.items and said["n_items"] == len(regressed)
+    assert said["significant"] and said["n_driven"] > said["expected_by_chance"]
+    sentence = next(x for x in v["sentences"] if "regressed items" in x and "drive" in x)
+    assert f"drive {said['n_driven']} of the {len(regressed)}" in sentence or "every one" in sentence
+
+
 def test_rows_to_drop_prefers_the_verdict():
     from gradian.verify import rows_to_drop
 
