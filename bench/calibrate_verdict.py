@@ -117,7 +117,7 @@ def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: in
     retrains, three for each extra seed). Cached in <run>/verify_default/ (one seed) or <run>/verify_default_s<N>/; a
     cached verify.json from before ``summary.driven`` gets it from its stored per-item recoveries, no retraining."""
     from gradian.options import VerifyOptions
-    from gradian.verify import driven_by, driven_recovery, read_report, verify
+    from gradian.verify import driven_by, driven_recovery, item_median, read_report, verify
 
     out = run_dir / ("verify_default" if seeds == 1 else f"verify_default_s{seeds}")
     key = {"drop_rows": verdict["drop_rows"], "regressed": reg_items}
@@ -136,20 +136,22 @@ def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: in
         (out / "report.json").write_text(json.dumps(rep))
         result = verify(out, progress=False, seeds=seeds)
         (out / "key.json").write_text(json.dumps(key))
+    # the statistics from the stored per-item recoveries, as this checkout's verify computes them, so that a cached
+    # verify.json written by an older rule (e.g. the mean over items) is scored like a fresh one
     summary = result["summary"]
-    if "driven" not in summary:
-        regressed = [it["index"] for it in result["items"]]
-        found = driven_by(out, read_report(out), result["runs"]["drop_flagged"]["removed"], regressed, VerifyOptions())
-        summary["driven"] = driven_recovery(result["seeds"], found) if found else None
-    drv = summary["driven"] or {}
+    regressed = [it["index"] for it in result["items"]]
+    found = driven_by(out, read_report(out), result["runs"]["drop_flagged"]["removed"], regressed, VerifyOptions())
+    drv = driven_recovery(result["seeds"], found) if found else {}
     on_driven = bool(drv.get("significant"))
+    fl = [item_median(sd["runs"]["drop_flagged"]) for sd in result["seeds"]]
+    rd = [item_median(sd["runs"]["drop_random"]) for sd in result["seeds"]]
     return {
-        "verify_flagged": summary.get("recovered_flagged"),
-        "verify_random": summary.get("recovered_random"),
+        "verify_flagged": _mean(fl),
+        "verify_random": _mean(rd),
         "verify_total_flagged": summary.get("recovered_total_flagged"),
         "verify_total_random": summary.get("recovered_total_random"),
-        "verify_flagged_per_seed": summary.get("recovered_flagged_per_seed"),
-        "verify_random_per_seed": summary.get("recovered_random_per_seed"),
+        "verify_flagged_per_seed": fl,
+        "verify_random_per_seed": rd,
         "verify_n_driven": drv.get("n_driven"),
         "verify_driven_significant": on_driven,
         "verify_driven_flagged": drv.get("recovered_flagged") if on_driven else None,
@@ -175,7 +177,7 @@ def judged_bar(row: dict, prefix: str) -> bool | None:
 
 
 def truth_on_items(run_dir: Path, items: list[int], prefix: str) -> dict:
-    """What verify's statistic (the mean over ``items`` of the share of each item's regression a retrain removes)
+    """What verify's statistic (the median over ``items`` of the share of each item's regression a retrain removes)
     gives for the counterfactual retrains of truth.json, without the planted rows and without as many random rows:
     the most the verify bar can show when the verdict names exactly the planted rows (the same training seed as
     verify's first)."""
@@ -188,7 +190,7 @@ def truth_on_items(run_dir: Path, items: list[int], prefix: str) -> dict:
             for i in items
             if (it := by_index.get(i)) and it.get(key) is not None and it["finetuned_nll"] > it["base_nll"]
         ]
-        return sum(got) / len(got) if got else None
+        return float(np.median(got)) if got else None
 
     return {f"{prefix}_flagged": rec("drop_planted_nll"), f"{prefix}_random": rec("drop_random_nll")}
 

@@ -9,6 +9,7 @@ the 260K model.
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -72,7 +73,11 @@ def test_verify_recovers_more_than_random(attributed):
     assert d["significant"] and d["n_driven"] > d["expected_by_chance"] and s["confirmed_on"] == "driven items"
     per = {it["index"]: it["recovered"] for it in flagged["items"]}
     on_driven = [per[i] for i in d["items"] if per[i] is not None]
-    assert d["recovered_flagged"] == pytest.approx(sum(on_driven) / len(on_driven))
+    assert d["recovered_flagged"] == pytest.approx(statistics.median(on_driven))
+    # the judged statistic is the median over items; the mean and the summed ratio are reported beside it
+    every = [it["recovered"] for it in flagged["items"] if it["recovered"] is not None]
+    assert s["recovered_flagged"] == pytest.approx(statistics.median(every)) == flagged["recovered_median"]
+    assert s["recovered_mean_flagged"] == pytest.approx(sum(every) / len(every)) == flagged["recovered_mean"]
     assert d["recovered_flagged"] > d["recovered_random"] and f"single out {d['n_driven']} of" in s["text"]
 
 
@@ -146,14 +151,14 @@ def test_rows_to_drop_prefers_the_verdict():
 def test_recovery_maths():
     from gradian.verify import recovery
 
-    base = {0: 1.0, 1: 2.0}
-    ft = {0: 2.0, 1: 2.5}
-    re = {0: 1.0, 1: 2.5}
-    r = recovery([0, 1], base, ft, re, threshold=0.05).to_dict()  # as verify.json holds it
-    assert r["items"][0]["recovered"] == pytest.approx(1.0)
-    assert r["items"][1]["recovered"] == pytest.approx(0.0)
-    assert r["recovered_mean"] == pytest.approx(0.5)
-    assert r["recovered_total"] == pytest.approx(1.0 / 1.5)
+    base = {0: 1.0, 1: 2.0, 2: 3.0}
+    ft = {0: 2.0, 1: 2.5, 2: 3.02}  # item 2 barely regressed: a re-training wobble of 0.5 nats is 25x its gap
+    re = {0: 1.0, 1: 2.5, 2: 2.52}
+    r = recovery([0, 1, 2], base, ft, re, threshold=0.05).to_dict()  # as verify.json holds it
+    assert [it["recovered"] for it in r["items"]] == pytest.approx([1.0, 0.0, 25.0])
+    assert r["recovered_median"] == pytest.approx(1.0)  # what verify judges by: the blow-up does not carry it
+    assert r["recovered_mean"] == pytest.approx(26.0 / 3)
+    assert r["recovered_total"] == pytest.approx(1.5 / 1.52)
     assert r["still_regressed"] == 1
 
 
@@ -165,8 +170,9 @@ def test_a_retrain_is_written_as_verify_json_holds_it():
     rec = recovery([0], {0: 1.0}, {0: 2.0}, {0: 1.5}, threshold=0.05)
     drop = RetrainRun([4, 2], 10, 7, 0.9, 1.0, "a", recovery=rec, other_items_mean_change=0.01)
     assert list(drop.to_dict()) == ["removed", "n_removed", "n_rows_trained", "global_step", "train_loss", "seconds",
-                                    "adapter", "recovered_mean", "recovered_total", "mean_retrained_nll",
-                                    "still_regressed", "items", "other_items_mean_change"]  # fmt: skip
+                                    "adapter", "recovered_median", "recovered_mean", "recovered_total",
+                                    "mean_retrained_nll", "still_regressed", "items",
+                                    "other_items_mean_change"]  # fmt: skip
     assert drop.to_dict()["n_removed"] == 2 and drop.to_dict()["items"] == [
         {"index": 0, "retrained_nll": 1.5, "recovered": 0.5}
     ]
