@@ -369,8 +369,7 @@ def verify(
          "runs": {"drop_flagged" | "drop_random" | "reference":             # the first training seed's
                     {"removed": [row, ...], "n_removed", "n_rows_trained", "global_step", "train_loss",
                      "seconds", "adapter", "recovered_median", "recovered_mean", "recovered_total",
-                     "mean_retrained_nll",
-                     "still_regressed", "items": [{"index", "retrained_nll", "recovered"}],
+                     "mean_retrained_nll", "still_regressed", "items": [{"index", "retrained_nll", "recovered"}],
                      "other_items_mean_change"}},
          "seeds": [{"seed", "random_seed", "baseline", "recovered_flagged", "recovered_random",
                     "recovered_mean_flagged", "recovered_mean_random", "recovered_total_flagged",
