@@ -72,3 +72,26 @@ def test_planted_rows_drive_exactly_the_items_they_harm():
     assert found.significant and found.p < 1e-9 and found.n_rows == 20
     assert found.expected_by_chance == pytest.approx(30 * normal_tail(2.0))
     assert found.to_dict()["n_driven"] == 12
+
+
+def test_the_verdict_sentence_follows_the_count():
+    """Each case of the verdict's sentence, from real driven_items results: some items, every item, the one item, and
+    no more than chance (then it sends the user to verify instead of promising a recovery)."""
+    from gradian.report.driven import driven_sentence
+
+    rng = np.random.default_rng(3)
+    S = rng.normal(size=(10, 100))
+    blamed = list(range(10))
+    S[:6, :10] += 3.0  # the blamed rows harm items 0-5 of 10
+    some = driven_items(S, range(10), range(100), blamed, z=2.0, alpha=0.05)
+    assert some.items == list(range(6))
+    assert driven_sentence(some).startswith("The 10 rows drive 6 of the 10 regressed items (their harm on each is over")
+    assert "The other 4 are not theirs" in driven_sentence(some)
+    every = driven_items(S[:6], range(6), range(100), blamed, z=2.0, alpha=0.05)
+    assert driven_sentence(every).startswith("The 10 rows drive every one of the 6 regressed items (")
+    one = driven_items(S[:1], [7], range(100), blamed, z=2.0, alpha=0.05)
+    assert one.significant and driven_sentence(one).startswith("The 10 rows drive the one regressed item (")
+    none = driven_items(S[6:], range(4), range(100), blamed, z=2.0, alpha=0.05)
+    assert not none.significant
+    assert driven_sentence(none).startswith(f"The 10 rows drive only {len(none.items)} of the 4 regressed items, no")
+    assert "check with gradian verify" in driven_sentence(none)

@@ -108,18 +108,19 @@ def driven_sentence(found: DrivenItems) -> str:
     """The verdict's sentence on the items its rows drive (the items `gradian verify` judges them on)."""
     k, m, n = found.n_rows, len(found.items), found.n_items
     rows = f"{k} row{'s' if k != 1 else ''}"
+    of_n = f"of the {n} regressed item{'s' if n != 1 else ''}"
     how = f"their harm on each is over {found.z:g} standard deviations above that of {k} random rows"
     if not found.significant:
         return (
-            f"The {rows} drive only {m} of the {n} regressed items, no more than {k} random rows would "
+            f"The {rows} drive only {m} {of_n}, no more than {k} random rows would "
             f"({found.expected_by_chance:.1f}): their harm is spread over the items and singles none out, so check "
             "with gradian verify before dropping them."
         )
     if m == n:
-        return f"The {rows} drive every one of the {n} regressed items ({how})."
+        return f"The {rows} drive {'the one regressed item' if n == 1 else f'every one {of_n}'} ({how})."
     rest = "The other one is not theirs" if n - m == 1 else f"The other {n - m} are not theirs"
     return (
-        f"The {rows} drive {m} of the {n} regressed items ({how}; random rows would drive "
+        f"The {rows} drive {m} {of_n} ({how}; random rows would drive "
         f"{found.expected_by_chance:.1f}): those are the items dropping them should bring back. {rest}: ordinary "
         "drift, or a cause these rows do not carry."
     )
