@@ -134,6 +134,11 @@ def test_verdict_names_the_items_verify_will_judge(attributed):
     assert said["significant"] and said["n_driven"] > said["expected_by_chance"]
     sentence = next(x for x in v["sentences"] if "regressed items" in x and "drive" in x)
     assert f"drive {said['n_driven']} of the {len(regressed)}" in sentence or "every one" in sentence
+    # the report's regressed-items table marks them, with the rows' harm z on every regressed item
+    md = (out / "report.md").read_text()
+    assert "driven by the verdict's rows" in md and md.count("| yes (z ") == said["n_driven"]
+    assert md.count("| no (z ") == len(regressed) - said["n_driven"]
+    assert "driven by the verdict&#x27;s rows" in (out / "report.html").read_text()
 
 
 def test_rows_to_drop_prefers_the_verdict():

@@ -55,6 +55,7 @@ class DrivenItems:
             "expected_by_chance": round(self.expected_by_chance, 3),
             "p": self.p,
             "significant": self.significant,
+            "z_by_item": {str(i): round(v, 2) for i, v in self.z_by_item.items()},
         }
 
 

@@ -378,21 +378,41 @@ def _id_text(r: EvalItem | RankedRow) -> Any:
     return r.id if r.id is not None else ""
 
 
+DRIVEN_HEADER = "driven by the verdict's rows"
+
+
+def _driven_by_verdict(report: Report) -> dict[int, str] | None:
+    """Per regressed item, whether the verdict's rows drive it and their harm z (``verdict.how.driven``,
+    :mod:`gradian.report.driven`); None when the verdict named no rows."""
+    how = report.verdict.how if report.verdict is not None else None
+    z_by = (how.driven.get("z_by_item") if how is not None else None) or {}
+    if not z_by:
+        return None
+    driven = {int(i) for i in how.driven.get("items") or []} if how is not None else set()
+    return {int(i): f"{'yes' if int(i) in driven else 'no'} (z {float(z):.1f})" for i, z in z_by.items()}
+
+
 def _regressed_html(report: Report) -> str:
     reg = report.regressed
     if not reg:
         return "<p>No eval item got worse after fine-tuning.</p>"
+    driven = _driven_by_verdict(report)
     rows = []
     for r in _most_regressed_first(reg):
         rows.append(
             f"<tr><td class=num>{esc(r.index)}</td><td>{esc(_id_text(r))}</td>"
             f"<td class=num>{_f(r.base_nll)}</td><td class=num>{_f(r.finetuned_nll)}</td>"
-            f"<td class=num>+{_f(r.change)}</td>{_text_cell(r.text, r.generated)}</tr>"
+            f"<td class=num>+{_f(r.change)}</td>"
+            + (f"<td>{esc(driven.get(r.index, ''))}</td>" if driven is not None else "")
+            + f"{_text_cell(r.text, r.generated)}</tr>"
         )
     return (
         f"<p>{len(reg)} eval item{'s' if len(reg) != 1 else ''} got worse (fine-tuned NLL above base NLL).</p>"
         "<table><thead><tr><th>eval row</th><th>id</th><th>base NLL</th><th>fine-tuned NLL</th><th>change</th>"
-        "<th>text</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        + (f"<th>{esc(DRIVEN_HEADER)}</th>" if driven is not None else "")
+        + "<th>text</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
     )
 
 
@@ -678,18 +698,16 @@ def _md_regressed(report: Report) -> list[str]:
     lines = ["## Regressed items", ""]
     reg = report.regressed
     if reg:
+        driven = _driven_by_verdict(report)
         lines.append(
             _md_table(
-                ["eval row", "id", "base NLL", "fine-tuned NLL", "change", "text"],
+                ["eval row", "id", "base NLL", "fine-tuned NLL", "change"]
+                + ([DRIVEN_HEADER] if driven is not None else [])
+                + ["text"],
                 [
-                    [
-                        str(r.index),
-                        md_escape(_id_text(r)),
-                        _f(r.base_nll),
-                        _f(r.finetuned_nll),
-                        "+" + _f(r.change),
-                        md_escape(r.text or "", MD_TEXT_CHARS),
-                    ]
+                    [str(r.index), md_escape(_id_text(r)), _f(r.base_nll), _f(r.finetuned_nll), "+" + _f(r.change)]
+                    + ([driven.get(r.index, "")] if driven is not None else [])
+                    + [md_escape(r.text or "", MD_TEXT_CHARS)]
                     for r in reg
                 ],
             )
