@@ -77,3 +77,27 @@ BAD_RULES = [{"noise_multiple": -1}, {"shift_alpha": -1}, {"gate": "x"}, {"scale
 def test_rule_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         RegressionRule(**bad)
+
+
+def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_purpose():
+    """A task fine-tune: one class improves a lot (the drift), the other class rises a little. At the default gate that
+    reads as noise, and the verdict names --noise-multiple 0; with it every rise past --threshold is regressed, and
+    report.json records the gate it ran with (as `gradian attribute` writes it)."""
+    from gradian.attribute.stages import regression_rule, select_queries
+    from gradian.options import AttributeOptions
+    from gradian.options.base import OptionError
+    from gradian.report.verdict import make_verdict
+
+    rise = np.array([0.075, 0.086, 0.096, 0.134, 0.154, 0.168, 0.236, 0.322, 0.381, 0.398, -0.26, -0.185])
+    fall = -np.array([0.61, 0.48, 0.38, 0.32, 0.31, 0.30, 0.30, 0.28, 0.27, 0.26, 0.26, 0.24, 0.22, 0.20, 0.19, 0.18])
+    base = np.full(len(rise) + len(fall), 1.0)
+    ft = base + np.concatenate([rise, fall])
+    q, call = select_queries(base, ft, 0.02, "regressed", AttributeOptions().noise_multiple)
+    assert q == [] and call.within_noise and call.drift > 0.3
+    v = make_verdict([], [], [], [], n_rows=10, regression=call.to_dict())
+    assert v.kind == "no_regression" and "--noise-multiple 0" in " ".join(v.sentences)
+    q0, call0 = select_queries(base, ft, 0.02, "regressed", 0.0)
+    assert q0 == list(range(10)) and not call0.within_noise
+    assert regression_rule(0.02, 0.0).to_dict()["noise_multiple"] == 0.0
+    with pytest.raises(OptionError, match="--noise-multiple -1.0 is below 0"):
+        AttributeOptions(noise_multiple=-1.0)

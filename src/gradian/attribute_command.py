@@ -62,8 +62,9 @@ def print_attribution(output, top: int = 20) -> bool:
     written = ", ".join(str(p) for p in output.paths.values())
     if res.no_regression:
         con.print(
-            "No eval item regressed beyond the fine-tune's ordinary drift; nothing to attribute (rerun with --query "
-            "all to rank rows anyway). "
+            "No eval item regressed beyond the fine-tune's ordinary drift; nothing to attribute (rerun with "
+            "--noise-multiple 0 to attribute every item that rose past --threshold, or with --query all to rank rows "
+            "against every item). "
             f"Setup findings are in the report. Wrote {written}.",
             highlight=False,
         )

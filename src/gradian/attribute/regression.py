@@ -29,6 +29,7 @@ import numpy as np
 from gradian.options.attribute import DEFAULTS
 
 DEFAULT_MIN_DELTA = DEFAULTS.threshold  # --threshold: the default is written once, in gradian.options
+DEFAULT_NOISE_MULTIPLE = DEFAULTS.noise_multiple  # --noise-multiple, likewise
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class RegressionRule:
         default=0.0, metadata={"help": "Floor: the NLL must rise by more than this share of the base NLL."}
     )
     noise_multiple: float = field(
-        default=2.0,
+        default=DEFAULT_NOISE_MULTIPLE,
         metadata={"help": "The rise must exceed this multiple of the drift (the spread of the items that improved)."},
     )
     shift_alpha: float = field(

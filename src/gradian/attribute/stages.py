@@ -76,6 +76,7 @@ def prepare(model: Any, train_fx: Sequence, eval_fx: list, pad_id: int, opts: At
     settings = {
         "method": o.method, "damping": o.damping, "damping_factor": o.damping_factor, "proj_dim": proj_dim,
         "proj_seed": o.proj_seed, "query": o.query, "weighting": o.weighting, "threshold": o.threshold,
+        "noise_multiple": o.noise_multiple,
         "batch_size": o.batch_size, "fisher": o.fisher, "loss": LOSS, "n_train": len(train_fx),
         "n_eval": len(eval_fx), "n_blocks": len(blocks), "lora_params": sum(b.d_out * b.d_in for b in blocks),
         "stored_floats_per_row": sum(b.numel for b in blocks), "store_dtype": store_dtype, "device": str(first.device),
@@ -125,14 +126,22 @@ class Regressions:
         return "no eval item has completion tokens"
 
 
+def regression_rule(threshold: float, noise_multiple: float | None = None) -> RegressionRule:
+    """The regression rule of `gradian attribute`'s options: ``--threshold`` and ``--noise-multiple``, the rest at
+    the rule's calibrated defaults."""
+    if noise_multiple is None:
+        return RegressionRule(min_delta=threshold)
+    return RegressionRule(min_delta=threshold, noise_multiple=noise_multiple)
+
+
 def select_queries(
-    base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str
+    base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str, noise_multiple: float | None = None
 ) -> tuple[list[int], RegressionCall]:
     """Indices of the query items and the regression call (:mod:`gradian.attribute.regression`; ``threshold`` is its
-    ``min_delta`` floor)."""
+    ``min_delta`` floor, ``noise_multiple`` its drift gate, default the rule's)."""
     from gradian.attribute.regression import call_regressions
 
-    call = call_regressions(base_nll, ft_nll, RegressionRule(min_delta=threshold))
+    call = call_regressions(base_nll, ft_nll, regression_rule(threshold, noise_multiple))
     if query == "all":
         idx = [int(i) for i in np.flatnonzero(np.isfinite(call.delta))]
     elif query == "regressed":
@@ -160,7 +169,7 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regression
         )  # fmt: skip
     base_nll, ft_nll = dist.broadcast(nll)
     seconds = time.perf_counter() - t
-    q_idx, call = select_queries(base_nll, ft_nll, o.threshold, o.query)
+    q_idx, call = select_queries(base_nll, ft_nll, o.threshold, o.query, o.noise_multiple)
     items = [
         {
             "index": int(f.index),
@@ -177,7 +186,7 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regression
     w = np.ones(len(q_idx)) if o.weighting == "uniform" else np.clip(call.delta[q_idx], 0, None)
     if o.weighting == "regression" and w.sum() == 0:
         w = np.ones(len(q_idx))
-    rule = {**RegressionRule(min_delta=o.threshold).to_dict(), **call.to_dict()}
+    rule = {**regression_rule(o.threshold, o.noise_multiple).to_dict(), **call.to_dict()}
     return Regressions(items, call, q_idx, w, {"regression": rule}, seconds)
 
 

@@ -16,7 +16,7 @@ WEIGHTINGS = ("uniform", "regression")
 STORE_DTYPES = ("auto", "fp32", "bf16")
 # The option values report.json's settings record (the other settings keys are results, some with an option's name)
 SETTINGS_KEYS = ("method", "damping", "damping_factor", "proj_dim", "proj_seed", "query", "weighting", "threshold",
-                 "batch_size", "fisher", "store_dtype", "eval_eos")  # fmt: skip
+                 "noise_multiple", "batch_size", "fisher", "store_dtype", "eval_eos")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,13 @@ class AttributeOptions(Options):
     threshold: float = option(
         0.02,  # gradian.attribute.regression.RegressionRule reads it from here
         "Floor of the regression rule: an item's NLL must rise by more (nats/token) and beyond the drift.",
+    )
+    noise_multiple: float = option(
+        2.0,  # gradian.attribute.regression.RegressionRule reads it from here
+        "Gate of the regression rule: some item must rise by more than this multiple of the fine-tune's drift (the "
+        "spread of the items that improved), or the items as a set must rise (sign test); 0 counts every rise past "
+        "--threshold, e.g. when the items that improved are the fine-tune's purpose, not noise.",
+        min=0,
     )
     device: str | None = option(None, "cpu, cuda, cuda:N (default: auto).")
     dtype: str | None = option(None, "auto | fp32 | bf16 | fp64 (default: bf16 on GPU).")

@@ -251,7 +251,9 @@ def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_ca
         draft.sentences.append(
             f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
             f"fine-tune's ordinary drift{drift}{_as_a_set(reg)}: the change is within noise, so there is no "
-            "regression to attribute."
+            "regression to attribute. If those items matter (they share a label or a skill the fine-tune should "
+            "keep), the drift may be the fine-tune's purpose rather than noise: rerun gradian attribute with "
+            "--noise-multiple 0 to attribute every item that rose past --threshold."
         )
         return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
     draft.sentences.append("No eval item got worse after fine-tuning, so there is no regression to attribute.")
