@@ -99,5 +99,7 @@ def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_pur
     q0, call0 = select_queries(base, ft, 0.02, "regressed", 0.0)
     assert q0 == list(range(10)) and not call0.within_noise
     assert regression_rule(0.02, 0.0).to_dict()["noise_multiple"] == 0.0
+    words = regression_words({**regression_rule(0.02, 0.0).to_dict(), **call0.to_dict()})
+    assert words == "completion NLL up by more than 0.02 nats/token (--noise-multiple 0: no drift gate)"
     with pytest.raises(OptionError, match="--noise-multiple -1.0 is below 0"):
         AttributeOptions(noise_multiple=-1.0)

@@ -183,6 +183,8 @@ def regression_words(reg: dict) -> str:
     floor = f"completion NLL up by more than {float(reg.get('min_delta', DEFAULT_MIN_DELTA)):g} nats/token"
     if reg.get("drift") is None:
         return floor + "; no item improved, so the drift is unknown"
+    if float(reg.get("noise_multiple", 1) or 0) == 0:
+        return floor + " (--noise-multiple 0: no drift gate)"
     drift = f"{describe_change(float(reg['cutoff']), scale)} = {reg.get('noise_multiple', 0):g} x the drift"
     if reg.get("gate", "set") == "set":
         alpha = float(reg.get("shift_alpha", 0) or 0)
