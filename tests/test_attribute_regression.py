@@ -83,7 +83,7 @@ def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_pur
     """A task fine-tune: one class improves a lot (the drift), the other class rises a little. At the default gate that
     reads as noise, and the verdict names --noise-multiple 0; with it every rise past --threshold is regressed, and
     report.json records the gate it ran with (as `gradian attribute` writes it)."""
-    from gradian.attribute.stages import regression_rule, select_queries
+    from gradian.attribute.stages import select_queries
     from gradian.options import AttributeOptions
     from gradian.options.base import OptionError
     from gradian.report.verdict import make_verdict
@@ -98,8 +98,8 @@ def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_pur
     assert v.kind == "no_regression" and "--noise-multiple 0" in " ".join(v.sentences)
     q0, call0 = select_queries(base, ft, 0.02, "regressed", 0.0)
     assert q0 == list(range(10)) and not call0.within_noise
-    assert regression_rule(0.02, 0.0).to_dict()["noise_multiple"] == 0.0
-    words = regression_words({**regression_rule(0.02, 0.0).to_dict(), **call0.to_dict()})
+    assert RegressionRule(min_delta=0.02, noise_multiple=0.0).to_dict()["noise_multiple"] == 0.0
+    words = regression_words({**RegressionRule(min_delta=0.02, noise_multiple=0.0).to_dict(), **call0.to_dict()})
     assert words == "completion NLL up by more than 0.02 nats/token (--noise-multiple 0: no drift gate)"
     with pytest.raises(OptionError, match="--noise-multiple -1.0 is below 0"):
         AttributeOptions(noise_multiple=-1.0)

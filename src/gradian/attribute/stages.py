@@ -21,7 +21,7 @@ import numpy as np
 
 from gradian.attribute.gradients import GradientPass, TrainingGradients, rank_rows, training_gradients
 from gradian.attribute.plan import auto_proj_dim
-from gradian.attribute.regression import RegressionCall, RegressionRule, regression_summary
+from gradian.attribute.regression import DEFAULT_NOISE_MULTIPLE, RegressionCall, RegressionRule, regression_summary
 from gradian.attribute.result import AdapterState, finite
 from gradian.dist import Dist
 from gradian.errors import GradianError
@@ -126,22 +126,18 @@ class Regressions:
         return "no eval item has completion tokens"
 
 
-def regression_rule(threshold: float, noise_multiple: float | None = None) -> RegressionRule:
-    """The regression rule of `gradian attribute`'s options: ``--threshold`` and ``--noise-multiple``, the rest at
-    the rule's calibrated defaults."""
-    if noise_multiple is None:
-        return RegressionRule(min_delta=threshold)
-    return RegressionRule(min_delta=threshold, noise_multiple=noise_multiple)
-
-
 def select_queries(
-    base_nll: np.ndarray, ft_nll: np.ndarray, threshold: float, query: str, noise_multiple: float | None = None
+    base_nll: np.ndarray,
+    ft_nll: np.ndarray,
+    threshold: float,
+    query: str,
+    noise_multiple: float = DEFAULT_NOISE_MULTIPLE,
 ) -> tuple[list[int], RegressionCall]:
     """Indices of the query items and the regression call (:mod:`gradian.attribute.regression`; ``threshold`` is its
-    ``min_delta`` floor, ``noise_multiple`` its drift gate, default the rule's)."""
+    ``min_delta`` floor, ``noise_multiple`` its drift gate)."""
     from gradian.attribute.regression import call_regressions
 
-    call = call_regressions(base_nll, ft_nll, regression_rule(threshold, noise_multiple))
+    call = call_regressions(base_nll, ft_nll, RegressionRule(min_delta=threshold, noise_multiple=noise_multiple))
     if query == "all":
         idx = [int(i) for i in np.flatnonzero(np.isfinite(call.delta))]
     elif query == "regressed":
@@ -186,7 +182,7 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regression
     w = np.ones(len(q_idx)) if o.weighting == "uniform" else np.clip(call.delta[q_idx], 0, None)
     if o.weighting == "regression" and w.sum() == 0:
         w = np.ones(len(q_idx))
-    rule = {**regression_rule(o.threshold, o.noise_multiple).to_dict(), **call.to_dict()}
+    rule = {**RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple).to_dict(), **call.to_dict()}
     return Regressions(items, call, q_idx, w, {"regression": rule}, seconds)
 
 

@@ -385,11 +385,12 @@ def _driven_by_verdict(report: Report) -> dict[int, str] | None:
     """Per regressed item, whether the verdict's rows drive it and their harm z (``verdict.how.driven``,
     :mod:`gradian.report.driven`); None when the verdict named no rows."""
     how = report.verdict.how if report.verdict is not None else None
-    z_by = (how.driven.get("z_by_item") if how is not None else None) or {}
-    if not z_by:
+    if how is None or not how.driven.get("z_by_item"):
         return None
-    driven = {int(i) for i in how.driven.get("items") or []} if how is not None else set()
-    return {int(i): f"{'yes' if int(i) in driven else 'no'} (z {float(z):.1f})" for i, z in z_by.items()}
+    driven = {int(i) for i in how.driven.get("items") or []}
+    return {
+        int(i): f"{'yes' if int(i) in driven else 'no'} (z {float(z):.1f})" for i, z in how.driven["z_by_item"].items()
+    }
 
 
 def _regressed_html(report: Report) -> str:
