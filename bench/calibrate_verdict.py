@@ -50,11 +50,14 @@ class Run:
 
 def fresh_findings(d: Path, planted: dict) -> list[dict]:
     """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
-    run as findings.current.json and keyed by the rule set."""
+    run as findings.current.json and keyed by the rule set (codes, causes and threshold defaults)."""
     from gradian.diagnose.api import diagnose_full
     from gradian.diagnose.catalog import all_rules
 
-    key = sorted(f"{r.code}:{r.cause}" for r in all_rules())
+    key = sorted(
+        f"{r.code}:{r.cause}" + "".join(f":{k}={t.default}" for k, t in sorted(r.thresholds.items()))
+        for r in all_rules()
+    )
     cache = d / "findings.current.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())

@@ -61,3 +61,25 @@ def test_planted_kind_caught(corpus, kind):
     got = rows.get(best, set())
     tp = len(got & planted)
     assert tp / len(planted) >= 0.8 and tp / max(1, len(got)) >= 0.5, (kind, best, tp, len(planted), len(got))
+
+
+def test_short_answer_learns_the_lengths_of_the_files_rows(tmp_path):
+    """D133 on the base-model stories: 10% of them cut after their first sentence (no 8x factor catches a story cut to
+    a third of its length) are flagged as low outliers of the file's own log lengths, with few other rows; the uncut
+    file's few naturally short stories are a tail, not a group, and stay unflagged (the clean-set test above)."""
+    import random
+    import re
+
+    import realsets
+
+    rows = [dict(r) for r in realsets.stories()]
+    rng = random.Random(0)
+    cut = sorted(rng.sample(range(len(rows)), len(rows) // 10))
+    for i in cut:
+        m = re.search(r"[.!?](?=\s|$)", rows[i]["completion"])
+        rows[i]["completion"] = rows[i]["completion"][: m.end()] if m else rows[i]["completion"]
+    path = tmp_path / "cut.jsonl"
+    realsets.write_jsonl(path, rows)
+    got = flagged(path)[0].get("D133", set())
+    hit = len(got & set(cut))
+    assert hit / len(cut) >= 0.7 and hit / max(1, len(got)) >= 0.8, (hit, len(cut), len(got))

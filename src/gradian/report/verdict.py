@@ -215,8 +215,8 @@ def criterion_text(policy: CulpritPolicy) -> str:
         else f"whose harm exceeds the median by {policy.head_z:g} robust spreads"
     )
     extension = (
-        f"; each group also takes the rows with harm above the median whose gradient direction is {policy.extend_z:g} "
-        "robust spreads closer to the group's than the low-harm rows are"
+        f"; a content group also takes the rows with harm above the median whose gradient direction is "
+        f"{policy.extend_z:g} robust spreads closer to the group's than the low-harm rows are"
         if policy.extend_z > 0
         else ""
     )

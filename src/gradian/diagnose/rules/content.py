@@ -4,6 +4,7 @@ phrase lists."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -245,16 +246,33 @@ def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 _TOKENS = re.compile(r"\w+")
 
 
+def short_cut(lengths: list[int], z: float) -> float:
+    """The length under which an answer is a low outlier of ``lengths``: its log is more than ``z`` robust spreads
+    (1.4826 x the median absolute deviation of the logs) below their median. -1 (nothing is) when the logs do not
+    spread."""
+    logs = sorted(math.log(max(1, n)) for n in lengths)
+    med = logs[len(logs) // 2]
+    mad = sorted(abs(x - med) for x in logs)[len(logs) // 2]
+    return math.exp(med - z * 1.4826 * mad) if mad > 0 else -1.0
+
+
 @rule(
     "D133", "short_answer", "warning", needs=("train",), cause="mechanical",
     thresholds={
         "min_typical_words": (15, "the file's lower-quartile answer length (\\w+ tokens) below which it is off"),
         "factor": (8.0, "an answer this many times shorter than the lower quartile is flagged"),
+        "outlier_z": (3.5, "also flagged: answers whose log length is this many robust spreads below their peers' "
+                      "median (a modified z; Iglewicz and Hoaglin's outlier cut)"),
+        "min_factor": (2.0, "such an outlier is also at least this many times shorter than the lower quartile"),
+        "min_rows": (5, "outliers are flagged only when they and the bare answers are at least this many rows"),
+        "min_share": (0.02, "and at least this share of their peers: fewer are a file's natural tail (1-3% of a base "
+                      "model's own stories); a defect that cut answers hits a group"),
     },
     summary="Answers far shorter than the file's answers for the same kind of prompt (e.g. chain of thought "
-    "stripped to a bare number in some rows).",
-    why="A join or export dropped the reasoning from some rows: the model learns to answer without it, and those "
-    "rows pull it toward bare answers.",
+    "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
+    "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over.",
+    why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
+    "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
     fix="Restore the full answers, or drop the short rows.",
     seen_in="GSM8K-style mixes",
@@ -266,7 +284,8 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     for i, p, a in answers:
         kind = tuple(m for m in layouts if m in p)  # the prompt's layout (its recurring markers) stands for its kind
         groups[kind].append((i, a))
-    rows = []
+    rows: list[int] = []
+    n_outliers = 0
     for members in groups.values():
         if len(members) < 20:
             continue
@@ -274,12 +293,29 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         q25 = lens[len(lens) // 4]
         if q25 < t.min_typical_words:
             continue
+        cut = short_cut(lens, t.outlier_z)
         chars = sorted(len(a) for _, a in ts.sample(members))
         short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
-        rows += [i for i, a in members if len(a) <= short_chars and len(_TOKENS.findall(a)) * t.factor <= q25]
+        bare, outliers = [], []
+        for i, a in members:
+            if len(a) > short_chars:
+                continue
+            w = len(_TOKENS.findall(a))
+            if w * t.factor <= q25:
+                bare.append(i)
+            elif w <= cut and w * t.min_factor <= q25:
+                outliers.append(i)
+        rows += bare
+        if len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members)):
+            rows += outliers
+            n_outliers += len(outliers)
     if rows:
+        n_bare = len(rows) - n_outliers
+        parts = [f"{n_bare} at least {t.factor:g}x shorter than the lower quartile"] if n_bare else []
+        if n_outliers:
+            parts.append(f"{n_outliers} more than {t.outlier_z:g} robust spreads of the log length under the median")
         yield Hit(
-            f"{len(rows)} row(s) have answers at least {t.factor:g}x shorter than the lower quartile of their peers",
+            f"{len(rows)} row(s) have answers far shorter than their peers': {'; '.join(parts)}",
             evidence=rows_ev(rows, len(ctx.train), ctx.train_file),
             fix=drop_fix("Restore the full answers, or drop the rows", rows, ctx.train_file, "D133"),
         )
