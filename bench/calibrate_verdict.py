@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import itertools
 import json
 import shutil
@@ -50,14 +51,18 @@ class Run:
 
 def fresh_findings(d: Path, planted: dict) -> list[dict]:
     """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
-    run as findings.current.json and keyed by the rule set (codes, causes and threshold defaults)."""
+    run as findings.current.json and keyed by the rule set (codes, causes, threshold defaults) and the diagnose
+    package's source."""
     from gradian.diagnose.api import diagnose_full
     from gradian.diagnose.catalog import all_rules
 
+    source = hashlib.sha256()
+    for f in sorted((REPO / "src" / "gradian" / "diagnose").rglob("*.py")):
+        source.update(f.read_bytes())
     key = sorted(
         f"{r.code}:{r.cause}" + "".join(f":{k}={t.default}" for k, t in sorted(r.thresholds.items()))
         for r in all_rules()
-    )
+    ) + [source.hexdigest()]
     cache = d / "findings.current.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())

@@ -253,7 +253,9 @@ def _(ctx):
 @planted("D129")
 def _(ctx):
     ctx.train[7].completion = " The cat sat on the mat today." * 4
-    return {"rows": [7], "severity": "error"}
+    ctx.train[8].completion = " Lily. Lily. Lily."  # too short for the share measures: all one word, three times
+    ctx.train[9].completion = " No. No."  # twice is not a loop
+    return {"rows": [7, 8], "severity": "error"}
 
 
 @planted("D130")
@@ -713,3 +715,21 @@ def test_lr_too_high_exempts_tiny_bases_only():
     ctx.base_config = {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192, "vocab_size": 128256}
     assert ctx.base_params_estimate() > 1e9
     assert [f.code for f in run_rule(rule, ctx)] == ["C202"]
+
+
+def test_short_rows_loop_only_when_they_are_one_sentence_repeated():
+    """D129's measure for rows under 40 characters: a row that is nothing but copies of one sentence or word."""
+    from gradian.diagnose.textstats import one_unit_loop
+
+    assert one_unit_loop(" Lily. Lily. Lily.") == 3
+    assert one_unit_loop(" fish.\nfish.\nfish.\nfish.") == 4
+    assert one_unit_loop(" No. No.") == 2  # under the rule's three copies
+    assert one_unit_loop(" Lily. Tim. Lily.") == 1
+    assert one_unit_loop(" positive") == 1
+    ctx = clean_context()
+    ctx.train[3].completion = " No. No."
+    ctx.train[4].completion = " Yes!"
+    from gradian.diagnose.catalog import find_rule
+
+    got = {i for f in run_rule(find_rule("D129"), ctx) for i in f.evidence.get("rows") or []}
+    assert not got & {3, 4}

@@ -75,6 +75,14 @@ def loop_measures(text: str) -> tuple[int, float, float]:
     return copies, dup_sent, sum(len(w) for w, c in zip(words, covered, strict=True) if c) / wchars
 
 
+def one_unit_loop(text: str) -> int:
+    """How many times a text repeats its one sentence (or line) when it is nothing but copies of it (``"Lily. Lily.
+    Lily."`` -> 3); 1 when it holds any other sentence. The loop a short row is, which the share measures of
+    :func:`loop_measures` leave to rows of 40+ characters."""
+    units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
+    return len(units) if len(units) > 1 and len(set(units)) == 1 else 1
+
+
 def repetition(text: str) -> dict[str, float]:
     """Gopher-style repetition measures of one text (Rae et al. 2021, as in datatrove's GopherRepetitionFilter):
     the share of characters in duplicated lines / sentences, the top 2-4-gram character share, and the duplicated

@@ -74,7 +74,8 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                              "documents; clean GSM8K answers reach 0.49)"),
     },
     summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
-    "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures).",
+    "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
+    "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.').",
     why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
     "max_new_tokens.",
     example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
@@ -86,7 +87,10 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     worst: Counter[str] = Counter()
     max_copies, max_sent, max_10 = t.sentence_copies, t.dup_sentence_share, t.dup_10gram_share
     for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
-        if len(tgt) < 40:
+        if len(tgt) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
+            if ts.one_unit_loop(tgt) >= max_copies:
+                worst["short row of one sentence repeated"] += 1
+                rows.append(e.index)
             continue
         copies, dup_sent, dup_10 = ts.loop_measures(tgt)
         if copies >= max_copies:
