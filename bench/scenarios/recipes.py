@@ -48,6 +48,15 @@ def sized() -> list[Recipe]:
     return [Recipe(k, 3, 0.10 if k != "clean" else 0.0, n, t, c) for n, t, c in SIZES for k in (*FAULT_KINDS, "clean")]
 
 
+def heldout() -> list[Recipe]:
+    """Runs made after session 13's verdict rule was fixed, to measure it on what it was not chosen on: a new seed
+    (4), a culprit share the suite never plants (15%, so 30% for two_groups), 360 rows with the eval set scaled alike;
+    the controls too (control_epochs at 240 rows, over its usual 160)."""
+    faults = [Recipe(k, 4, 0.15, 360, 36, 24) for k in FAULT_KINDS]
+    return faults + [Recipe("clean", 4, 0.0, 360, 36, 24), Recipe("control_lr", 4, 0.0, 360, 36, 24),
+                     Recipe("control_epochs", 4, 0.0, 240, 24, 16)]  # fmt: skip
+
+
 def suite() -> list[Recipe]:
     """Every run, in the order the driver builds them: a first pass over all kinds, then more seeds and fractions."""
     out: list[Recipe] = [Recipe(k, 0, 0.10) for k in FAULT_KINDS] + [_control(k, 0) for k in CONTROL_KINDS]
@@ -57,7 +66,7 @@ def suite() -> list[Recipe]:
     out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
     out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
     out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
-    return out + sized()
+    return out + sized() + heldout()
 
 
 def by_name(name: str) -> Recipe:

@@ -96,8 +96,9 @@ class CulpritPolicy:
     enrichment: float = field(
         default=1.75,
         metadata={
-            "help": "A mechanical finding's share of the head is this multiple of its file share; a finding whose "
-            "rows carry the harm carries this multiple of their row share of the positive harm."
+            "help": "Effect size: a mechanical finding describes the head when its share of the head rows is this "
+            "multiple of its share of the file, and a finding's rows carry the harm when their share of the positive "
+            "harm is this multiple of their share of the rows."
         },
     )
     extend_mechanical: bool = field(
