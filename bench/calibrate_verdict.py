@@ -2,6 +2,7 @@
 
     python bench/calibrate_verdict.py --runs bench/work/scenarios            # score the default policy
     python bench/calibrate_verdict.py --runs bench/work/scenarios --search   # grid over the thresholds
+    python bench/calibrate_verdict.py --runs bench/work/scenarios --heldout  # the held-out runs alone
 
 Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the planted rows and the expected cause,
 "none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
@@ -26,6 +27,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from scenarios.recipes import heldout  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
 from gradian.report.culprits import CulpritPolicy  # noqa: E402
@@ -425,6 +429,8 @@ def main() -> None:
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
     ap.add_argument("--vary", nargs="+", choices=sorted(GRID), help="search only these policy keys")
+    ap.add_argument("--heldout", action="store_true",
+                    help="score only the held-out runs (recipes.heldout()), which are otherwise left out")  # fmt: skip
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
@@ -435,7 +441,9 @@ def main() -> None:
     if args.policy_only:
         for k in RULE_GRID:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
-    runs = [r for d in sorted(args.runs.iterdir()) if d.is_dir() and (r := load_run(d)) is not None]
+    held = {r.name for r in heldout()}  # never scored with the rest: they measure the rule, not choose it
+    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d.name in held) == args.heldout]
+    runs = [r for d in dirs if (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
     if args.search:
         results = []
