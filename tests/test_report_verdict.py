@@ -376,3 +376,25 @@ def test_a_group_set_aside_lets_a_second_one_stand_out(seed):
     assert found.concentrated
     assert len(set(found.head) & set(weak)) >= 0.8 * len(weak)
     assert set(strong) <= set(found.head) and len(set(found.head) - set(strong) - set(weak)) <= 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_second_defects_finding_is_read_on_the_rest(seed):
+    """Two defects: 20 content rows harm strongly and stand out; 40 rows a mechanical finding flags harm mildly. Over
+    all the harm the flagged rows carry under ``enrichment`` x their share of the rows (the content rows take most of
+    it), so the first reading names the content group alone; read again without it, the flagged rows carry the rest's
+    harm, and the verdict names both. The family of finding tests grows with each reading (one Bonferroni level)."""
+    content, mech = list(range(0, N, 20)), list(range(5, N, 10))
+    S = harm_matrix(content, seed=seed, strength=8.0)
+    rng = np.random.default_rng(seed + 100)
+    for r in mech:
+        S[:, r] += 1 + 0.3 * rng.random()
+    pos, flagged = np.clip(S.sum(0), 0, None), np.isin(np.arange(N), mech)
+    assert pos[flagged].sum() / pos.sum() < CulpritPolicy().enrichment * flagged.mean()
+    cut = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
+           "evidence": {"rows": mech}, "fix": "restore the answers"}  # fmt: skip
+    v = verdict(S, [cut], embeddings=_embeddings([content, mech], seed=seed))
+    assert v["kind"] == "concentrated" and v["cause"] == "mechanical+content"
+    p, r = precision_recall(v["drop_rows"], content + mech)
+    assert p >= 0.95 and r >= 0.95
+    assert "D133" in {f["code"] for f in v["how"]["findings"]}

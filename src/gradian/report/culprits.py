@@ -335,7 +335,8 @@ def find_culprits(
     emb = None if embeddings is None or policy.extend_z <= 0 else np.asarray(embeddings, dtype=np.float64)
     score_of = {rows[j]: float(s[j]) for j in range(len(s))}
     head = stable_head(S, s, policy)
-    harmful = harmful_findings(S, s, rows, findings, policy)
+    n_tests = [0]  # every finding test of this verdict, for one Bonferroni level
+    harmful = harmful_findings(S, s, rows, findings, policy, n_tests)
     carriers = [t.finding for t in harmful]
     seeded = np.zeros(len(s), dtype=bool)  # a harm-carrying finding's rows with harm above the median
     if harmful:
@@ -357,16 +358,27 @@ def find_culprits(
         freqs = [t.frequency for t in harmful if t.frequency is not None]
         stability, basis = (min(freqs) if freqs else None), "finding"
     read: set[int] = set()  # rows a head has held: each round sets aside at least one more row, so the loop ends
-    while groups:  # what the groups explain is set aside, and the rest is read again for a head of its own
+    while groups:  # what the groups explain is set aside, and the rest is read again: for a head of its own, and
+        # for findings whose rows carry the rest's harm (a second defect's share of all harm is diluted by the first)
         read |= {x for g in groups for x in g.rows}
         if len(read) >= policy.max_head_fraction * len(rows):
             break
         rest = np.array([r not in read for r in rows])
-        sub = stable_head(None if S is None else S[:, rest], s[rest], policy)
-        if not (sub.stable and sub.kept.any()):
-            break
+        at = np.flatnonzero(rest)
+        S_rest = None if S is None else S[:, rest]
+        sub = stable_head(S_rest, s[rest], policy)
         more = np.zeros(len(s), dtype=bool)
-        more[np.flatnonzero(rest)[sub.kept]] = True
+        if sub.stable and sub.kept.any():
+            more[at[sub.kept]] = True
+        rest_rows = [rows[j] for j in at]
+        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests)
+               if not any(t.finding is c for c in carriers)]  # fmt: skip
+        for t in new:
+            more[at[t.flagged & (s[rest] > float(np.median(s)))]] = True
+        if not more.any():
+            break
+        harmful += new
+        carriers += [t.finding for t in new]
         read |= set(ranked(more))
         groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers)
         _settle(groups, emb, s, rows, pos_total, policy)
@@ -436,11 +448,13 @@ def harmful_findings(
     rows: Sequence[int],
     findings: Sequence[Mapping[str, Any]],
     policy: CulpritPolicy,
+    family: list[int] | None = None,
 ) -> list[FindingTest]:
     """The diagnose findings whose flagged rows carry the harm: their positive harm is at least ``enrichment`` x their
     share of the rows, and their harm ranks above the other rows' (:func:`rank_sum_p` under ``finding_alpha`` /
     the number of findings tested) in the full set and in ``keep_frequency`` of the resamples of the regressed items.
-    """
+    ``family`` (a one-item counter) carries the number of tests across calls: each call adds its own, and its level
+    divides by the running total (Bonferroni over every test of one verdict, when the rest is read again)."""
     if policy.finding_alpha <= 0 or not len(s):
         return []
     col = {int(r): j for j, r in enumerate(rows)}
@@ -450,7 +464,9 @@ def harmful_findings(
         fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
         if 2 <= fm.sum() <= len(s) - 2:
             masks.append((f, fm))
-    alpha = policy.finding_alpha / max(1, len(masks))
+    family = family if family is not None else [0]
+    family[0] += len(masks)
+    alpha = policy.finding_alpha / max(1, family[0])
     pos = np.clip(s, 0, None)
     total = max(float(pos.sum()), 1e-300)
     ps = rank_sum_p(s, [fm for _, fm in masks])
