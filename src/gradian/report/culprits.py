@@ -33,10 +33,11 @@ column sum):
    finding's other rows with harm above the median (not rows by direction: where the finding names the defect's
    rows, direction adds only innocent ones), and a content group's rows that point a mechanical group's way move to
    it.
-6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1-2 on the rest): a
-   stable head there is a further group (two defects at once, or a defect's weaker half). Repeated until no stable
-   head is left or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2) reads the
-   groups.
+6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1, 2 and 4 on the
+   rest): a stable head there, or a finding whose rows carry the rest's harm, is a further group (two defects at
+   once, or a defect's weaker half). Every finding test of the verdict shares one Bonferroni level. Repeated until
+   nothing more is found or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2) reads
+   the groups.
 
 Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
 calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
