@@ -231,7 +231,8 @@ def criterion_text(policy: CulpritPolicy) -> str:
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
             f"rank-sum test, p < {policy.finding_alpha:g} / the findings tested, in >= "
             f"{pct(policy.keep_frequency)} of the resamples); what the groups explain is set aside and the other "
-            "rows are read again for a head of their own"
+            "rows are read again, for a head or a finding's rows that carry their harm (every finding test under one "
+            "Bonferroni level)"
             if policy.finding_alpha > 0
             else ""
         )
