@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -53,20 +54,27 @@ class Run:
     emb: np.ndarray | None = None  # (rows, k) gradient embeddings, ``cols`` order
 
 
-def fresh_findings(d: Path, planted: dict) -> list[dict]:
-    """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
-    run as findings.current.json and keyed by the rule set (codes, causes, threshold defaults) and the diagnose
-    package's source."""
-    from gradian.diagnose.api import diagnose_full
+@functools.cache
+def rules_key() -> list[str]:
+    """What cached findings are keyed by: the rule set (codes, causes, threshold defaults) and the diagnose package's
+    source. Read once per process."""
     from gradian.diagnose.catalog import all_rules
 
     source = hashlib.sha256()
     for f in sorted((REPO / "src" / "gradian" / "diagnose").rglob("*.py")):
         source.update(f.read_bytes())
-    key = sorted(
+    return sorted(
         f"{r.code}:{r.cause}" + "".join(f":{k}={t.default}" for k, t in sorted(r.thresholds.items()))
         for r in all_rules()
     ) + [source.hexdigest()]
+
+
+def fresh_findings(d: Path, planted: dict) -> list[dict]:
+    """Diagnose findings from this checkout's rules (the run's saved findings may predate them), cached beside the
+    run as findings.current.json and keyed by :func:`rules_key`."""
+    from gradian.diagnose.api import diagnose_full
+
+    key = rules_key()
     cache = d / "findings.current.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
