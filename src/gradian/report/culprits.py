@@ -339,9 +339,10 @@ def find_culprits(
     n_tests = [0]  # every finding test of this verdict, for one Bonferroni level
     harmful = harmful_findings(S, s, rows, findings, policy, n_tests)
     carriers = [t.finding for t in harmful]
-    seeded = np.zeros(len(s), dtype=bool)  # a harm-carrying finding's rows with harm above the median
+    above = s > float(np.median(s))  # a harm-carrying finding's rows join with harm above the median of every row
+    seeded = np.zeros(len(s), dtype=bool)
     if harmful:
-        seeded = np.logical_or.reduce([t.flagged for t in harmful]) & (s > float(np.median(s)))
+        seeded = np.logical_or.reduce([t.flagged for t in harmful]) & above
 
     def ranked(mask: np.ndarray) -> list[int]:
         return [rows[j] for j in np.argsort(-s, kind="stable") if mask[j]]
@@ -375,7 +376,7 @@ def find_culprits(
         new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests)
                if not any(t.finding is c for c in carriers)]  # fmt: skip
         for t in new:
-            more[at[t.flagged & (s[rest] > float(np.median(s)))]] = True
+            more[at[t.flagged & above[rest]]] = True
         if not more.any():
             break
         harmful += new
