@@ -340,9 +340,7 @@ def find_culprits(
     harmful = harmful_findings(S, s, rows, findings, policy, n_tests)
     carriers = [t.finding for t in harmful]
     above = s > float(np.median(s))  # a harm-carrying finding's rows join with harm above the median of every row
-    seeded = np.zeros(len(s), dtype=bool)
-    if harmful:
-        seeded = np.logical_or.reduce([t.flagged for t in harmful]) & above
+    seeded = np.logical_or.reduce([t.flagged for t in harmful], initial=False) & above
 
     def ranked(mask: np.ndarray) -> list[int]:
         return [rows[j] for j in np.argsort(-s, kind="stable") if mask[j]]
