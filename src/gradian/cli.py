@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         app(args=argv, standalone_mode=True)
+    except SystemExit as done:  # click ends every command this way, 0 on success
+        if done.code in (0, None):
+            from gradian.dist import close
+
+            close()
+        raise
     except GradianError as err:
         if debug:
             raise

@@ -172,6 +172,19 @@ def from_env(device: str | None = None) -> Dist:
     return Dist(rank=td.get_rank(), world=td.get_world_size(), local_rank=local, backend=backend)
 
 
+def close() -> None:
+    """End a finished torchrun job cleanly: every rank waits for the others (rank 0 may still be writing the report),
+    then leaves the process group. A gloo process group left to the interpreter's exit can abort a rank
+    ("terminate called without an active exception"), which torchrun reports as a failed job."""
+    import sys
+
+    td = sys.modules.get("torch.distributed")
+    if td is None or not td.is_available() or not td.is_initialized():
+        return
+    td.barrier()
+    td.destroy_process_group()
+
+
 _STOP_SAID: list[bool] = []  # set once this rank has printed its one stop line
 
 
