@@ -397,4 +397,9 @@ def test_a_second_defects_finding_is_read_on_the_rest(seed):
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical+content"
     p, r = precision_recall(v["drop_rows"], content + mech)
     assert p >= 0.95 and r >= 0.95
-    assert "D133" in {f["code"] for f in v["how"]["findings"]}
+    rows_of = [set(g["rows"]) for g in v["groups"]]
+    assert sum(map(len, rows_of)) == len(set().union(*rows_of)) == len(v["drop_rows"])  # no row in two groups
+    read_later = [f for f in v["how"]["findings"] if f["code"] == "D133"]
+    assert read_later and read_later[0]["on_rest"]  # found on the rest, not in the first reading
+    assert f"With the rows that stand out set aside, the {read_later[0]['rows']} rows diagnose flags" in v["text"]
+    assert f"in {round(100 * read_later[0]['frequency'])}% of the resamples" in v["text"]

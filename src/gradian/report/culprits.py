@@ -46,7 +46,7 @@ calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md),
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -175,6 +175,7 @@ class FindingTest:
     flagged: np.ndarray  # mask over the scored rows
     p: float  # one-sided rank-sum p of the flagged rows' harm against the other rows'
     frequency: float | None = None  # share of the resamples in which the test holds; None when not measurable
+    on_rest: bool = False  # tested on the rows left once the first groups were set aside (explain-away)
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -184,6 +185,7 @@ class FindingTest:
             "rows": int(self.flagged.sum()),
             "p": self.p,
             "frequency": self.frequency,
+            "on_rest": self.on_rest,
         }
 
 
@@ -371,7 +373,7 @@ def find_culprits(
         if sub.stable and sub.kept.any():
             more[at[sub.kept]] = True
         rest_rows = [rows[j] for j in at]
-        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests)
+        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests, on_rest=True)
                if not any(t.finding is c for c in carriers)]  # fmt: skip
         for t in new:
             more[at[t.flagged & above[rest]]] = True
@@ -380,7 +382,8 @@ def find_culprits(
         harmful += new
         carriers += [t.finding for t in new]
         read |= set(ranked(more))
-        groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers)
+        grouped = {x for g in groups for x in g.rows}
+        groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers, grouped)
         _settle(groups, emb, s, rows, pos_total, policy)
     culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
     head_share = sum(g.harm_share for g in groups)
@@ -449,12 +452,15 @@ def harmful_findings(
     findings: Sequence[Mapping[str, Any]],
     policy: CulpritPolicy,
     family: list[int] | None = None,
+    *,
+    on_rest: bool = False,
 ) -> list[FindingTest]:
     """The diagnose findings whose flagged rows carry the harm: their positive harm is at least ``enrichment`` x their
     share of the rows, and their harm ranks above the other rows' (:func:`rank_sum_p` under ``finding_alpha`` /
     the number of findings tested) in the full set and in ``keep_frequency`` of the resamples of the regressed items.
     ``family`` (a one-item counter) carries the number of tests across calls: each call adds its own, and its level
-    divides by the running total (Bonferroni over every test of one verdict, when the rest is read again)."""
+    divides by the running total (Bonferroni over every test of one verdict, when the rest is read again);
+    ``on_rest`` marks the tests as read on the rest."""
     if policy.finding_alpha <= 0 or not len(s):
         return []
     col = {int(r): j for j, r in enumerate(rows)}
@@ -471,7 +477,7 @@ def harmful_findings(
     total = max(float(pos.sum()), 1e-300)
     ps = rank_sum_p(s, [fm for _, fm in masks])
     found = [
-        FindingTest(f, fm, p)
+        FindingTest(f, fm, p, on_rest=on_rest)
         for (f, fm), p in zip(masks, ps, strict=True)
         if p < alpha and pos[fm].sum() / total >= policy.enrichment * fm.sum() / len(s)
     ]
@@ -526,11 +532,13 @@ def group_rows(
     n_rows: int,
     policy: CulpritPolicy,
     carriers: Sequence[Mapping[str, Any]] = (),
+    grouped: Collection[int] = (),
 ) -> list[Group]:
     """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
     rows whose harm is above the median when ``policy.extend_mechanical``) and one content group. A mechanical
     finding in ``carriers`` (its flagged rows carry the harm: :func:`harmful_findings`) needs only two rows in the
-    head: its own test is stronger evidence than its share of the head."""
+    head: its own test is stronger evidence than its share of the head. Rows in ``grouped`` (earlier groups') are
+    never added again."""
 
     def share(rs: Sequence[int]) -> float:
         return sum(max(0.0, score_of.get(r, 0.0)) for r in rs) / pos_total if pos_total > 0 else 0.0
@@ -559,7 +567,8 @@ def group_rows(
         f, hit = best
         if policy.extend_mechanical:  # the fix is the finding's: every flagged row that harms belongs to the group
             frows = next(r for g, r in flagged if g is f)
-            hit = hit | {r for r in frows if score_of.get(r, 0.0) > median_score and r not in taken}
+            skip = taken | set(grouped)
+            hit = hit | {r for r in frows if score_of.get(r, 0.0) > median_score and r not in skip}
         group = Group("mechanical", ordered(hit), share(list(hit)), finding=f)
         for g, grows in flagged:  # other mechanical findings on the same rows explain them too (truncation + cut)
             if g is not f and len(grows & hit) >= policy.flag_share * len(hit):

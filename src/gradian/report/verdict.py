@@ -299,6 +299,21 @@ def _aligned_embeddings(
     return out
 
 
+def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]:
+    """The sentence for findings read once the first groups were set aside (the confidence is the first head's)."""
+    later = [t for t in found.findings if t.on_rest]
+    if not later:
+        return []
+    tests = _join(
+        [f"the {int(t.flagged.sum())} rows diagnose flags as "
+         f"{(typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title} (p = {t.p:.1g}"
+         + (f", in {pct(t.frequency)} of the resamples)" if t.frequency is not None else ")")
+         for t in later]
+    )  # fmt: skip
+    return [f"With the rows that stand out set aside, {tests} rank above the other rows by harm, so they join the "
+            "culprits."]  # fmt: skip
+
+
 def _concentrated(
     draft: _Draft,
     found: Culprits,
@@ -350,6 +365,7 @@ def _concentrated(
         }[v.confidence.level]
         agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
         draft.sentences.append(f"{share} Their harm stands out from the other rows{by_dir}, and {sure}{agree}.")
+        draft.sentences.extend(_read_on_rest(found, typed_of))
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):
