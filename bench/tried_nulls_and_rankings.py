@@ -1,0 +1,177 @@
+"""Alternatives measured on the planted-fault suite and not kept (docs/benchmarks.md §8, "Where the misses are").
+
+    python bench/tried_nulls_and_rankings.py null clip [--heldout]   # head's null refitted without the head
+    python bench/tried_nulls_and_rankings.py null peak [--heldout]   # null fitted at the harm density's peak
+    python bench/tried_nulls_and_rankings.py ranking                 # unit-norm gradients, per-item query weights
+    python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token
+
+``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
+``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
+``bench/results/verdict_suite_91.json``. ``ranking`` and ``tokens`` report ROC-AUC and precision@K of the planted rows
+per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a run's fine-tune (about 20 s each on two
+CPU cores) into ``bench/work/tokens/RUN``. Every run dir is ``bench/work/scenarios`` (``bench/scenarios/generate.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import calibrate_verdict as cal  # noqa: E402
+
+import gradian.report.culprits as cu  # noqa: E402
+from gradian.attribute.regression import RegressionRule  # noqa: E402
+
+RUNS = cal.REPO / "bench" / "work" / "scenarios"
+
+
+def clipped_head(s: np.ndarray, policy: cu.CulpritPolicy, first=cu.head_mask, rounds: int = 10) -> np.ndarray:
+    """The shipped head (``first``), its null (median, robust spread) refitted on the rows outside it until no row
+    joins."""
+    s = np.asarray(s, dtype=np.float64)
+    mask = first(s, policy)
+    cap = max(1, int(policy.max_head_fraction * len(s)))
+    for _ in range(rounds):
+        if not mask.any():
+            break
+        med, spread = cu._robust(s[~mask])
+        new = mask | ((cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0))
+        if new.sum() > cap:
+            new = np.zeros(len(s), dtype=bool)
+            new[np.argsort(-s, kind="stable")[:cap]] = True
+        if (new == mask).all():
+            break
+        mask = new
+    return mask
+
+
+def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
+    """A normal null at the harm density's mode, its spread from the half width at half maximum on the low side
+    (the kernel's own width taken out): Efron's central matching at its simplest."""
+    x = s[np.isfinite(s)]
+    sd = float(np.std(x))
+    if len(x) < 3 or sd <= 0:
+        return cu._robust(x)
+    h = 1.06 * sd * len(x) ** -0.2
+    counts, edges = np.histogram(x, bins=grid, range=(float(x.min()) - 4 * h, float(x.max()) + 4 * h))
+    step = edges[1] - edges[0]
+    half = int(np.ceil(4 * h / step))
+    dens = np.convolve(counts, np.exp(-0.5 * (np.arange(-half, half + 1) * step / h) ** 2), mode="same")
+    centers = (edges[:-1] + edges[1:]) / 2
+    k = int(np.argmax(dens))
+    left = k
+    while left > 0 and dens[left] > dens[k] / 2:
+        left -= 1
+    sig = (centers[k] - centers[left]) / 1.1774
+    return float(centers[k]), float(np.sqrt(max(sig**2 - h**2, (0.25 * sig) ** 2)))
+
+
+def peak_head(s: np.ndarray, policy: cu.CulpritPolicy) -> np.ndarray:
+    s = np.asarray(s, dtype=np.float64)
+    med, spread = peak_null(s)
+    mask = (cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)
+    cap = max(1, int(policy.max_head_fraction * len(s)))
+    if mask.sum() > cap:
+        mask = np.zeros(len(s), dtype=bool)
+        mask[np.argsort(-s, kind="stable")[:cap]] = True
+    return mask
+
+
+def run_null(variant: str, heldout: bool, out: Path | None) -> None:
+    cu.head_mask = clipped_head if variant == "clip" else peak_head  # what stable_head and find_culprits call
+    argv = ["--runs", str(RUNS)] + (["--heldout"] if heldout else []) + (["--json", str(out)] if out else [])
+    sys.argv = ["calibrate_verdict.py", *argv]
+    cal.main()
+
+
+def planted_runs():
+    for d in sorted(RUNS.iterdir()):
+        run = cal.load_run(d) if d.is_dir() and not d.name.startswith("_") else None
+        S = None if run is None or not run.planted else cal.regressed_scores(run, RegressionRule())
+        if S is not None and len(S) >= 2:
+            yield d, run, S
+
+
+def auc_pk(v: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
+    return cal.auc(v, pos), float(pos[np.argsort(-v, kind="stable")[: int(pos.sum())]].mean())
+
+
+def grad_norms(d: Path) -> dict[int, float]:
+    """Each training row's LoRA gradient norm, from the run's gradient store (safetensors, never unpickled)."""
+    from safetensors.numpy import load_file
+
+    out: dict[int, float] = {}
+    for f in sorted((d / "attr" / "grads").glob("*/shard_*.safetensors")):
+        lo, hi = json.loads(f.with_suffix(".json").read_text())["rows"]
+        sq = sum((a.astype(np.float64).reshape(a.shape[0], -1) ** 2).sum(1)
+                 for a in load_file(str(f)).values() if a.shape[0] == hi - lo)  # fmt: skip
+        out.update({r: float(np.sqrt(sq[k])) for k, r in enumerate(range(lo, hi))})
+    return out
+
+
+def run_ranking() -> None:
+    names = ["row sum", "unit-norm gradients", "items at unit norm", "items as robust z"]
+    per: dict[str, list[list[float]]] = collections.defaultdict(list)
+    for d, run, S in planted_runs():
+        pos = np.array([c in run.planted for c in run.cols])
+        norms = grad_norms(d)
+        med = np.median(S, axis=1, keepdims=True)
+        mad = 1.4826 * np.median(np.abs(S - med), axis=1, keepdims=True)
+        s = S.sum(0)
+        variants = [s, s / np.array([norms.get(c, np.nan) for c in run.cols]),
+                    (S / np.linalg.norm(S, axis=1, keepdims=True)).sum(0), ((S - med) / mad).sum(0)]  # fmt: skip
+        per[run.kind].append([x for v in variants for x in auc_pk(v, pos)])
+    print("| kind | runs | " + " | ".join(f"{n} AUC / P@K" for n in names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    for kind, rows in sorted(per.items()):
+        m = np.nanmean(np.array(rows), axis=0)
+        cells = " | ".join(f"{m[2 * i]:.2f} / {m[2 * i + 1]:.2f}" for i in range(len(names)))
+        print(f"| {kind} | {len(rows)} | {cells} |")
+
+
+def run_tokens(names: list[str]) -> None:
+    print("| run | row sum AUC / P@K | max token | top-3 tokens |\n|---|---:|---:|---:|")
+    for name in names:
+        d, out = RUNS / name, cal.REPO / "bench" / "work" / "tokens" / name
+        base = json.loads((d / "attr" / "report.json").read_text())["settings"]["base"]
+        argv = [sys.executable, "-m", "gradian", "attribute", "--base", base, "--adapter", str(d / "run"),
+                "--train", str(d / "train.jsonl"), "--eval", str(d / "eval.jsonl"), "--out", str(out),
+                "--token-harm", "1000", "--no-progress"]  # fmt: skip
+        subprocess.run(argv, check=True, capture_output=True, cwd=cal.REPO)
+        planted = set(json.loads((d / "planted.json").read_text())["rows"])
+        ex = [e for e in json.loads((out / "report.json").read_text())["examples"] if e.get("token_harm")]
+        pos = np.array([e["index"] in planted for e in ex])
+        tok = [np.array([h for _, h in e["token_harm"] if h is not None] or [0.0]) for e in ex]
+        cells = [auc_pk(np.array(v), pos) for v in ([e["score"] for e in ex], [t.max() for t in tok],
+                                                    [np.sort(t)[-3:].sum() for t in tok])]  # fmt: skip
+        print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    nl = sub.add_parser("null")
+    nl.add_argument("variant", choices=["clip", "peak"])
+    nl.add_argument("--heldout", action="store_true")
+    nl.add_argument("--json", type=Path)
+    sub.add_parser("ranking")
+    tk = sub.add_parser("tokens")
+    tk.add_argument("runs", nargs="+")
+    args = ap.parse_args()
+    if args.what == "null":
+        run_null(args.variant, args.heldout, args.json)
+    elif args.what == "ranking":
+        run_ranking()
+    else:
+        run_tokens(args.runs)
+
+
+if __name__ == "__main__":
+    main()
