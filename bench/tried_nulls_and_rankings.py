@@ -37,15 +37,11 @@ def clipped_head(s: np.ndarray, policy: cu.CulpritPolicy, first=cu.head_mask, ro
     joins."""
     s = np.asarray(s, dtype=np.float64)
     mask = first(s, policy)
-    cap = max(1, int(policy.max_head_fraction * len(s)))
     for _ in range(rounds):
         if not mask.any():
             break
         med, spread = cu._robust(s[~mask])
-        new = mask | ((cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0))
-        if new.sum() > cap:
-            new = np.zeros(len(s), dtype=bool)
-            new[np.argsort(-s, kind="stable")[:cap]] = True
+        new = cu.cap_head(s, mask | ((cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)), policy)
         if (new == mask).all():
             break
         mask = new
@@ -56,15 +52,9 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
     """A normal null at the harm density's mode, its spread from the half width at half maximum on the low side
     (the kernel's own width taken out): Efron's central matching at its simplest."""
     x = s[np.isfinite(s)]
-    sd = float(np.std(x))
-    if len(x) < 3 or sd <= 0:
+    if len(x) < 3 or float(np.std(x)) <= 0:
         return cu._robust(x)
-    h = 1.06 * sd * len(x) ** -0.2
-    counts, edges = np.histogram(x, bins=grid, range=(float(x.min()) - 4 * h, float(x.max()) + 4 * h))
-    step = edges[1] - edges[0]
-    half = int(np.ceil(4 * h / step))
-    dens = np.convolve(counts, np.exp(-0.5 * (np.arange(-half, half + 1) * step / h) ** 2), mode="same")
-    centers = (edges[:-1] + edges[1:]) / 2
+    centers, dens, h = cu.binned_density(x, grid)
     k = int(np.argmax(dens))
     left = k
     while left > 0 and dens[left] > dens[k] / 2:
@@ -76,12 +66,7 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
 def peak_head(s: np.ndarray, policy: cu.CulpritPolicy) -> np.ndarray:
     s = np.asarray(s, dtype=np.float64)
     med, spread = peak_null(s)
-    mask = (cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)
-    cap = max(1, int(policy.max_head_fraction * len(s)))
-    if mask.sum() > cap:
-        mask = np.zeros(len(s), dtype=bool)
-        mask[np.argsort(-s, kind="stable")[:cap]] = True
-    return mask
+    return cu.cap_head(s, (cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0), policy)
 
 
 def run_null(variant: str, heldout: bool, out: Path | None) -> None:

@@ -176,13 +176,18 @@ def close() -> None:
     """End a finished torchrun job cleanly: every rank waits for the others (rank 0 may still be writing the report),
     then leaves the process group. A gloo process group left to the interpreter's exit can abort a rank
     ("terminate called without an active exception"), which torchrun reports as a failed job."""
+    td = _in_process_group()
+    if td is not None:
+        td.barrier()
+        td.destroy_process_group()
+
+
+def _in_process_group() -> Any:
+    """``torch.distributed`` when this process has joined a process group, else None (never imports torch)."""
     import sys
 
     td = sys.modules.get("torch.distributed")
-    if td is None or not td.is_available() or not td.is_initialized():
-        return
-    td.barrier()
-    td.destroy_process_group()
+    return td if td is not None and td.is_available() and td.is_initialized() else None
 
 
 _STOP_SAID: list[bool] = []  # set once this rank has printed its one stop line
@@ -247,11 +252,9 @@ def record_failure(line: str) -> None:
 def peer_lost(err: BaseException) -> bool:
     """Whether ``err`` is a collective that broke because another torchrun rank stopped (its process exited, so the
     connection closed): raised from inside torch.distributed while this process is in a process group."""
-    import sys
     import traceback
 
-    td = sys.modules.get("torch.distributed")
-    if env_world() <= 1 or td is None or not td.is_available() or not td.is_initialized():
+    if env_world() <= 1 or _in_process_group() is None:
         return False
     if not isinstance(err, RuntimeError):
         return False

@@ -242,12 +242,17 @@ def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
         mask = (local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)
     else:
         mask = (s > med + policy.head_z * spread) & (s > 0)
-    cap = max(1, int(policy.max_head_fraction * n))
-    if mask.sum() > cap:
-        keep = np.argsort(-s, kind="stable")[:cap]
-        mask = np.zeros(n, dtype=bool)
-        mask[keep] = True
-    return mask
+    return cap_head(s, mask, policy)
+
+
+def cap_head(s: np.ndarray, mask: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+    """``mask``, or the ``max_head_fraction`` most harmful rows when it holds more."""
+    cap = max(1, int(policy.max_head_fraction * len(s)))
+    if mask.sum() <= cap:
+        return mask
+    out = np.zeros(len(s), dtype=bool)
+    out[np.argsort(-s, kind="stable")[:cap]] = True
+    return out
 
 
 def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.ndarray:
@@ -262,7 +267,18 @@ def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.
     sd = float(np.std(x)) if len(x) else 0.0
     if len(x) < 3 or sd <= 0 or not (np.isfinite(med) and np.isfinite(spread) and spread > 0):
         return out  # a value that is not finite is never a discovery
-    h = 1.06 * sd * len(x) ** -0.2  # Scott's rule
+    centers, density, _ = binned_density(x, grid)
+    f = np.interp(x, centers, density)
+    f0 = np.exp(-0.5 * ((x - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
+    pi0 = min(1.0, float(np.mean(np.abs(x - med) < spread)) / 0.6827)
+    out[ok] = np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
+    return out
+
+
+def binned_density(x: np.ndarray, grid: int = 1024) -> tuple[np.ndarray, np.ndarray, float]:
+    """A Gaussian kernel density of ``x`` (at least 3 values, not all equal; Scott's bandwidth) on ``grid`` bin
+    centres, binned so it costs O(n): (centres, density, bandwidth)."""
+    h = 1.06 * float(np.std(x)) * len(x) ** -0.2  # Scott's rule
     lo, hi = float(x.min()) - 4 * h, float(x.max()) + 4 * h
     counts, edges = np.histogram(x, bins=grid, range=(lo, hi))
     step = edges[1] - edges[0]
@@ -270,12 +286,7 @@ def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.
     offsets = np.arange(-half, half + 1) * step
     kernel = np.exp(-0.5 * (offsets / h) ** 2) / (h * np.sqrt(2 * np.pi))
     density = np.convolve(counts / len(x), kernel, mode="same")
-    centers = (edges[:-1] + edges[1:]) / 2
-    f = np.interp(x, centers, density)
-    f0 = np.exp(-0.5 * ((x - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
-    pi0 = min(1.0, float(np.mean(np.abs(x - med) < spread)) / 0.6827)
-    out[ok] = np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
-    return out
+    return (edges[:-1] + edges[1:]) / 2, density, h
 
 
 def rank_sum_p(s: np.ndarray, flagged: Sequence[np.ndarray]) -> list[float]:
@@ -362,7 +373,8 @@ def find_culprits(
     read: set[int] = set()  # rows a head has held: each round sets aside at least one more row, so the loop ends
     while groups:  # what the groups explain is set aside, and the rest is read again: for a head of its own, and
         # for findings whose rows carry the rest's harm (a second defect's share of all harm is diluted by the first)
-        read |= {x for g in groups for x in g.rows}
+        grouped = {x for g in groups for x in g.rows}  # unchanged until this round's groups are made
+        read |= grouped
         if len(read) >= policy.max_head_fraction * len(rows):
             break
         rest = np.array([r not in read for r in rows])
@@ -382,7 +394,6 @@ def find_culprits(
         harmful += new
         carriers += [t.finding for t in new]
         read |= set(ranked(more))
-        grouped = {x for g in groups for x in g.rows}
         groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers, grouped)
         _settle(groups, emb, s, rows, pos_total, policy)
     culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))

@@ -31,7 +31,7 @@ import numpy as np
 from gradian.attribute.regression import describe_change
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import pct
-from gradian.report.culprits import CulpritPolicy, Culprits, find_culprits
+from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, find_culprits
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
 
@@ -299,17 +299,23 @@ def _aligned_embeddings(
     return out
 
 
+def _tests_text(tests: Sequence[FindingTest], typed_of: Mapping[int, Finding], *, frequency: bool = False) -> str:
+    """ "the N rows diagnose flags as TITLE (p = P[, in X% of the resamples])" for each finding test, joined."""
+
+    def one(t: FindingTest) -> str:
+        title = (typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title
+        held = f", in {pct(t.frequency)} of the resamples" if frequency and t.frequency is not None else ""
+        return f"the {int(t.flagged.sum())} rows diagnose flags as {title} (p = {t.p:.1g}{held})"
+
+    return _join([one(t) for t in tests])
+
+
 def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]:
     """The sentence for findings read once the first groups were set aside (the confidence is the first head's)."""
     later = [t for t in found.findings if t.on_rest]
     if not later:
         return []
-    tests = _join(
-        [f"the {int(t.flagged.sum())} rows diagnose flags as "
-         f"{(typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title} (p = {t.p:.1g}"
-         + (f", in {pct(t.frequency)} of the resamples)" if t.frequency is not None else ")")
-         for t in later]
-    )  # fmt: skip
+    tests = _tests_text(later, typed_of, frequency=True)
     return [f"With the rows that stand out set aside, {tests} rank above the other rows by harm, so they join the "
             "culprits."]  # fmt: skip
 
@@ -334,11 +340,7 @@ def _concentrated(
         f"carry {pct(found.head_share)} of the harm to the {n_reg}."
     )
     if found.basis == "finding":
-        tests = _join(
-            [f"the {int(t.flagged.sum())} rows diagnose flags as "
-             f"{(typed_of.get(id(t.finding)) or Finding.from_dict(t.finding)).title} (p = {t.p:.1g})"
-             for t in found.findings]
-        )  # fmt: skip
+        tests = _tests_text(found.findings, typed_of)
         least = "" if len(found.findings) == 1 else "at least "
         held = (
             f" in {least}{pct(v.confidence.stability)} of the resamples of the regressed items"
