@@ -264,6 +264,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     if run.cause == "none" or not run.planted:
         out["pass"] = v["kind"] != "concentrated"
         out["n_drop"] = len(drop)
+        out["hint_rows"] = sum(len(h["rows"]) for h in (v.get("how") or {}).get("hints") or [])
         return out
     out["explained"] = explained(RUNS_ROOT[0] / run.name) if RUNS_ROOT else True
     if RUNS_ROOT:
@@ -279,6 +280,9 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     want = set(run.cause.split("+"))
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
     out["cause_right"] = got == want
+    hinted = {int(r) for h in (v.get("how") or {}).get("hints") or [] for r in h["rows"]}
+    out["hint_rows"], out["hint_planted"] = len(hinted), len(hinted & run.planted)
+    out["missed"], out["missed_hinted"] = len(run.planted - drop), len(hinted & (run.planted - drop))
     out["pass"] = out["precision"] >= 0.8 and out["recall"] >= 0.8 and out["cause_right"]
     if not out["explained"]:  # the planted rows explain no real regression: naming nobody is right too
         out["pass"] = out["pass"] or not drop or out["precision"] >= 0.8
@@ -407,7 +411,31 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {mean(drv, 'verify_driven_flagged', True)} | {mean(drv, 'verify_driven_random', True)} "
             f"| {count(drv, 'verify_bar_driven')} | {count(drv, 'truth_drv_bar')} | {count(vx, 'verify_judged_bar')} |"
         )
-    return "\n".join(verdict) + "\n\n" + "\n".join(check) + "\n"
+    return "\n".join(verdict) + "\n\n" + "\n".join(check) + "\n\n" + hints_table(rows)
+
+
+def hints_table(rows: list[dict]) -> str:
+    """Rows to read (:mod:`gradian.report.term_hints`) per kind: on how many runs the verdict lists some, how many
+    rows, how many of them planted, and how many of the planted rows drop_rows missed they point at."""
+
+    def total(group: list[dict], key: str) -> int:
+        return sum(r.get(key) or 0 for r in group)
+
+    out = [
+        "| kind | runs with rows to read | rows to read | planted | planted rows drop_rows missed | of them listed |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kind in sorted({r["kind"] for r in rows}):
+        rs = [r for r in rows if r["kind"] == kind]
+        fired = sum(1 for r in rs if r.get("hint_rows"))
+        if rs[0]["expected"] == "none":
+            out.append(f"| {kind} | {fired} of {len(rs)} | {total(rs, 'hint_rows')} | – | – | – |")
+            continue
+        out.append(
+            f"| {kind} | {fired} of {len(rs)} | {total(rs, 'hint_rows')} | {total(rs, 'hint_planted')} "
+            f"| {total(rs, 'missed')} | {total(rs, 'missed_hinted')} |"
+        )
+    return "\n".join(out) + "\n"
 
 
 GRID = {

@@ -295,3 +295,20 @@ def test_the_built_report_is_typed_and_reads_back_as_written(built, report, tmp_
     render_all(again, tmp_path / "again")
     assert (tmp_path / "again" / "report.json").read_text() == on_disk
     assert (tmp_path / "again" / "report.md").read_text() == (tmp_path / "report.md").read_text()
+
+
+def test_rows_to_read_are_listed_apart_from_the_rows_to_drop(report, tmp_path):
+    """A term hint's rows (verdict.how.hints) show under their own label in every format, never in drop_rows."""
+    import copy
+
+    r = copy.deepcopy(report)
+    drop = r["verdict"]["drop_rows"]
+    assert drop and r["verdict"].get("how") is not None
+    r["verdict"]["how"]["hints"] = [{"term": "zorblax", "group": 0, "rows": [3, 1, 2], "size": 3, "holding": 4,
+                                     "p": 1e-5, "frequency": 0.9}]  # fmt: skip
+    md, html = render_markdown(r), render_html(r)
+    assert 'Rows to read (3 that hold "zorblax", not in drop\\_rows): 3, 1, 2' in md
+    assert "Rows to read (3 that hold &quot;zorblax&quot;, not in drop_rows): 3, 1, 2" in html
+    paths = render_all(r, tmp_path)
+    assert json.loads(paths["json"].read_text())["verdict"]["how"]["hints"][0]["rows"] == [3, 1, 2]
+    assert paths["drop_txt"].read_text().split() == [str(x) for x in drop]

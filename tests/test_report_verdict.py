@@ -403,3 +403,47 @@ def test_a_second_defects_finding_is_read_on_the_rest(seed):
     assert read_later and read_later[0]["on_rest"]  # found on the rest, not in the first reading
     assert f"With the rows that stand out set aside, the {read_later[0]['rows']} rows diagnose flags" in v["text"]
     assert f"in {round(100 * read_later[0]['frequency'])}% of the resamples" in v["text"]
+
+
+def _texts(term_rows, *, seed=0, term="zorblax"):
+    """One short text per row from a 300-word vocabulary; ``term_rows`` also hold ``term``."""
+    rng = np.random.default_rng(seed)
+    vocab = [f"word{k}" for k in range(300)]
+    out = {}
+    for r in range(N):
+        words = list(rng.choice(vocab, size=12))
+        out[r] = " ".join(words + ([term] if r in term_rows else []))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rows_past_the_group_that_hold_its_term_are_hinted_not_dropped(seed):
+    """A defect whose rows mostly harm too little each to stand out (a one-word swap diluted by its row): 10 rows
+    stand out and name the group, the other 40 hold the same term with a weak harm. The verdict drops the 10 and
+    points at the 40 as rows to read, not to drop."""
+    strong, weak = list(range(0, N, 40)), list(range(7, N, 10))
+    S = harm_matrix(strong, seed=seed, strength=8.0)
+    rng = np.random.default_rng(seed + 7)
+    for r in weak:
+        S[:, r] += 1.0 + 0.2 * rng.random()
+    v = verdict(S, texts=_texts(set(strong) | set(weak), seed=seed))
+    assert v["kind"] == "concentrated" and "zorblax" in v["groups"][0]["terms"]
+    p, r = precision_recall(v["drop_rows"], strong + weak)
+    assert p >= 0.9 and precision_recall(v["drop_rows"], strong)[1] == 1.0
+    assert len(v["drop_rows"]) <= len(strong) + 0.1 * len(weak)  # the weak rows are not dropped
+    (hint,) = v["how"]["hints"]
+    assert hint["term"] == "zorblax" and not set(hint["rows"]) & set(v["drop_rows"])
+    hp, hr = precision_recall(set(hint["rows"]) | set(v["drop_rows"]), weak)
+    assert set(hint["rows"]) <= set(weak) and hr >= 0.8
+    assert f'{hint["size"]} rows hold "zorblax", a term the named rows share (p = ' in v["text"]
+    assert any("Rows to read" in s and "zorblax" in s for s in v["next_steps"])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_term_innocent_rows_also_hold_is_no_hint(seed):
+    """The named rows' term also appears in 40 rows whose harm is noise: no hint."""
+    strong, innocent = list(range(0, N, 40)), list(range(7, N, 10))
+    S = harm_matrix(strong, seed=seed, strength=8.0)
+    v = verdict(S, texts=_texts(set(strong) | set(innocent), seed=seed))
+    assert v["kind"] == "concentrated" and "zorblax" in v["groups"][0]["terms"]
+    assert v["how"]["hints"] == [] and "Rows to read" not in " ".join(v["next_steps"])

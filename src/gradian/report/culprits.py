@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
+from gradian.report.term_hints import TermHint, term_hints
 
 # Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
 LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
@@ -204,6 +205,7 @@ class Culprits:
     # groups rest on the finding tests, and stability is the least share of resamples in which one of them held
     basis: str = "head"
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
+    hints: list[TermHint] = field(default_factory=list)  # rows past the groups that hold a content group's term
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -215,6 +217,7 @@ class Culprits:
             "raw_head": self.raw_head,
             "groups": [g.to_dict() for g in self.groups],
             "findings": [t.to_dict() for t in self.findings],
+            "hints": [h.to_dict() for h in self.hints],
             "reason": self.reason,
         }
 
@@ -421,10 +424,11 @@ def find_culprits(
         reason = f"{len(culprit_rows)} rows {how} {head_share:.0%} of the harm"
         reason += f" ({'; '.join(tests)})" if tests else ""
         concentrated = True
+    hints = term_hints(S, s, rows, groups, texts, policy, n_tests) if concentrated else []
     if not concentrated:
         groups = []
         stability, basis = head.stability, "head"
-    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw)
+    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, hints)
 
 
 @dataclass
@@ -466,40 +470,55 @@ def harmful_findings(
     *,
     on_rest: bool = False,
 ) -> list[FindingTest]:
-    """The diagnose findings whose flagged rows carry the harm: their positive harm is at least ``enrichment`` x their
-    share of the rows, and their harm ranks above the other rows' (:func:`rank_sum_p` under ``finding_alpha`` /
-    the number of findings tested) in the full set and in ``keep_frequency`` of the resamples of the regressed items.
-    ``family`` (a one-item counter) carries the number of tests across calls: each call adds its own, and its level
-    divides by the running total (Bonferroni over every test of one verdict, when the rest is read again);
-    ``on_rest`` marks the tests as read on the rest."""
-    if policy.finding_alpha <= 0 or not len(s):
-        return []
+    """The diagnose findings whose flagged rows carry the harm (:func:`carrying_sets` over each finding's flagged
+    rows); ``on_rest`` marks the tests as read on the rest."""
     col = {int(r): j for j, r in enumerate(rows)}
-    masks = []
+    tested = []
     for f in findings:
         fm = np.zeros(len(s), dtype=bool)
         fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
-        if 2 <= fm.sum() <= len(s) - 2:
-            masks.append((f, fm))
+        tested.append((f, fm))
+    return [
+        FindingTest(tested[k][0], tested[k][1], p, freq, on_rest=on_rest)
+        for k, p, freq in carrying_sets(S, s, [fm for _, fm in tested], policy, family)
+    ]
+
+
+def carrying_sets(
+    S: np.ndarray | None,
+    s: np.ndarray,
+    masks: Sequence[np.ndarray],
+    policy: CulpritPolicy,
+    family: list[int] | None = None,
+) -> list[tuple[int, float, float | None]]:
+    """Which row sets (masks over ``s``, 2 to n - 2 rows; others are not tested) carry the harm: their positive harm
+    is at least ``enrichment`` x their share of the rows, and their harm ranks above the other rows'
+    (:func:`rank_sum_p` under ``finding_alpha`` / the number of sets tested) in the full set and in
+    ``keep_frequency`` of the resamples of the regressed items. ``family`` (a one-item counter) carries the number
+    of tests across calls: each call adds its own, and its level divides by the running total (Bonferroni over every
+    test of one verdict). Returns (position in ``masks``, p, share of the resamples in which the test held, None when
+    not measurable) for each set that carries it."""
+    if policy.finding_alpha <= 0 or not len(s):
+        return []
+    tested = [(k, m) for k, m in enumerate(masks) if 2 <= m.sum() <= len(s) - 2]
     family = family if family is not None else [0]
-    family[0] += len(masks)
+    family[0] += len(tested)
     alpha = policy.finding_alpha / max(1, family[0])
     pos = np.clip(s, 0, None)
     total = max(float(pos.sum()), 1e-300)
-    ps = rank_sum_p(s, [fm for _, fm in masks])
+    ps = rank_sum_p(s, [m for _, m in tested])
     found = [
-        FindingTest(f, fm, p, on_rest=on_rest)
-        for (f, fm), p in zip(masks, ps, strict=True)
-        if p < alpha and pos[fm].sum() / total >= policy.enrichment * fm.sum() / len(s)
+        (k, m, p)
+        for (k, m), p in zip(tested, ps, strict=True)
+        if p < alpha and pos[m].sum() / total >= policy.enrichment * m.sum() / len(s)
     ]
     if S is None or not found or int(policy.bootstrap) < 1:
-        return found
+        return [(k, p, None) for k, _, p in found]
     hits = np.zeros(len(found))
     for sb in resampled_sums(S, policy):
-        hits += np.array(rank_sum_p(sb, [t.flagged for t in found])) < alpha
-    for t, h in zip(found, hits, strict=True):
-        t.frequency = float(h) / int(policy.bootstrap)
-    return [t for t in found if (t.frequency or 0.0) >= policy.keep_frequency]
+        hits += np.array(rank_sum_p(sb, [m for _, m, _ in found])) < alpha
+    freqs = hits / int(policy.bootstrap)
+    return [(k, p, float(f)) for (k, _, p), f in zip(found, freqs, strict=True) if f >= policy.keep_frequency]
 
 
 def _settle(

@@ -334,9 +334,24 @@ def _verdict_html(report: Report) -> str:
             f'<p class="meta">Rows to drop ({len(drop)}, also in <code>drop_rows.txt</code> and '
             f"<code>drop_rows.json</code>): {shown}</p>"
         )
+    for label, rows in rows_to_read(v):
+        shown = ", ".join(esc(r) for r in rows[:30]) + (" …" if len(rows) > 30 else "")
+        parts.append(f'<p class="meta hint-rows">{esc(label)}: {shown}</p>')
     parts.append(f'<p class="meta">Criterion: {esc(v.criterion)}.</p>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
+    """(label, rows) for each term hint of the verdict (:mod:`gradian.report.term_hints`): rows past drop_rows to
+    read for the same defect."""
+    hints = v.how.hints if v.how is not None else []
+    return [
+        (f'Rows to read ({len(h.get("rows") or [])} that hold "{h.get("term")}", not in drop_rows)',
+         [int(r) for r in h.get("rows") or []])
+        for h in hints
+        if h.get("rows")
+    ]  # fmt: skip
 
 
 def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
@@ -690,6 +705,8 @@ def _md_verdict(v: Verdict) -> list[str]:
             + (" …" if len(v.drop_rows) > 50 else ""),
             "",
         ]
+    for label, rows in rows_to_read(v):
+        lines += [md_escape(label) + ": " + ", ".join(str(r) for r in rows[:50]) + (" …" if len(rows) > 50 else ""), ""]
     lines += [f"_Criterion: {md_escape(v.criterion)}._", ""]
     return lines
 

@@ -33,6 +33,7 @@ from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import pct
 from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, find_culprits
 from gradian.report.schema import Cluster, RankedRow
+from gradian.report.term_hints import TermHint
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
 
 SETUP_ROW_SHARE = 0.5
@@ -45,11 +46,11 @@ def _rows_word(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def _join(items: Sequence[str]) -> str:
+def _join(items: Sequence[str], word: str = "and") -> str:
     items = list(items)
     if len(items) <= 1:
         return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
+    return ", ".join(items[:-1]) + f" {word} " + items[-1]
 
 
 def typed_findings(findings: Sequence[Finding | Mapping[str, Any]]) -> list[Finding]:
@@ -320,6 +321,30 @@ def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]
             "culprits."]  # fmt: skip
 
 
+def _hints(found: Culprits) -> tuple[list[str], list[str]]:
+    """The sentence and next step for rows past the groups that hold a content group's term (:mod:`term_hints`)."""
+    if not found.hints:
+        return [], []
+
+    def one(h: TermHint) -> str:
+        whose = f"group {h.group + 1}'s rows" if len(found.groups) > 1 else "the named rows"
+        held = f", in {pct(h.frequency)} of the resamples" if h.frequency is not None else ""
+        return f'{_rows_word(len(h.rows))} hold "{h.term}", a term {whose} share (p = {h.p:.1g}{held})'
+
+    n = sum(len(h.rows) for h in found.hints)
+    sentence = (
+        f"Past the named rows, {_join([one(h) for h in found.hints])}: as a set, their harm ranks above the other "
+        "rows', so the defect may reach further than the rows named. They are not in drop_rows, since rows share a "
+        "term by topic as often as by defect."
+    )
+    terms = _join([f'"{h.term}"' for h in found.hints], "or")
+    step = (
+        f"Read the {_rows_word(n)} that hold {terms} (listed under Rows to read, and in report.json "
+        "verdict.how.hints) for the same defect, and drop those that carry it along with the named rows."
+    )
+    return [sentence], [step]
+
+
 def _concentrated(
     draft: _Draft,
     found: Culprits,
@@ -397,10 +422,13 @@ def _concentrated(
                 f"What they have in common: {100 * sh.share:.0f}% of them are flagged by diagnose as {sh.title}."
             )
             explained.add(str(sh.code))
+    hint_sentences, hint_steps = _hints(found)
+    draft.sentences.extend(hint_sentences)
     draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
     draft.next_steps.append(
         f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
     )
+    draft.next_steps.extend(hint_steps)
     for _, vg in groups:
         for sh in vg.shared if vg.cause == "content" else ():
             if sh.fix:

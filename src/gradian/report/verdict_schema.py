@@ -115,6 +115,7 @@ class Decision(Record):
     raw_head: int = 0  # rows whose harm stood out on their own in the full set
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
+    hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.term_hints.TermHint.to_dict()
     reason: str = ""
     driven: dict[str, Any] = field(default_factory=dict)  # gradian.report.driven.DrivenItems.to_dict() of drop_rows
 
@@ -130,6 +131,7 @@ class Decision(Record):
             raw_head=int(data.get("raw_head") or 0),
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
             findings=[dict(f) for f in data.get("findings") or []],
+            hints=[dict(h) for h in data.get("hints") or []],
             reason=str(data.get("reason") or ""),
             driven=dict(data.get("driven") or {}),
         )
