@@ -4,18 +4,22 @@
     python bench/tried_nulls_and_rankings.py null peak [--heldout]   # null fitted at the harm density's peak
     python bench/tried_nulls_and_rankings.py ranking                 # unit-norm gradients, per-item query weights
     python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token
+    python bench/tried_nulls_and_rankings.py query-tokens spread_s0_f10 …  # query tokens weighted by their regression
 
 ``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
 ``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
 ``bench/results/verdict_suite_91.json``. ``ranking`` and ``tokens`` report ROC-AUC and precision@K of the planted rows
 per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a run's fine-tune (about 20 s each on two
-CPU cores) into ``bench/work/tokens/RUN``. Every run dir is ``bench/work/scenarios`` (``bench/scenarios/generate.py``).
+CPU cores) into ``bench/work/tokens/RUN``. ``query-tokens`` re-runs the attribution in process (about 15 s a run)
+with each regressed item's query weighted per completion token by how much that token regressed. Every run dir is
+``bench/work/scenarios`` (``bench/scenarios/generate.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import subprocess
 import sys
@@ -139,6 +143,69 @@ def run_tokens(names: list[str]) -> None:
         print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |")
 
 
+def token_weighted(model, qfx: list, power: float) -> list:
+    """Copies of the query rows whose loss mask weighs each label token by its regression, relu(fine-tune NLL - base
+    NLL) ** ``power``, scaled to sum to the label count (so the mean-per-token query keeps its scale); uniform when
+    no token regressed."""
+    import copy
+
+    import torch
+
+    from gradian.attribute import engine
+
+    out = []
+    for f in qfx:
+        ids, am, lm = engine.collate([f], 0)
+        nll = []
+        for ctx in (model.disable_adapter(), contextlib.nullcontext()):
+            with torch.no_grad(), ctx:
+                lg = model(input_ids=ids, attention_mask=am).logits[0, :-1].float()
+            nll.append(torch.nn.functional.cross_entropy(lg, ids[0, 1:], reduction="none").numpy())
+        m = lm[0, 1:].numpy().astype(float)
+        w = (np.clip(nll[1] - nll[0], 0, None) * m) ** power
+        g = copy.copy(f)
+        g.token_weight = np.r_[0.0, w / w.sum() * m.sum() if w.sum() > 0 else m]
+        out.append(g)
+    return out
+
+
+def run_query_tokens(names: list[str]) -> None:
+    """AUC / P@K of the default query against the same query with its tokens weighted by their regression."""
+    import bench_peers_suite as bp
+    import common
+    import torch
+
+    from gradian.attribute import engine
+
+    plain = engine.collate
+
+    def collate(fxs, pad_id, device="cpu"):  # a float loss mask where the rows carry token weights
+        ids, am, lm = plain(fxs, pad_id, device)
+        if not all(hasattr(f, "token_weight") for f in fxs):
+            return ids, am, lm
+        w = torch.zeros(lm.shape, dtype=torch.float32)
+        for b, f in enumerate(fxs):
+            w[b, : len(f.token_weight)] = torch.tensor(f.token_weight, dtype=torch.float32)
+        return ids, am, w.to(device)
+
+    engine.collate = collate  # what gradient_pass calls for the query rows
+    print("| run | regressed items | default query AUC / P@K | tokens by regression | by regression squared |")
+    print("|---|---:|---:|---:|---:|")
+    for name in names:
+        d = RUNS / name
+        planted = json.loads((d / "planted.json").read_text())
+        rep = json.loads((d / "attr" / "report.json").read_text())
+        items = bp.regressed_items(rep)
+        model, fx, efx = bp.load_suite_run(d, bp.resolve_base(d, str(planted.get("base") or "")))
+        pos = np.array([f.index in set(planted["rows"]) for f in fx])
+        qfx = [efx[i] for i in items]
+        cells = []
+        for q in (qfx, token_weighted(model, qfx, 1.0), token_weighted(model, qfx, 2.0)):
+            res = common.gradian_run(model, fx, q)
+            cells.append(auc_pk(np.asarray(res.item_scores, dtype=np.float64).sum(0), pos))
+        print(f"| {name} | {len(items)} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -149,11 +216,15 @@ def main() -> None:
     sub.add_parser("ranking")
     tk = sub.add_parser("tokens")
     tk.add_argument("runs", nargs="+")
+    qt = sub.add_parser("query-tokens")
+    qt.add_argument("runs", nargs="+")
     args = ap.parse_args()
     if args.what == "null":
         run_null(args.variant, args.heldout, args.json)
     elif args.what == "ranking":
         run_ranking()
+    elif args.what == "query-tokens":
+        run_query_tokens(args.runs)
     else:
         run_tokens(args.runs)
 

@@ -930,4 +930,13 @@ def render_all(report: Report | Mapping[str, Any], out_dir: str | Path) -> dict[
     return paths
 
 
-__all__ = ["as_report", "confidence_text", "md_escape", "plots", "render_all", "render_html", "render_markdown"]
+__all__ = [
+    "as_report",
+    "confidence_text",
+    "md_escape",
+    "plots",
+    "render_all",
+    "render_html",
+    "render_markdown",
+    "rows_to_read",
+]
