@@ -360,18 +360,19 @@ def test_findings_on_innocent_rows_name_no_culprit():
 
 @pytest.mark.parametrize("seed", [8, 9, 10])
 def test_a_group_set_aside_lets_a_second_one_stand_out(seed):
-    """A strong group of 20% of the file inflates the bulk's spread so that a second, weaker group of 5% barely stands
-    out beside it (a few of its rows survive the resamples); set aside what the first group explains, and the second's
-    harm stands out from the rest."""
+    """A strong group of 25% of the file inflates the bulk's median and spread so that a second, weaker group of 5%
+    barely stands out beside it (fewer than 60% of its rows make the first head); set aside what the first group
+    explains, and the second's harm stands out from the rest."""
     from gradian.report.culprits import stable_head
 
-    strong, weak = list(range(0, N, 5)), list(range(2, 100, 5))
-    S = harm_matrix(strong, seed=seed, strength=8.0)
+    strong = list(range(0, N, 4))
+    weak = [r for r in range(2, 200, 5) if r % 4][:20]
+    S = harm_matrix(strong, seed=seed, strength=12.0)
     rng = np.random.default_rng(seed)
     for r in weak:
         S[:, r] += 2.0 * (1 + 0.3 * rng.random())
     first = stable_head(S, S.sum(0), CulpritPolicy())
-    assert len(set(np.flatnonzero(first.kept)) & set(weak)) <= 5
+    assert len(set(np.flatnonzero(first.kept)) & set(weak)) <= 0.6 * len(weak)
     found = find_culprits(S, S.sum(0), list(range(N)))
     assert found.concentrated
     assert len(set(found.head) & set(weak)) >= 0.8 * len(weak)
@@ -425,7 +426,7 @@ def test_rows_past_the_group_that_hold_its_term_are_hinted_not_dropped(seed):
     S = harm_matrix(strong, seed=seed, strength=8.0)
     rng = np.random.default_rng(seed + 7)
     for r in weak:
-        S[:, r] += 1.0 + 0.2 * rng.random()
+        S[:, r] += 0.5 + 0.2 * rng.random()
     v = verdict(S, texts=_texts(set(strong) | set(weak), seed=seed))
     assert v["kind"] == "concentrated" and "zorblax" in v["groups"][0]["terms"]
     p, r = precision_recall(v["drop_rows"], strong + weak)

@@ -4,12 +4,12 @@ group's distinctive terms, and whose harm ranks above the other rows'.
 A group found by harm names the rows whose harm stands out. When each of a defect's rows carries little harm (one
 swapped word diluted by the rest of its story, a flipped one-word label) the group is a precise core of a larger set,
 and the term its rows share is where the rest may be. The rows holding the term outside every group are tested as a
-diagnose finding's rows are (:func:`gradian.report.culprits.carrying_sets`: their positive harm at least
-``enrichment`` x their share of the rows, a one-sided rank-sum test under the verdict's one Bonferroni level, held in
-``keep_frequency`` of the resamples of the regressed items). They are a hint and not culprits: a term is shared by a
-topic as much as by a defect (rows about "Timmy" truly harm the items about Timmy), so joining rows by term named
-innocent rows on clean runs (docs/benchmarks.md §8). They stay out of ``drop_rows``; the report says how many there
-are and report.json lists them (``verdict.how.hints``) for the user to read.
+diagnose finding's rows are on the rest (:func:`gradian.report.culprits.carrying_sets` on the rows outside every group:
+their positive harm at least ``enrichment`` x their share of those rows, a one-sided rank-sum test under the verdict's
+one Bonferroni level, held in ``keep_frequency`` of the resamples of the regressed items). They are a hint and not
+culprits: a term is shared by a topic as much as by a defect (rows about "Timmy" truly harm the items about Timmy), so
+joining rows by term named innocent rows on clean runs (docs/benchmarks.md §8). They stay out of ``drop_rows``; the
+report says how many there are and report.json lists them (``verdict.how.hints``) for the user to read.
 """
 
 from __future__ import annotations
@@ -59,28 +59,28 @@ def term_hints(
     family: list[int] | None = None,
 ) -> list[TermHint]:
     """For each content group's distinctive terms (``Group.terms``): the rows outside every group holding the term,
-    when they carry the harm (:func:`gradian.report.culprits.carrying_sets`; ``family`` as there). A row is hinted
-    once, under the first term that holds it."""
+    when they carry the harm of the rows outside every group (:func:`gradian.report.culprits.carrying_sets` on those
+    rows, as explain-away reads the rest: the named rows' harm would dilute any set's share; ``family`` as there). The
+    holders with harm above the median of every row are listed; a row once, under the first term that holds it."""
     from gradian.report.culprits import carrying_sets
 
     if not texts or not groups:
         return []
     grouped = {r for g in groups for r in g.rows}
-    outside = [j for j, r in enumerate(rows) if r not in grouped]
-    terms_at = {j: terms_of(texts.get(rows[j], "")) for j in outside}
+    at = np.array([j for j, r in enumerate(rows) if r not in grouped], dtype=int)
+    if not len(at):
+        return []
+    terms_at = [terms_of(texts.get(rows[j], "")) for j in at]
     asked = [(gi, t) for gi, g in enumerate(groups) if g.cause == "content" for t in g.terms]
-    masks = []
-    for _, term in asked:
-        m = np.zeros(len(s), dtype=bool)
-        m[[j for j in outside if term in terms_at[j]]] = True
-        masks.append(m)
-    above = s > float(np.median(s))
-    order = np.argsort(-s, kind="stable")
+    masks = [np.array([term in tk for tk in terms_at], dtype=bool) for _, term in asked]
+    above = s[at] > float(np.median(s))
+    order = np.argsort(-s[at], kind="stable")
+    S_rest = None if S is None else S[:, at]
     hinted: set[int] = set()
     out = []
-    for k, p, freq in carrying_sets(S, s, masks, policy, family):
+    for k, p, freq in carrying_sets(S_rest, s[at], masks, policy, family):
         gi, term = asked[k]
-        picked = [int(rows[j]) for j in order if masks[k][j] and above[j] and int(rows[j]) not in hinted]
+        picked = [int(rows[at[j]]) for j in order if masks[k][j] and above[j] and int(rows[at[j]]) not in hinted]
         if picked:
             hinted |= set(picked)
             out.append(TermHint(term, gi, picked, int(masks[k].sum()), p, freq))

@@ -223,7 +223,7 @@ def criterion_text(policy: CulpritPolicy) -> str:
     )
     return (
         f"culprit rows are the rows {head_rule} (at most {pct(policy.max_head_fraction)} of the rows) and stable: "
-        f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows found over {policy.bootstrap} resamples "
+        f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows that lead {policy.bootstrap} resamples "
         f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
         f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
         f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm"
