@@ -410,26 +410,7 @@ def find_culprits(
     if not groups:
         culprit_rows = ranked(head.kept)
         head_share = float(s[head.kept].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
-    concentrated = False
-    if not groups and head.raw and not head.stable:
-        reason = (
-            f"the {head.raw} rows that stand out change when the regressed items are resampled (agreement "
-            f"{head.stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
-        )
-    elif not culprit_rows:
-        reason = "no row's harm stands out from the rest of the rows"
-    elif head_share < policy.min_head_share:
-        reason = (
-            f"the {len(culprit_rows)} rows that stand out carry {head_share:.0%} of the harm, under the "
-            f"{policy.min_head_share:.0%} a culprit group needs"
-        )
-    else:
-        tests = [f"the {int(t.flagged.sum())} rows {t.finding.get('code')} flags rank above the others, p = {t.p:.1g}"
-                 for t in harmful]  # fmt: skip
-        how = "stand out from the rest and carry" if basis == "head" else "carry"
-        reason = f"{len(culprit_rows)} rows {how} {head_share:.0%} of the harm"
-        reason += f" ({'; '.join(tests)})" if tests else ""
-        concentrated = True
+    concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
     hints = term_hints(S, s, rows, groups, texts, policy, n_tests) if concentrated else []
     if not concentrated:
         groups = []
@@ -437,13 +418,42 @@ def find_culprits(
     return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, hints)
 
 
+def _decision(
+    head: Head,
+    grouped: bool,
+    culprit_rows: Sequence[int],
+    head_share: float,
+    harmful: Sequence[FindingTest],
+    basis: str,
+    policy: CulpritPolicy,
+) -> tuple[bool, str]:
+    """Whether the culprit rows make a concentrated verdict, and why or why not, in words."""
+    if not grouped and head.raw and not head.stable:
+        return False, (
+            f"the {head.raw} rows that stand out change when the regressed items are resampled (agreement "
+            f"{head.stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
+        )
+    if not culprit_rows:
+        return False, "no row's harm stands out from the rest of the rows"
+    if head_share < policy.min_head_share:
+        return False, (
+            f"the {len(culprit_rows)} rows that stand out carry {head_share:.0%} of the harm, under the "
+            f"{policy.min_head_share:.0%} a culprit group needs"
+        )
+    tests = [f"the {int(t.flagged.sum())} rows {t.finding.get('code')} flags rank above the others, p = {t.p:.1g}"
+             for t in harmful]  # fmt: skip
+    how = "stand out from the rest and carry" if basis == "head" else "carry"
+    reason = f"{len(culprit_rows)} rows {how} {head_share:.0%} of the harm"
+    return True, reason + (f" ({'; '.join(tests)})" if tests else "")
+
+
 @dataclass
 class Head:
     """The rows whose harm stands out, and how well they survive resampling the regressed items."""
 
     raw: int  # rows in the head of the full set
-    kept: np.ndarray  # head rows that also make the head in keep_frequency of the resamples
-    stability: float | None  # mean Jaccard of the resampled heads with the full one; None when not measurable
+    kept: np.ndarray  # head rows that also lead keep_frequency of the resamples (among their len(head) most harmful)
+    stability: float | None  # mean Jaccard of the head with the rows leading each resample; None: not measurable
     stable: bool  # stability is not measurable, or at least min_stability with a row kept
 
 
