@@ -370,8 +370,9 @@ def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
         )
     else:
         text = (
-            f"How sure: {v.confidence.level}; the culprit rows found again in {n} resamples of the regressed items "
-            f"agree {float(v.confidence.stability):.2f} on average (Jaccard overlap)."
+            f"How sure: {v.confidence.level}; in {n} resamples of the regressed items, the rows that lead each one (as "
+            f"many as stood out) agree {float(v.confidence.stability):.2f} on average with the rows that stood out "
+            "(Jaccard overlap)."
         )
     return text + (f" Decision: {v.how.reason}." if v.how is not None and v.how.reason else "")
 
