@@ -40,6 +40,9 @@ column sum):
    nothing more is found or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2) reads
    the groups.
 
+After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
+rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
+
 Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
 calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
 """
@@ -54,7 +57,6 @@ from typing import Any
 import numpy as np
 
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
-from gradian.report.term_hints import TermHint, term_hints
 
 # Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
 LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
@@ -211,7 +213,7 @@ class Culprits:
     # groups rest on the finding tests, and stability is the least share of resamples in which one of them held
     basis: str = "head"
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
-    hints: list[TermHint] = field(default_factory=list)  # rows past the groups that hold a content group's term
+    tests: int = 0  # finding tests made (one Bonferroni family; gradian.report.term_hints continues it)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,7 +225,6 @@ class Culprits:
             "raw_head": self.raw_head,
             "groups": [g.to_dict() for g in self.groups],
             "findings": [t.to_dict() for t in self.findings],
-            "hints": [h.to_dict() for h in self.hints],
             "reason": self.reason,
         }
 
@@ -411,11 +412,12 @@ def find_culprits(
         culprit_rows = ranked(head.kept)
         head_share = float(s[head.kept].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
     concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
-    hints = term_hints(S, s, rows, groups, texts, policy, n_tests) if concentrated else []
     if not concentrated:
         groups = []
         stability, basis = head.stability, "head"
-    return Culprits(concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, hints)
+    return Culprits(
+        concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, n_tests[0]
+    )
 
 
 def _decision(

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gradian.report.clusters import terms_of
-
-if TYPE_CHECKING:
-    from gradian.report.culprits import CulpritPolicy, Group
+from gradian.report.culprits import CulpritPolicy, Group, carrying_sets
 
 
 @dataclass
@@ -62,8 +60,6 @@ def term_hints(
     when they carry the harm of the rows outside every group (:func:`gradian.report.culprits.carrying_sets` on those
     rows, as explain-away reads the rest: the named rows' harm would dilute any set's share; ``family`` as there). The
     holders with harm above the median of every row are listed; a row once, under the first term that holds it."""
-    from gradian.report.culprits import carrying_sets
-
     if not texts or not groups:
         return []
     grouped = {r for g in groups for r in g.rows}

@@ -33,7 +33,7 @@ from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import pct
 from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, find_culprits
 from gradian.report.schema import Cluster, RankedRow
-from gradian.report.term_hints import TermHint
+from gradian.report.term_hints import TermHint, term_hints
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
 
 SETUP_ROW_SHARE = 0.5
@@ -197,14 +197,16 @@ def make_verdict(
     S = _aligned_item_scores(item_scores, item_rows, rows)
     emb = _aligned_embeddings(embeddings, embedding_rows, rows)
     fdicts = [f.to_dict() for f in fs]  # find_culprits reads report.json's finding dicts
-    found = find_culprits(
-        S, np.array([scores[r] for r in rows]), rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy
-    )
+    s = np.array([scores[r] for r in rows])
+    found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy)
+    hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
     verdict.confidence = _confidence(found.stability, found.basis)
-    verdict.how = Decision.from_dict(found.to_dict() | {"head": found.head[:200]})
+    verdict.how = Decision.from_dict(
+        found.to_dict() | {"head": found.head[:200], "hints": [h.to_dict() for h in hints]}
+    )
     if found.concentrated:
         typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
-        return _concentrated(draft, found, typed_of, clusters, ids, n_rows, n_reg)
+        return _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
     return _spread(draft, found, n_reg, setup_cause)
 
 
@@ -321,9 +323,9 @@ def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]
             "culprits."]  # fmt: skip
 
 
-def _hints(found: Culprits) -> tuple[list[str], list[str]]:
+def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[str]]:
     """The sentence and next step for rows past the groups that hold a content group's term (:mod:`term_hints`)."""
-    if not found.hints:
+    if not hints:
         return [], []
 
     def one(h: TermHint) -> str:
@@ -331,13 +333,13 @@ def _hints(found: Culprits) -> tuple[list[str], list[str]]:
         held = f", in {pct(h.frequency)} of the resamples" if h.frequency is not None else ""
         return f'{_rows_word(len(h.rows))} hold "{h.term}", a term {whose} share (p = {h.p:.1g}{held})'
 
-    n = sum(len(h.rows) for h in found.hints)
+    n = sum(len(h.rows) for h in hints)
     sentence = (
-        f"Past the named rows, {_join([one(h) for h in found.hints])}: as a set, their harm ranks above the other "
+        f"Past the named rows, {_join([one(h) for h in hints])}: as a set, their harm ranks above the other "
         "rows', so the defect may reach further than the rows named. They are not in drop_rows, since rows share a "
         "term by topic as often as by defect."
     )
-    terms = _join([f'"{h.term}"' for h in found.hints], "or")
+    terms = _join([f'"{h.term}"' for h in hints], "or")
     step = (
         f"Read the {_rows_word(n)} that hold {terms} (listed under Rows to read, and in report.json "
         "verdict.how.hints) for the same defect, and drop those that carry it along with the named rows."
@@ -348,6 +350,7 @@ def _hints(found: Culprits) -> tuple[list[str], list[str]]:
 def _concentrated(
     draft: _Draft,
     found: Culprits,
+    hints: Sequence[TermHint],
     typed_of: Mapping[int, Finding],
     clusters: Sequence[Cluster],
     ids: Mapping[int, Any],
@@ -422,7 +425,7 @@ def _concentrated(
                 f"What they have in common: {100 * sh.share:.0f}% of them are flagged by diagnose as {sh.title}."
             )
             explained.add(str(sh.code))
-    hint_sentences, hint_steps = _hints(found)
+    hint_sentences, hint_steps = _hints(found, hints)
     draft.sentences.extend(hint_sentences)
     draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
     draft.next_steps.append(
