@@ -465,6 +465,7 @@ def main() -> None:
     ap.add_argument("--narrow", action="store_true", help="search the regression rule only, policy at its defaults")
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
     ap.add_argument("--vary", nargs="+", choices=sorted(GRID), help="search only these policy keys")
+    ap.add_argument("--only", nargs="+", help="score only these runs (names under --runs)")
     ap.add_argument("--heldout", action="store_true",
                     help="score only the held-out runs (recipes.heldout()), which are otherwise left out")  # fmt: skip
     args = ap.parse_args()
@@ -479,6 +480,7 @@ def main() -> None:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
     held = {r.name for r in heldout()}  # never scored with the rest: they measure the rule, not choose it
     dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d.name in held) == args.heldout]
+    dirs = [d for d in dirs if not args.only or d.name in args.only]
     runs = [r for d in dirs if (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
     if args.search:
