@@ -51,7 +51,7 @@ def print_attribution(output, top: int = 20) -> bool:
     from rich.console import Console
     from rich.table import Table
 
-    from gradian.report.render import confidence_text, rows_to_read
+    from gradian.report.render import confidence_text, listed, rows_to_read
 
     res = output.attribution
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
@@ -101,7 +101,7 @@ def print_attribution(output, top: int = 20) -> bool:
         for i, step in enumerate(verdict.next_steps, start=1):
             con.print(f"  {i}. {step}", highlight=False)
         for label, rows in rows_to_read(verdict):
-            con.print(f"{label}: " + ", ".join(map(str, rows[:50])) + (" …" if len(rows) > 50 else ""), highlight=False)
+            con.print(f"{label}: {listed(rows, 50)}", highlight=False)
     con.print(f"Wrote {written}.", highlight=False)
     return True
 

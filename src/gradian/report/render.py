@@ -72,10 +72,10 @@ def _evidence_summary(ev: Any) -> str:
         parts.append(f"source: {ev['source']}")
     if ev.get("steps"):
         steps = list(ev["steps"])
-        parts.append("steps " + ", ".join(str(s) for s in steps[:8]) + (" …" if len(steps) > 8 else ""))
+        parts.append("steps " + listed(steps, 8))
     rows = ev.get("rows") or []
     if rows:
-        parts.append("rows " + ", ".join(str(r) for r in list(rows)[:10]) + (" …" if len(rows) > 10 else ""))
+        parts.append("rows " + listed(rows, 10))
     return "; ".join(parts)
 
 
@@ -329,17 +329,22 @@ def _verdict_html(report: Report) -> str:
         parts.append("<h3>Next steps</h3><ol>" + "".join(f"<li>{esc(s)}</li>" for s in v.next_steps) + "</ol>")
     drop = v.drop_rows
     if drop:
-        shown = ", ".join(esc(r) for r in drop[:30]) + (" …" if len(drop) > 30 else "")
+        shown = esc(listed(drop, 30))
         parts.append(
             f'<p class="meta">Rows to drop ({len(drop)}, also in <code>drop_rows.txt</code> and '
             f"<code>drop_rows.json</code>): {shown}</p>"
         )
     for label, rows in rows_to_read(v):
-        shown = ", ".join(esc(r) for r in rows[:30]) + (" …" if len(rows) > 30 else "")
-        parts.append(f'<p class="meta hint-rows">{esc(label)}: {shown}</p>')
+        parts.append(f'<p class="meta hint-rows">{esc(label)}: {esc(listed(rows, 30))}</p>')
     parts.append(f'<p class="meta">Criterion: {esc(v.criterion)}.</p>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def listed(items: Sequence[Any], limit: int) -> str:
+    """The first ``limit`` items, comma-separated, with " …" when there are more."""
+    items = list(items)
+    return ", ".join(str(x) for x in items[:limit]) + (" …" if len(items) > limit else "")
 
 
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
@@ -701,13 +706,11 @@ def _md_verdict(v: Verdict) -> list[str]:
         lines += ["Next steps:", ""] + [f"{i}. {md_escape(s)}" for i, s in enumerate(v.next_steps, 1)] + [""]
     if v.drop_rows:
         lines += [
-            f"Rows to drop ({len(v.drop_rows)}, in `drop_rows.txt` / `drop_rows.json`): "
-            + ", ".join(str(r) for r in v.drop_rows[:50])
-            + (" …" if len(v.drop_rows) > 50 else ""),
+            f"Rows to drop ({len(v.drop_rows)}, in `drop_rows.txt` / `drop_rows.json`): " + listed(v.drop_rows, 50),
             "",
         ]
     for label, rows in rows_to_read(v):
-        lines += [md_escape(label) + ": " + ", ".join(str(r) for r in rows[:50]) + (" …" if len(rows) > 50 else ""), ""]
+        lines += [md_escape(label) + ": " + listed(rows, 50), ""]
     lines += [f"_Criterion: {md_escape(v.criterion)}._", ""]
     return lines
 
@@ -934,6 +937,7 @@ def render_all(report: Report | Mapping[str, Any], out_dir: str | Path) -> dict[
 __all__ = [
     "as_report",
     "confidence_text",
+    "listed",
     "md_escape",
     "plots",
     "render_all",
