@@ -36,9 +36,13 @@ column sum):
    it.
 6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1, 2 and 4 on the
    rest): a stable head there, or a finding whose rows carry the rest's harm, is a further group (two defects at
-   once, or a defect's weaker half). Every finding test of the verdict shares one Bonferroni level. Repeated until
-   nothing more is found or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2) reads
-   the groups.
+   once, or a defect's weaker half). Every finding test of the verdict shares one Bonferroni level. The rest is
+   also read on the regressed items no group drives (:mod:`gradian.report.driven` at ``driven_z``, as `gradian
+   verify` reads them): a second defect's items are outweighed in the sum by the first's, so its rows may stand out
+   only there. A stable head found on those items joins only when its rows also carry the rest's harm over every
+   regressed item (the finding test of step 4 on its rows), so rows that lead a few drifting items do not. Repeated
+   until nothing more is found or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2)
+   reads the groups.
 
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
 rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
@@ -56,7 +60,11 @@ from typing import Any
 
 import numpy as np
 
+from gradian.options.verify import VerifyOptions
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
+from gradian.report.driven import driven_items
+
+_VERIFY = VerifyOptions()  # the driven-items cut is verify's: the items the verdict's rows are judged on
 
 # Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
 LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
@@ -139,6 +147,18 @@ class CulpritPolicy:
             "head, even when no head stands out (0: off)."
         },
     )
+    driven_z: float = field(
+        default=_VERIFY.driven_z,
+        metadata={
+            "help": "Explain away: a regressed item is driven by the groups when their harm on it is this many "
+            "standard deviations above that of random rows of the same size (gradian.report.driven, as gradian "
+            "verify reads it); the rest is also read on the items no group drives (0: off)."
+        },
+    )
+    driven_alpha: float = field(
+        default=_VERIFY.driven_alpha,
+        metadata={"help": "The groups drive items only when they drive more than random rows would at this level."},
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
 
     def __post_init__(self) -> None:
@@ -198,6 +218,17 @@ class FindingTest:
         }
 
 
+@dataclass(frozen=True)
+class UndrivenRead:
+    """Rows that stood out on the regressed items the earlier groups do not drive, and carry the rest's harm."""
+
+    rows: int  # rows that joined
+    items: int  # the items read: regressed items no earlier group drives
+    of_items: int  # all regressed items
+    p: float  # rank-sum p of their harm against the other rest rows', over every regressed item
+    z: float  # the driven-item cut (policy.driven_z)
+
+
 @dataclass
 class Culprits:
     """The culprit decision for one report."""
@@ -214,6 +245,7 @@ class Culprits:
     basis: str = "head"
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
     tests: int = 0  # finding tests made (one Bonferroni family; gradian.report.term_hints continues it)
+    undriven: list[UndrivenRead] = field(default_factory=list)  # heads found on the items no group drives
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -225,6 +257,7 @@ class Culprits:
             "raw_head": self.raw_head,
             "groups": [g.to_dict() for g in self.groups],
             "findings": [t.to_dict() for t in self.findings],
+            "undriven": [asdict(u) for u in self.undriven],
             "reason": self.reason,
         }
 
@@ -380,6 +413,8 @@ def find_culprits(
         _settle(groups, emb, s, rows, pos_total, policy)
         freqs = [t.frequency for t in harmful if t.frequency is not None]
         stability, basis = (min(freqs) if freqs else None), "finding"
+    live = np.ones(0 if S is None else S.shape[0], dtype=bool)  # regressed items no group drives yet
+    undriven: list[UndrivenRead] = []
     read: set[int] = set()  # rows a head has held: each round sets aside at least one more row, so the loop ends
     while groups:  # what the groups explain is set aside, and the rest is read again: for a head of its own, and
         # for findings whose rows carry the rest's harm (a second defect's share of all harm is diluted by the first)
@@ -394,6 +429,11 @@ def find_culprits(
         more = np.zeros(len(s), dtype=bool)
         if sub.stable and sub.kept.any():
             more[at[sub.kept]] = True
+        if S is not None and policy.driven_z > 0:  # and on the items no group drives
+            live &= ~driven_mask(S, [j for j, r in enumerate(rows) if r in grouped], live, policy)
+            if (on_live := undriven_head(S, live, rest, s[rest], policy, n_tests)) is not None:
+                more[at[on_live[0]]] = True
+                undriven.append(on_live[1])
         rest_rows = [rows[j] for j in at]
         new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests, on_rest=True)
                if not any(t.finding is c for c in carriers)]  # fmt: skip
@@ -416,8 +456,51 @@ def find_culprits(
         groups = []
         stability, basis = head.stability, "head"
     return Culprits(
-        concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, n_tests[0]
+        concentrated,
+        culprit_rows,
+        head_share,
+        stability,
+        groups,
+        reason,
+        harmful,
+        basis,
+        head.raw,
+        n_tests[0],
+        undriven if concentrated else [],
     )
+
+
+def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+    """The ``live`` items (rows of ``S``) that the columns ``cols`` drive (:func:`gradian.report.driven.driven_items`),
+    when they drive more of them than random columns would; else none."""
+    idx = np.flatnonzero(live)
+    out = np.zeros(len(live), dtype=bool)
+    if len(idx):
+        found = driven_items(S[idx], range(len(idx)), range(S.shape[1]), cols, z=policy.driven_z,
+                             alpha=policy.driven_alpha)  # fmt: skip
+        if found.significant:
+            out[idx[found.items]] = True
+    return out
+
+
+def undriven_head(
+    S: np.ndarray, live: np.ndarray, rest: np.ndarray, s_rest: np.ndarray, policy: CulpritPolicy, family: list[int]
+) -> tuple[np.ndarray, UndrivenRead] | None:
+    """The rest read on the items no group drives (``live``): a second defect's items are swamped in the sum by the
+    first's, so its rows may stand out only there. The stable head found there (a mask over the rest) counts only
+    when its rows also carry the rest's harm over every regressed item (:func:`carrying_sets`, in the verdict's
+    Bonferroni family): rows that lead a few drifting items do not."""
+    n_live = int(live.sum())
+    if not policy.min_items_for_stability <= n_live < len(live):
+        return None
+    S_live = S[live][:, rest]
+    head = stable_head(S_live, S_live.sum(axis=0), policy)
+    if not (head.stable and head.kept.any()):
+        return None
+    carried = carrying_sets(S[:, rest], s_rest, [head.kept], policy, family)
+    if not carried:
+        return None
+    return head.kept, UndrivenRead(int(head.kept.sum()), n_live, len(live), float(carried[0][1]), policy.driven_z)
 
 
 def _decision(

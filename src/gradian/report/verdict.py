@@ -236,6 +236,13 @@ def criterion_text(policy: CulpritPolicy) -> str:
             f"{pct(policy.keep_frequency)} of the resamples); what the groups explain is set aside and the other "
             "rows are read again, for a head or a finding's rows that carry their harm (every finding test under one "
             "Bonferroni level)"
+            + (
+                f", and on the regressed items the groups do not drive (their harm on it under {policy.driven_z:g} "
+                "standard deviations above as many random rows'), where a head counts when its rows carry the rest's "
+                "harm over every item"
+                if policy.driven_z > 0
+                else ""
+            )
             if policy.finding_alpha > 0
             else ""
         )
@@ -323,6 +330,17 @@ def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]
             "culprits."]  # fmt: skip
 
 
+def _read_on_undriven(found: Culprits) -> list[str]:
+    """The sentence for rows that stood out on the regressed items the first groups do not drive."""
+    return [
+        f"On the {u.items} of the {u.of_items} regressed items that the groups before them do not drive (their harm "
+        f"there is under {u.z:g} standard deviations above that of as many random rows), {u.rows} more "
+        f"rows stand out, and over every regressed item their harm ranks above the other rows' (p = {u.p:.1g}), so "
+        "they join the culprits: a second defect's items are outweighed by the first's in the sum."
+        for u in found.undriven
+    ]
+
+
 def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[str]]:
     """The sentence and next step for rows past the groups that hold a content group's term (:mod:`term_hints`)."""
     if not hints:
@@ -396,6 +414,7 @@ def _concentrated(
         agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
         draft.sentences.append(f"{share} Their harm stands out from the other rows{by_dir}, and {sure}{agree}.")
         draft.sentences.extend(_read_on_rest(found, typed_of))
+    draft.sentences.extend(_read_on_undriven(found))
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):

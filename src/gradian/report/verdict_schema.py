@@ -116,6 +116,7 @@ class Decision(Record):
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.term_hints.TermHint.to_dict()
+    undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
     reason: str = ""
     driven: dict[str, Any] = field(default_factory=dict)  # gradian.report.driven.DrivenItems.to_dict() of drop_rows
 
@@ -132,6 +133,7 @@ class Decision(Record):
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
             findings=[dict(f) for f in data.get("findings") or []],
             hints=[dict(h) for h in data.get("hints") or []],
+            undriven=[dict(u) for u in data.get("undriven") or []],
             reason=str(data.get("reason") or ""),
             driven=dict(data.get("driven") or {}),
         )
