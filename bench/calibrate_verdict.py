@@ -444,6 +444,7 @@ GRID = {
     "extend_z": [0.0, 2.5, 3.0, 3.5, 4.0],
     "min_head_share": [0.1, 0.2],
     "min_stability": [0.5, 0.6, 0.7, 0.8],
+    "driven_z": [0.0, 1.5, 2.0, 2.5, 3.0],
 }
 RULE_GRID = {
     "noise_multiple": [0.0, 1.0, 2.0, 3.0],

@@ -98,6 +98,14 @@ class CulpritPolicy:
             "items (its len(head) most harmful rows)."
         },
     )
+    high_stability: float = field(
+        default=0.8,
+        metadata={
+            "help": "Confidence: high at this agreement (or share of resamples, for a verdict that rests on findings), "
+            "medium from min_stability, low under it. On the suite, 92% of the high verdicts that name rows and 81% "
+            "of the medium ones reach precision 0.8 (docs/benchmarks.md §8, session 16)."
+        },
+    )
     keep_frequency: float = field(
         default=0.5,
         metadata={"help": "A head row is kept when it is among the rows that lead this share of the resamples."},

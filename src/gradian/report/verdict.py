@@ -126,10 +126,12 @@ class _Draft:
         return self.verdict
 
 
-def _confidence(stability: float | None, basis: str = "head") -> Confidence:
+def _confidence(stability: float | None, basis: str, policy: CulpritPolicy) -> Confidence:
+    """high at ``policy.high_stability``, medium at ``min_stability`` (what a culprit head needs), else low."""
     if stability is None:
         return Confidence(None, "unmeasured", basis)
-    level = "high" if stability >= 0.8 else "medium" if stability >= 0.6 else "low"
+    high, medium = policy.high_stability, policy.min_stability
+    level = "high" if stability >= high else "medium" if stability >= medium else "low"
     return Confidence(round(float(stability), 4), level, basis)
 
 
@@ -200,7 +202,7 @@ def make_verdict(
     s = np.array([scores[r] for r in rows])
     found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy)
     hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
-    verdict.confidence = _confidence(found.stability, found.basis)
+    verdict.confidence = _confidence(found.stability, found.basis, policy)
     verdict.how = Decision.from_dict(
         found.to_dict() | {"head": found.head[:200], "hints": [h.to_dict() for h in hints]}
     )
