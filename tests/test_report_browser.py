@@ -140,7 +140,7 @@ def test_dom_renders_and_hostile_text_is_text(page):
     for section in ("verdict", "regressed", "clusters", "top-rows-section", "setup-findings", "plots"):
         assert section in dom.ids, section
     assert "verdict-box" in dom.ids and "cluster-table" in dom.ids
-    assert "12 rows explain 96% of the regression" in text and "verdict-groups" in dom.ids
+    assert "12 rows carry 96% of the estimated harm" in text and "verdict-groups" in dom.ids
     assert "zorbax" in text
     assert dom.tags.count("svg") >= 5
     assert {"polyline", "rect", "circle"} <= set(dom.tags)

@@ -464,7 +464,7 @@ def _concentrated(
     v.culprit_clusters = [c.id for c in clusters if c.rows and len(head_set & set(c.rows)) >= 0.5 * len(c.rows)]
     v.drop_rows = list(head)
     v.drop_ids = [ids.get(r) for r in head]
-    headline = f"{_rows_word(len(head)).capitalize()} explain {pct(found.head_share)} of the regression ({cause})."
+    headline = f"{_rows_word(len(head)).capitalize()} carry {pct(found.head_share)} of the estimated harm ({cause})."
     return draft.done("concentrated", cause, headline, explained)
 
 
