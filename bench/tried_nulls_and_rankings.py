@@ -5,14 +5,17 @@
     python bench/tried_nulls_and_rankings.py ranking                 # unit-norm gradients, per-item query weights
     python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token
     python bench/tried_nulls_and_rankings.py query-tokens spread_s0_f10 …  # query tokens weighted by their regression
+    python bench/tried_nulls_and_rankings.py label-disagreement mislabel_s0_f20 …  # head rows the model relabels
 
 ``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
 ``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
 ``bench/results/verdict_suite_91.json``. ``ranking`` and ``tokens`` report ROC-AUC and precision@K of the planted rows
 per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a run's fine-tune (about 20 s each on two
 CPU cores) into ``bench/work/tokens/RUN``. ``query-tokens`` re-runs the attribution in process (about 15 s a run)
-with each regressed item's query weighted per completion token by how much that token regressed. Every run dir is
-``bench/work/scenarios`` (``bench/scenarios/generate.py``).
+with each regressed item's query weighted per completion token by how much that token regressed.
+``label-disagreement`` keeps, of the verdict's rows whose completion is one of the file's labels (a completion five
+rows or more share), those for which the base model (or the fine-tune) prefers another of the labels. Every run dir
+is ``bench/work/scenarios`` (``bench/scenarios/generate.py``).
 """
 
 from __future__ import annotations
@@ -206,6 +209,52 @@ def run_query_tokens(names: list[str]) -> None:
         print(f"| {name} | {len(items)} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |", flush=True)
 
 
+def run_label_disagreement(names: list[str]) -> None:
+    """Precision / recall of the verdict's rows against the planted ones, before and after keeping only the label rows
+    the base model (or the fine-tune) would label otherwise."""
+    print("| run | verdict rows: P / R | base model prefers another label: rows, P / R | fine-tune does: rows, P / R |")
+    print("|---|---:|---:|---:|")
+    for name in names:
+        print(f"| {name} | " + " | ".join(label_disagreement_cells(RUNS / name)) + " |", flush=True)
+
+
+def label_disagreement_cells(d: Path) -> list[str]:
+    import bench_peers_suite as bp
+    import torch
+    from transformers import AutoTokenizer
+
+    meta = json.loads((d / "planted.json").read_text())
+    planted = set(meta["rows"])
+    model, _, _ = bp.load_suite_run(d, bp.resolve_base(d, str(meta.get("base") or "")))
+    tok = AutoTokenizer.from_pretrained(d / "run")
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+    labels = [c for c, n in collections.Counter(r["completion"] for r in rows).items() if n >= 5]
+    run = cal.load_run(d)
+    S = cal.regressed_scores(run, RegressionRule())
+    found = cu.find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb)
+    named = [r for g in found.groups for r in g.rows] if found.concentrated else []
+
+    def logp(prompt: str, completion: str, adapter: bool) -> float:
+        p = tok(prompt, return_tensors="pt").input_ids
+        x = torch.cat([p, tok(completion, add_special_tokens=False, return_tensors="pt").input_ids], 1)
+        with torch.no_grad(), contextlib.nullcontext() if adapter else model.disable_adapter():
+            lp = model(input_ids=x).logits[0, :-1].float().log_softmax(-1)
+        return float(lp[p.shape[1] - 1 :].gather(1, x[0, p.shape[1] :, None]).sum())
+
+    def pr(keep: list[int]) -> tuple[int, str]:
+        hit = len(set(keep) & planted)
+        return len(keep), f"{hit / max(1, len(keep)):.2f} / {hit / len(planted):.2f}"
+
+    cells = [pr(named)[1]]
+    for adapter in (False, True):
+        keep = [r for r in named if rows[r]["completion"] not in labels or max(
+            logp(rows[r]["prompt"], c, adapter) for c in labels if c != rows[r]["completion"]
+        ) > logp(rows[r]["prompt"], rows[r]["completion"], adapter)]  # fmt: skip
+        n, text = pr(keep)
+        cells.append(f"{n}, {text}")
+    return cells
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -218,6 +267,8 @@ def main() -> None:
     tk.add_argument("runs", nargs="+")
     qt = sub.add_parser("query-tokens")
     qt.add_argument("runs", nargs="+")
+    ld = sub.add_parser("label-disagreement")
+    ld.add_argument("runs", nargs="+")
     args = ap.parse_args()
     if args.what == "null":
         run_null(args.variant, args.heldout, args.json)
@@ -225,6 +276,8 @@ def main() -> None:
         run_ranking()
     elif args.what == "query-tokens":
         run_query_tokens(args.runs)
+    elif args.what == "label-disagreement":
+        run_label_disagreement(args.runs)
     else:
         run_tokens(args.runs)
 
