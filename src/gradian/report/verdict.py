@@ -239,9 +239,9 @@ def criterion_text(policy: CulpritPolicy) -> str:
             "rows are read again, for a head or a finding's rows that carry their harm (every finding test under one "
             "Bonferroni level)"
             + (
-                f", and on the regressed items the groups do not drive (their harm on it under {policy.driven_z:g} "
-                "standard deviations above as many random rows'), where a head counts when its rows carry the rest's "
-                "harm over every item"
+                f", and on the regressed items the groups do not drive (the groups' harm on each under "
+                f"{policy.driven_z:g} standard deviations above that of as many random rows), where a head counts "
+                "when its rows carry the rest's harm over every item"
                 if policy.driven_z > 0
                 else ""
             )
@@ -336,9 +336,9 @@ def _read_on_undriven(found: Culprits) -> list[str]:
     """The sentence for rows that stood out on the regressed items the first groups do not drive."""
     return [
         f"On the {u.items} of the {u.of_items} regressed items that the groups before them do not drive (their harm "
-        f"there is under {u.z:g} standard deviations above that of as many random rows), {u.rows} more "
-        f"rows stand out, and over every regressed item their harm ranks above the other rows' (p = {u.p:.1g}), so "
-        "they join the culprits: a second defect's items are outweighed by the first's in the sum."
+        f"there is under {u.z:g} standard deviations above that of as many random rows), {u.rows} of the other "
+        f"rows stand out, and over every regressed item their harm ranks above the rest's (p = {u.p:.1g}), so they "
+        "join the culprits: a second defect's items are outweighed by the first's in the sum."
         for u in found.undriven
     ]
 
