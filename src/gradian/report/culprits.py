@@ -392,40 +392,87 @@ def find_culprits(
     way."""
     policy = policy or CulpritPolicy()
     s = np.asarray(scores, dtype=np.float64)
-    rows = [int(r) for r in rows]
-    pos_total = float(np.clip(s, 0, None).sum())
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
     if S is not None and not (S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability):
         S = None
     emb = None if embeddings is None or policy.extend_z <= 0 else np.asarray(embeddings, dtype=np.float64)
-    score_of = {rows[j]: float(s[j]) for j in range(len(s))}
+    rd = _Reading(S, s, [int(r) for r in rows], findings, texts, emb, policy)
     head = stable_head(S, s, policy)
-    n_tests = [0]  # every finding test of this verdict, for one Bonferroni level
-    harmful = harmful_findings(S, s, rows, findings, policy, n_tests)
+    harmful = harmful_findings(S, s, rd.rows, findings, policy, rd.family)
     carriers = [t.finding for t in harmful]
-    above = s > float(np.median(s))  # a harm-carrying finding's rows join with harm above the median of every row
-    seeded = np.logical_or.reduce([t.flagged for t in harmful], initial=False) & above
-
-    def ranked(mask: np.ndarray) -> list[int]:
-        return [rows[j] for j in np.argsort(-s, kind="stable") if mask[j]]
-
+    seeded = np.logical_or.reduce([t.flagged for t in harmful], initial=False) & rd.above
     groups: list[Group] = []
     stability, basis = head.stability, "head"
     if head.stable and head.kept.any():
-        groups = group_rows(
-            ranked(head.kept | seeded), score_of, pos_total, findings, texts, len(rows), policy, carriers
-        )
-        _settle(groups, emb, s, rows, pos_total, policy)
+        groups = rd.group(head.kept | seeded, carriers)
     elif seeded.any():  # no head stands out, but the rows a finding flags carry the harm
-        groups = group_rows(ranked(seeded), score_of, pos_total, findings, texts, len(rows), policy, carriers)
-        _settle(groups, emb, s, rows, pos_total, policy)
+        groups = rd.group(seeded, carriers)
         freqs = [t.frequency for t in harmful if t.frequency is not None]
         stability, basis = (min(freqs) if freqs else None), "finding"
+    undriven = _explain_away(rd, groups, harmful, carriers)
+    culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-rd.score_of.get(r, 0.0), r))
+    head_share = sum(g.harm_share for g in groups)
+    if not groups:
+        culprit_rows = rd.ranked(head.kept)
+        head_share = float(s[head.kept].clip(0).sum()) / rd.pos_total if rd.pos_total > 0 else 0.0
+    concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
+    if not concentrated:
+        groups, undriven = [], []
+        stability, basis = head.stability, "head"
+    return Culprits(
+        concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, rd.family[0],
+        undriven,
+    )  # fmt: skip
+
+
+@dataclass
+class _Reading:
+    """What every reading of one verdict shares: the harm, the rows, the findings, the policy and the count of
+    finding tests made (one Bonferroni family)."""
+
+    S: np.ndarray | None
+    s: np.ndarray
+    rows: list[int]
+    findings: Sequence[Mapping[str, Any]]
+    texts: Mapping[int, str] | None
+    emb: np.ndarray | None
+    policy: CulpritPolicy
+    family: list[int] = field(default_factory=lambda: [0])
+
+    def __post_init__(self) -> None:
+        self.score_of = {r: float(v) for r, v in zip(self.rows, self.s, strict=True)}
+        self.pos_total = float(np.clip(self.s, 0, None).sum())
+        self.above = self.s > float(np.median(self.s)) if len(self.s) else np.zeros(0, dtype=bool)  # a finding's
+        # rows join with harm above the median of every row
+
+    def ranked(self, mask: np.ndarray) -> list[int]:
+        return [self.rows[j] for j in np.argsort(-self.s, kind="stable") if mask[j]]
+
+    def group(
+        self, mask: np.ndarray, carriers: Sequence[Mapping[str, Any]], groups: Sequence[Group] = ()
+    ) -> list[Group]:
+        """``groups`` and new groups of the rows in ``mask`` (:func:`group_rows`), settled together (``_settle``)."""
+        grouped = {x for g in groups for x in g.rows}
+        out = list(groups) + group_rows(
+            self.ranked(mask), self.score_of, self.pos_total, self.findings, self.texts, len(self.rows), self.policy,
+            carriers, grouped,
+        )  # fmt: skip
+        _settle(out, self.emb, self.s, self.rows, self.pos_total, self.policy)
+        return out
+
+
+def _explain_away(
+    rd: _Reading, groups: list[Group], harmful: list[FindingTest], carriers: list[Mapping[str, Any]]
+) -> list[UndrivenRead]:
+    """Set aside what the groups explain and read the rest again, until nothing more is found (step 6 of the module
+    doc): for a head of its own, on every item and on the items no group drives, and for findings whose rows carry
+    the rest's harm (a second defect's share of all harm is diluted by the first). ``groups``, ``harmful`` and
+    ``carriers`` grow in place; returns the heads found on the undriven items."""
+    S, s, rows, policy = rd.S, rd.s, rd.rows, rd.policy
     live = np.ones(0 if S is None else S.shape[0], dtype=bool)  # regressed items no group drives yet
     undriven: list[UndrivenRead] = []
     read: set[int] = set()  # rows a head has held: each round sets aside at least one more row, so the loop ends
-    while groups:  # what the groups explain is set aside, and the rest is read again: for a head of its own, and
-        # for findings whose rows carry the rest's harm (a second defect's share of all harm is diluted by the first)
+    while groups:
         grouped = {x for g in groups for x in g.rows}  # unchanged until this round's groups are made
         read |= grouped
         if len(read) >= policy.max_head_fraction * len(rows):
@@ -439,43 +486,21 @@ def find_culprits(
             more[at[sub.kept]] = True
         if S is not None and policy.driven_z > 0:  # and on the items no group drives
             live &= ~driven_mask(S, [j for j, r in enumerate(rows) if r in grouped], live, policy)
-            if (on_live := undriven_head(S, live, rest, s[rest], policy, n_tests)) is not None:
+            if (on_live := undriven_head(S, live, rest, s[rest], policy, rd.family)) is not None:
                 more[at[on_live[0]]] = True
                 undriven.append(on_live[1])
         rest_rows = [rows[j] for j in at]
-        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, findings, policy, n_tests, on_rest=True)
+        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, rd.findings, policy, rd.family, on_rest=True)
                if not any(t.finding is c for c in carriers)]  # fmt: skip
         for t in new:
-            more[at[t.flagged & above[rest]]] = True
+            more[at[t.flagged & rd.above[rest]]] = True
         if not more.any():
             break
         harmful += new
         carriers += [t.finding for t in new]
-        read |= set(ranked(more))
-        groups += group_rows(ranked(more), score_of, pos_total, findings, texts, len(rows), policy, carriers, grouped)
-        _settle(groups, emb, s, rows, pos_total, policy)
-    culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-score_of.get(r, 0.0), r))
-    head_share = sum(g.harm_share for g in groups)
-    if not groups:
-        culprit_rows = ranked(head.kept)
-        head_share = float(s[head.kept].clip(0).sum()) / pos_total if pos_total > 0 else 0.0
-    concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
-    if not concentrated:
-        groups = []
-        stability, basis = head.stability, "head"
-    return Culprits(
-        concentrated,
-        culprit_rows,
-        head_share,
-        stability,
-        groups,
-        reason,
-        harmful,
-        basis,
-        head.raw,
-        n_tests[0],
-        undriven if concentrated else [],
-    )
+        read |= set(rd.ranked(more))
+        groups[:] = rd.group(more, carriers, groups)
+    return undriven
 
 
 def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
