@@ -166,20 +166,34 @@ def from_env(device: str | None = None) -> Dist:
                 )
             torch.cuda.set_device(local)
         td.init_process_group(backend=backend)
+        _JOINED.append(True)
         _stop_quietly_on_sigterm()
     else:
         backend = td.get_backend()
     return Dist(rank=td.get_rank(), world=td.get_world_size(), local_rank=local, backend=backend)
 
 
+_JOINED: list[bool] = []  # set when from_env joined torchrun's process group itself (this process is a worker)
+
+
 def close() -> None:
     """End a finished torchrun job cleanly: every rank waits for the others (rank 0 may still be writing the report),
     then leaves the process group. A gloo process group left to the interpreter's exit can abort a rank
-    ("terminate called without an active exception"), which torchrun reports as a failed job."""
+    ("terminate called without an active exception"), which torchrun reports as a failed job; destroying the group
+    first made that rare, not impossible (CI's 61-row 3-rank run once more). So a worker whose group gradian joined
+    itself then flushes its output and leaves at once (``os._exit(0)``): no C++ destructor runs at interpreter exit.
+    A group the caller made is only left, never exited from."""
     td = _in_process_group()
-    if td is not None:
-        td.barrier()
-        td.destroy_process_group()
+    if td is None:
+        return
+    td.barrier()
+    td.destroy_process_group()
+    if _JOINED:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _in_process_group() -> Any:
