@@ -484,9 +484,9 @@ def _explain_away(
         more = np.zeros(len(s), dtype=bool)
         if sub.stable and sub.kept.any():
             more[at[sub.kept]] = True
-        if S is not None and policy.driven_z > 0:  # and on the items no group drives
+        if S is not None and S_rest is not None and policy.driven_z > 0:  # and on the items no group drives
             live &= ~driven_mask(S, [j for j, r in enumerate(rows) if r in grouped], live, policy)
-            if (on_live := undriven_head(S, live, rest, s[rest], policy, rd.family)) is not None:
+            if (on_live := undriven_head(S_rest, live, s[rest], policy, rd.family)) is not None:
                 more[at[on_live[0]]] = True
                 undriven.append(on_live[1])
         rest_rows = [rows[j] for j in at]
@@ -517,20 +517,21 @@ def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: Cu
 
 
 def undriven_head(
-    S: np.ndarray, live: np.ndarray, rest: np.ndarray, s_rest: np.ndarray, policy: CulpritPolicy, family: list[int]
+    S_rest: np.ndarray, live: np.ndarray, s_rest: np.ndarray, policy: CulpritPolicy, family: list[int]
 ) -> tuple[np.ndarray, UndrivenRead] | None:
-    """The rest read on the items no group drives (``live``): a second defect's items are swamped in the sum by the
-    first's, so its rows may stand out only there. The stable head found there (a mask over the rest) counts only
-    when its rows also carry the rest's harm over every regressed item (:func:`carrying_sets`, in the verdict's
-    Bonferroni family): rows that lead a few drifting items do not."""
+    """The rest (``S_rest``: every regressed item x the rows outside the groups; ``s_rest`` its column sums) read on
+    the items no group drives (``live``): a second defect's items are swamped in the sum by the first's, so its rows
+    may stand out only there. The stable head found there (a mask over the rest) counts only when its rows also carry
+    the rest's harm over every regressed item (:func:`carrying_sets`, in the verdict's Bonferroni family): rows that
+    lead a few drifting items do not."""
     n_live = int(live.sum())
     if not policy.min_items_for_stability <= n_live < len(live):
         return None
-    S_live = S[live][:, rest]
+    S_live = S_rest[live]
     head = stable_head(S_live, S_live.sum(axis=0), policy)
     if not (head.stable and head.kept.any()):
         return None
-    carried = carrying_sets(S[:, rest], s_rest, [head.kept], policy, family)
+    carried = carrying_sets(S_rest, s_rest, [head.kept], policy, family)
     if not carried:
         return None
     return head.kept, UndrivenRead(int(head.kept.sum()), n_live, len(live), float(carried[0][1]), policy.driven_z)
