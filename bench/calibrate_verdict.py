@@ -3,6 +3,7 @@
     python bench/calibrate_verdict.py --runs bench/work/scenarios            # score the default policy
     python bench/calibrate_verdict.py --runs bench/work/scenarios --search   # grid over the thresholds
     python bench/calibrate_verdict.py --runs bench/work/scenarios --heldout  # the held-out runs alone
+    python bench/calibrate_verdict.py --runs bench/work/scenarios --set heldout17  # or another set (recipes.SETS)
 
 Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the planted rows and the expected cause,
 "none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from scenarios.recipes import heldout  # noqa: E402
+from scenarios.recipes import SETS, run_set  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
 from gradian.report.culprits import CulpritPolicy  # noqa: E402
@@ -467,8 +468,10 @@ def main() -> None:
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
     ap.add_argument("--vary", nargs="+", choices=sorted(GRID), help="search only these policy keys")
     ap.add_argument("--only", nargs="+", help="score only these runs (names under --runs)")
-    ap.add_argument("--heldout", action="store_true",
-                    help="score only the held-out runs (recipes.heldout()), which are otherwise left out")  # fmt: skip
+    ap.add_argument("--heldout", action="store_true", help="the same as --set heldout")
+    ap.add_argument("--set", choices=sorted(SETS), default="suite",
+                    help="which runs to score: " + "; ".join(f"{k}: {v}" for k, v in SETS.items()) + ". Only the "
+                    "suite chooses thresholds; the others measure them")  # fmt: skip
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
@@ -479,8 +482,8 @@ def main() -> None:
     if args.policy_only:
         for k in RULE_GRID:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
-    held = {r.name for r in heldout()}  # never scored with the rest: they measure the rule, not choose it
-    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d.name in held) == args.heldout]
+    want = "heldout" if args.heldout else args.set  # never scored with the rest: they measure the rule, not choose it
+    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and run_set(d.name) == want]
     dirs = [d for d in dirs if not args.only or d.name in args.only]
     runs = [r for d in dirs if (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))

@@ -88,6 +88,21 @@ def test_suite_recipes_are_unique_and_cover_every_kind():
         assert (r.fraction == 0) == (kinds.KINDS[r.kind].cause == "none")
 
 
+def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
+    from scenarios.recipes import HELDOUT_17, SETS, bigger, by_name, heldout, run_set
+
+    named = {"heldout": heldout(), "heldout17": heldout(HELDOUT_17), "smollm2": bigger()}
+    everything = [r.name for r in suite() + bigger()]
+    assert len(everything) == len(set(everything))
+    for key, recipes in named.items():
+        assert key in SETS and recipes
+        assert {run_set(r.name) for r in recipes} == {key}
+        assert all(by_name(r.name) == r for r in recipes)
+    calibration = [r for r in suite() if run_set(r.name) == "suite"]
+    assert len(calibration) == len(suite()) - len(heldout()) - len(heldout(HELDOUT_17))
+    assert all(r.model == "" for r in calibration) and all(r.name.endswith("_smollm2") for r in bigger())
+
+
 def test_edits_record_where_the_defect_is_without_changing_the_text():
     import re
 

