@@ -11,7 +11,9 @@ import pytest
 
 from gradian.diagnose.types import Finding
 from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
+from gradian.report.render import rows_to_read
 from gradian.report.verdict import make_verdict, setup_errors
+from gradian.report.verdict_schema import Verdict
 
 N = 400
 
@@ -455,6 +457,36 @@ def test_a_second_defects_finding_is_read_on_the_rest(seed):
     assert read_later and read_later[0]["on_rest"]  # found on the rest, not in the first reading
     assert f"With the rows that stand out set aside, the {read_later[0]['rows']} rows diagnose flags" in v["text"]
     assert f"in {round(100 * read_later[0]['frequency'])}% of the resamples" in v["text"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_light_content_group_beside_a_mechanical_one_is_set_aside_not_named(seed):
+    """A mechanical defect's 12 flagged rows harm every item; 4 other rows harm 3 of the 12 items strongly. Those 4
+    stand out in the sum and no finding flags them, a quarter of the head rows: a content group by count, but one
+    that carries under ``min_head_share`` of the harm. They are set aside and listed to read, not named; the same
+    rows carrying more harm are named (their group is a second defect)."""
+    mech, riders = list(range(0, 396, 33)), [5, 105, 205, 305]
+    cut = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
+           "evidence": {"rows": mech}, "fix": "restore the answers"}  # fmt: skip
+    S = harm_matrix(mech, seed=seed)
+    S[:3, riders] += 14.0
+    pos = np.clip(S.sum(0), 0, None)
+    assert pos[riders].sum() / pos.sum() < CulpritPolicy().min_head_share
+    off = find_culprits(S, S.sum(0), list(range(N)), findings=[cut], policy=CulpritPolicy(min_head_share=0.0))
+    assert {g.cause for g in off.groups} == {"mechanical", "content"}  # without the rule they are named
+    v = verdict(S, [cut])
+    assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
+    assert sorted(v["drop_rows"]) == mech
+    aside = v["how"]["set_aside"]
+    assert len(aside) == 1 and aside[0]["harm_share"] < CulpritPolicy().min_head_share
+    assert set(riders) <= set(aside[0]["rows"]) and len(aside[0]["rows"]) <= len(riders) + 1  # a noise row may lead too
+    n = len(aside[0]["rows"])
+    assert any(f"Beside the mechanical group, {n} rows that no finding flags" in s for s in v["sentences"])
+    assert rows_to_read(Verdict.from_dict(v))[-1][1] == aside[0]["rows"]
+    S[:, riders] += 14.0  # now they harm every item: a second defect, named
+    v = verdict(S, [cut])
+    assert v["cause"] == "mechanical+content" and set(mech + riders) <= set(v["drop_rows"])
+    assert precision_recall(v["drop_rows"], mech + riders)[0] >= 0.85 and not v["how"]["set_aside"]
 
 
 def _texts(term_rows, *, seed=0, term="zorblax"):

@@ -43,6 +43,9 @@ column sum):
    regressed item (the finding test of step 4 on its rows), so rows that lead a few drifting items do not. Repeated
    until nothing more is found or the groups hold ``max_head_fraction`` of the rows. The culprit share test (step 2)
    reads the groups.
+7. **Minor groups.** Beside a mechanical group, a content group that carries under ``min_head_share`` of the positive
+   harm is set aside (:func:`minor`): listed for the user to read, not named. A finding names the defect's rows; a few
+   head rows it does not flag, too light to be a head on their own, lead some items beside the defect.
 
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
 rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
@@ -88,7 +91,11 @@ class CulpritPolicy:
     head_z: float = field(default=2.0, metadata={"help": "Head: harm above median + this many robust spreads."})
     max_head_fraction: float = field(default=0.3, metadata={"help": "Head: at most this share of the rows."})
     min_head_share: float = field(
-        default=0.2, metadata={"help": "A culprit head carries at least this share of the positive harm."}
+        default=0.2,
+        metadata={
+            "help": "A culprit head carries at least this share of the positive harm; beside a mechanical group, so "
+            "does each content group (a lighter one is set aside, not named)."
+        },
     )
     bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
     min_stability: float = field(
@@ -254,6 +261,7 @@ class Culprits:
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
     tests: int = 0  # finding tests made (one Bonferroni family; gradian.report.term_hints continues it)
     undriven: list[UndrivenRead] = field(default_factory=list)  # heads found on the items no group drives
+    set_aside: list[Group] = field(default_factory=list)  # content groups too light beside a mechanical one (minor)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,6 +274,7 @@ class Culprits:
             "groups": [g.to_dict() for g in self.groups],
             "findings": [t.to_dict() for t in self.findings],
             "undriven": [asdict(u) for u in self.undriven],
+            "set_aside": [g.to_dict() for g in self.set_aside],
             "reason": self.reason,
         }
 
@@ -410,6 +419,7 @@ def find_culprits(
         freqs = [t.frequency for t in harmful if t.frequency is not None]
         stability, basis = (min(freqs) if freqs else None), "finding"
     undriven = _explain_away(rd, groups, harmful, carriers)
+    groups, set_aside = minor(groups, policy)
     culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-rd.score_of.get(r, 0.0), r))
     head_share = sum(g.harm_share for g in groups)
     if not groups:
@@ -417,12 +427,27 @@ def find_culprits(
         head_share = float(s[head.kept].clip(0).sum()) / rd.pos_total if rd.pos_total > 0 else 0.0
     concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
     if not concentrated:
-        groups, undriven = [], []
+        groups, undriven, set_aside = [], [], []
         stability, basis = head.stability, "head"
     return Culprits(
         concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, rd.family[0],
-        undriven,
+        undriven, set_aside,
     )  # fmt: skip
+
+
+def minor(groups: list[Group], policy: CulpritPolicy) -> tuple[list[Group], list[Group]]:
+    """(groups to name, content groups set aside). Beside a mechanical group, a content group that carries under
+    ``min_head_share`` of the positive harm is set aside: the finding names the defect's rows, and a few head rows it
+    does not flag that carry less than a head must on its own lead some items beside the defect; they are not a
+    second defect (on the planted-fault suite, every second defect's group carries over a quarter of the harm, and
+    the light ones held no planted row; docs/benchmarks.md §8, session 17)."""
+    if not any(g.cause == "mechanical" for g in groups):
+        return groups, []
+    named: list[Group] = []
+    light: list[Group] = []
+    for g in groups:
+        (light if g.cause == "content" and g.harm_share < policy.min_head_share else named).append(g)
+    return named, light
 
 
 @dataclass

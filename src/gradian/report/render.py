@@ -348,14 +348,20 @@ def listed(items: Sequence[Any], limit: int) -> str:
 
 
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
-    """(label, rows) for each term hint of the verdict (:mod:`gradian.report.term_hints`): rows past drop_rows to
-    read for the same defect."""
+    """(label, rows) for each term hint of the verdict (:mod:`gradian.report.term_hints`), rows past drop_rows to
+    read for the same defect, and each content group set aside beside a mechanical one (:func:`culprits.minor`)."""
     hints = v.how.hints if v.how is not None else []
+    aside = v.how.set_aside if v.how is not None else []
     return [
         (f'Rows to read ({len(h.get("rows") or [])} that hold "{h.get("term")}", not in drop_rows)',
          [int(r) for r in h.get("rows") or []])
         for h in hints
         if h.get("rows")
+    ] + [
+        (f"Rows to read ({len(g.rows)} set aside beside the mechanical group, {pct(g.harm_share)} of the harm, not in "
+         "drop_rows)", list(g.rows))
+        for g in aside
+        if g.rows
     ]  # fmt: skip
 
 

@@ -230,7 +230,8 @@ def criterion_text(policy: CulpritPolicy) -> str:
         f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows that lead {policy.bootstrap} resamples "
         f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
         f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
-        f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm"
+        f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a mechanical group, so "
+        "must each content group; a lighter one is set aside)"
         + (
             f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
@@ -367,6 +368,24 @@ def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[
     return [sentence], [step]
 
 
+def _set_aside(found: Culprits, min_share: float) -> tuple[list[str], list[str]]:
+    """The sentence and next step for content groups set aside beside a mechanical one (:func:`culprits.minor`)."""
+    if not found.set_aside:
+        return [], []
+    n = sum(len(g.rows) for g in found.set_aside)
+    share = sum(g.harm_share for g in found.set_aside)
+    sentence = (
+        f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but they carry "
+        f"{pct(share)} of the harm, under the {pct(min_share)} a group of its own needs: rows that lead "
+        "a few regressed items beside the defect rather than a second defect, so they are not in drop_rows."
+    )
+    step = (
+        f"Read the {_rows_word(n)} set aside beside the mechanical group (listed under Rows to read, and in "
+        "report.json verdict.how.set_aside) once the named rows are fixed, if some regressed items stay worse."
+    )
+    return [sentence], [step]
+
+
 def _concentrated(
     draft: _Draft,
     found: Culprits,
@@ -447,12 +466,13 @@ def _concentrated(
             )
             explained.add(str(sh.code))
     hint_sentences, hint_steps = _hints(found, hints)
-    draft.sentences.extend(hint_sentences)
+    aside_sentences, aside_steps = _set_aside(found, float(v.policy.get("min_head_share") or 0.0))
+    draft.sentences.extend(hint_sentences + aside_sentences)
     draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
     draft.next_steps.append(
         f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
     )
-    draft.next_steps.extend(hint_steps)
+    draft.next_steps.extend(hint_steps + aside_steps)
     for _, vg in groups:
         for sh in vg.shared if vg.cause == "content" else ():
             if sh.fix:

@@ -117,6 +117,7 @@ class Decision(Record):
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.term_hints.TermHint.to_dict()
     undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
+    set_aside: list[VerdictGroup] = field(default_factory=list)  # content groups too light beside a mechanical one
     reason: str = ""
     driven: dict[str, Any] = field(default_factory=dict)  # gradian.report.driven.DrivenItems.to_dict() of drop_rows
 
@@ -134,6 +135,7 @@ class Decision(Record):
             findings=[dict(f) for f in data.get("findings") or []],
             hints=[dict(h) for h in data.get("hints") or []],
             undriven=[dict(u) for u in data.get("undriven") or []],
+            set_aside=[VerdictGroup.from_dict(g) for g in data.get("set_aside") or []],
             reason=str(data.get("reason") or ""),
             driven=dict(data.get("driven") or {}),
         )
