@@ -376,7 +376,7 @@ def _set_aside(found: Culprits, min_share: float) -> tuple[list[str], list[str]]
     share = sum(g.harm_share for g in found.set_aside)
     sentence = (
         f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but they carry "
-        f"{pct(share)} of the harm, under the {pct(min_share)} a group of its own needs: rows that lead "
+        f"{pct(share)} of the harm, under the {pct(min_share)} a group of its own needs: likely rows that lead "
         "a few regressed items beside the defect rather than a second defect, so they are not in drop_rows."
     )
     step = (
