@@ -368,7 +368,7 @@ def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[
     return [sentence], [step]
 
 
-def _set_aside(found: Culprits, min_share: float) -> tuple[list[str], list[str]]:
+def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The sentence and next step for content groups set aside beside a mechanical one (:func:`culprits.minor`)."""
     if not found.set_aside:
         return [], []
@@ -376,8 +376,9 @@ def _set_aside(found: Culprits, min_share: float) -> tuple[list[str], list[str]]
     share = sum(g.harm_share for g in found.set_aside)
     sentence = (
         f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but they carry "
-        f"{pct(share)} of the harm, under the {pct(min_share)} a group of its own needs: likely rows that lead "
-        "a few regressed items beside the defect rather than a second defect, so they are not in drop_rows."
+        f"{pct(share)} of the harm, under the {pct(float(policy.get('min_head_share') or 0))} a group of its own "
+        "needs. They likely lead a few regressed items beside the defect rather than make a second one, so they are "
+        "not in drop_rows."
     )
     step = (
         f"Read the {_rows_word(n)} set aside beside the mechanical group (listed under Rows to read, and in "
@@ -466,7 +467,7 @@ def _concentrated(
             )
             explained.add(str(sh.code))
     hint_sentences, hint_steps = _hints(found, hints)
-    aside_sentences, aside_steps = _set_aside(found, float(v.policy.get("min_head_share") or 0.0))
+    aside_sentences, aside_steps = _set_aside(found, v.policy)
     draft.sentences.extend(hint_sentences + aside_sentences)
     draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
     draft.next_steps.append(
