@@ -124,8 +124,7 @@ class CulpritPolicy:
         default=0.5, metadata={"help": "A finding describes a group when it flags this share of the group's rows."}
     )
     min_group_share: float = field(
-        default=0.2,
-        metadata={"help": "A mechanical group holds at least this share of the head rows."},
+        default=0.2, metadata={"help": "A mechanical group holds at least this share of the head rows."}
     )
     enrichment: float = field(
         default=1.75,
@@ -777,7 +776,7 @@ def group_rows(
         left -= hit
         taken |= hit
         flagged = [(g, r) for g, r in flagged if g is not f]
-    if left:  # beside a mechanical group, too few or too light a content group is set aside (minor)
+    if left:  # a content group; beside a mechanical one, a light one is set aside later (minor)
         rest = ordered(left)
         group = Group("content", rest, share(rest))
         content = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "content"]
