@@ -489,22 +489,6 @@ def test_a_light_content_group_beside_a_mechanical_one_is_set_aside_not_named(se
     assert precision_recall(v["drop_rows"], mech + riders)[0] >= 0.85 and not v["how"]["set_aside"]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_two_heavy_rows_beside_a_mechanical_group_are_named_however_few(seed):
-    """Two rows no finding flags that carry a quarter of the harm beside a 40-row mechanical defect: too few for a
-    group by count, but heavy enough to be named (as content), not set aside."""
-    mech, heavy = PLANTED, [5, 205]
-    cut = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
-           "evidence": {"rows": mech}, "fix": "restore the answers"}  # fmt: skip
-    S = harm_matrix(mech, seed=seed)
-    S[:, heavy] += 60.0
-    pos = np.clip(S.sum(0), 0, None)
-    assert pos[heavy].sum() / pos.sum() > CulpritPolicy().min_head_share
-    v = verdict(S, [cut])
-    assert v["cause"] == "mechanical+content" and set(mech + heavy) <= set(v["drop_rows"])
-    assert not v["how"]["set_aside"]
-
-
 def _texts(term_rows, *, seed=0, term="zorblax"):
     """One short text per row from a 300-word vocabulary; ``term_rows`` also hold ``term``."""
     rng = np.random.default_rng(seed)

@@ -374,11 +374,16 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
         return [], []
     n = sum(len(g.rows) for g in found.set_aside)
     share = sum(g.harm_share for g in found.set_aside)
+    min_share = float(policy.get("min_head_share") or 0.0)
+    why = (
+        f"they carry {pct(share)} of the harm, under the {pct(min_share)} a group of its own needs"
+        if share < min_share
+        else f"they carry {pct(share)} of the harm, but are too few for a group of their own (under "
+        f"{pct(float(policy.get('min_group_share') or 0.0))} of the named rows)"
+    )
     sentence = (
-        f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but they carry "
-        f"{pct(share)} of the harm, under the {pct(float(policy.get('min_head_share') or 0))} a group of its own "
-        "needs. They likely lead a few regressed items beside the defect rather than make a second one, so they are "
-        "not in drop_rows."
+        f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but {why}. They likely "
+        "lead a few regressed items beside the defect rather than make a second one, so they are not in drop_rows."
     )
     step = (
         f"Read the {_rows_word(n)} set aside beside the mechanical group (listed under Rows to read, and in "
