@@ -786,8 +786,9 @@ def group_rows(
         taken |= hit
         flagged = [(g, r) for g, r in flagged if g is not f]
     if groups and len(left) < max(2, policy.min_group_share * len(taken | left)):
-        big = max(groups, key=lambda g: len(g.rows))  # too few for a group of their own: they ride along (the rows
-        big.rows = ordered(set(big.rows) | left)  # a finding misses of its defect, as often as rows beside it)
+        # too few for a group of their own: they ride along (as often the rows a finding missed as rows beside it)
+        big = max(groups, key=lambda g: len(g.rows))
+        big.rows = ordered(set(big.rows) | left)
         big.harm_share = share(big.rows)
         left = set()
     if left:  # a content group; beside a mechanical one, a light or small one is set aside later (minor)

@@ -231,7 +231,8 @@ def criterion_text(policy: CulpritPolicy) -> str:
         f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
         f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
         f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a mechanical group, so "
-        "must each content group; a lighter one is set aside)"
+        f"must each content group, and hold >= {pct(policy.min_group_share)} of the groups' rows; one that does not "
+        "is set aside)"
         + (
             f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
@@ -379,7 +380,7 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
         f"they carry {pct(share)} of the harm, under the {pct(min_share)} a group of its own needs"
         if share < min_share
         else f"they carry {pct(share)} of the harm, but are too few for a group of their own (under "
-        f"{pct(float(policy.get('min_group_share') or 0.0))} of the named rows)"
+        f"{pct(float(policy.get('min_group_share') or 0.0))} of the rows the groups hold)"
     )
     sentence = (
         f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but {why}. They likely "
