@@ -34,6 +34,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from scenarios.recipes import SETS, run_set  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
+from gradian.attribute.token_profiles import TokenProfiles  # noqa: E402
+from gradian.report.cli import load_token_profiles  # noqa: E402
 from gradian.report.culprits import CulpritPolicy  # noqa: E402
 from gradian.report.verdict import make_verdict  # noqa: E402
 
@@ -53,6 +55,7 @@ class Run:
     texts: dict[int, str]
     roles: list[str]
     emb: np.ndarray | None = None  # (rows, k) gradient embeddings, ``cols`` order
+    profiles: TokenProfiles | None = None  # attr/token_profiles.json (older runs: none)
 
 
 @functools.cache
@@ -121,6 +124,7 @@ def load_run(d: Path) -> Run | None:
         texts,
         list(planted.get("eval_roles") or []),
         np.load(attr / "embeddings.npy").astype(np.float64) if (attr / "embeddings.npy").is_file() else None,
+        load_token_profiles(attr),
     )
 
 
@@ -251,7 +255,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     v = make_verdict(
         [], run.findings, examples, regressed, n_rows=len(run.cols), item_scores=S if pick else None,
         item_rows=run.cols, texts=run.texts, regression=call.to_dict(), policy=policy, embeddings=run.emb,
-        embedding_rows=run.cols,
+        token_profiles=run.profiles,
     ).to_dict()  # fmt: skip
     drop = set(v["drop_rows"])
     out = {"name": run.name, "kind": run.kind, "expected": run.cause, "verdict": v["kind"], "cause": v["cause"]}
@@ -311,7 +315,9 @@ def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tup
     if S is None:
         ok = run.cause == "none" or not run.planted
         return float(ok), ok
-    found = find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb, policy=policy)
+    found = find_culprits(
+        S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb, policy=policy, token_profiles=run.profiles
+    )
     if run.cause == "none" or not run.planted:
         return float(not found.concentrated), not found.concentrated
     if not found.concentrated:

@@ -92,6 +92,46 @@ def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
     assert max(h for _, h in top if h is not None) > 3 * abs(split[0]["score"]) / len(top)
 
 
+def test_token_profiles_are_the_token_harm_by_token(fp64_model):
+    """The verdict's token profiles (:mod:`gradian.attribute.token_profiles`) are the top rows' token harm summed per
+    token key, the same split report.json shows per token; the holders are counted over every scored row."""
+    from collections import Counter
+
+    from gradian.attribute.api import run_attribution
+    from gradian.attribute.engine import pad_id_of
+    from gradian.attribute.token_profiles import KEYS_PER_ROW, token_key
+    from gradian.options import AttributeOptions
+
+    tok = fp64_model.tokenizer
+    train = load_examples(EX / "data" / "train.jsonl")
+    keep = sorted(PLANTED)[:12] + [i for i in range(len(train)) if i not in PLANTED][:36]
+    train_fx = format_examples([train[i] for i in keep], tok, FormatSettings(max_length=128))
+    eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
+    opts = AttributeOptions(proj_dim=0, token_harm=20, token_profiles=0.5)
+    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokenizer=tok)
+    prof = res.token_profiles
+    assert prof is not None and set(prof.rows) == {e["index"] for e in res.examples[:24]}
+    for e in res.examples[:20]:
+        pieces = [(token_key(t), h) for t, h in e["token_harm"] if h is not None]
+        by_key: Counter[str] = Counter()
+        for i, (k, h) in enumerate(pieces):
+            while not k.strip() and i + 1 < len(pieces):  # a lone space counts as the word it starts
+                i += 1
+                k = pieces[i][0]
+            if h > 0:
+                by_key[k] += h
+        positive, keys = prof.rows[e["index"]]
+        assert np.isclose(positive, sum(by_key.values()), rtol=1e-9)
+        want = dict(sorted(by_key.items(), key=lambda kv: -kv[1])[:KEYS_PER_ROW])
+        assert keys.keys() == want.keys() and np.allclose([keys[k] for k in want], list(want.values()), rtol=1e-9)
+    held: Counter[str] = Counter()
+    for fx in train_fx:
+        ids = np.asarray(fx.input_ids)[1:][np.asarray(fx.loss_mask, dtype=bool)[1:]]
+        keys = [token_key(tok.decode([int(i)]) or " ") for i in ids.tolist()]
+        held.update({next((k for k in keys[j:] if k.strip()), k) for j, k in enumerate(keys)})
+    assert prof.holders == {k: held[k] for k in prof.holders}
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The pipeline with the written eval completions, then with only the prompts (one shared gradient store)."""

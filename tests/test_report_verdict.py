@@ -9,10 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
 from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
 from gradian.report.render import rows_to_read
-from gradian.report.verdict import make_verdict, setup_errors
+from gradian.report.verdict import TOKEN_PROFILES_HINT, make_verdict, setup_errors
 from gradian.report.verdict_schema import Verdict
 
 N = 400
@@ -531,3 +532,51 @@ def test_a_term_innocent_rows_also_hold_is_no_hint(seed):
     v = verdict(S, texts=_texts(set(strong) | set(innocent), seed=seed))
     assert v["kind"] == "concentrated" and "zorblax" in v["groups"][0]["terms"]
     assert v["how"]["hints"] == [] and "Rows to read" not in " ".join(v["next_steps"])
+
+
+def _profiles(s, on_token, *, token="he", holders=200, seed=0, share=0.1):
+    """Token profiles of the top 30% rows by ``s``: the rows in ``on_token`` put 60-80% of their positive harm on
+    ``token``, the others ``share`` of it; the rest sits on words from a 300-word vocabulary."""
+    rng = np.random.default_rng(seed)
+    top = np.argsort(-s)[: int(0.3 * len(s))]
+    rows = {}
+    for r in top.tolist():
+        pos = abs(float(s[r])) + 1.0
+        on = (0.6 + 0.2 * rng.random()) if r in on_token else share
+        a, b = rng.choice(300, size=2, replace=False)
+        rows[r] = (pos, {token: on * pos, f"w{a}": (1 - on) * 0.6 * pos, f"w{b}": (1 - on) * 0.4 * pos})
+    return TokenProfiles(rows, {token: holders} | {f"w{k}": 30 for k in range(300)})
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_content_group_takes_the_rows_whose_harm_sits_on_its_tokens(seed):
+    """A pronoun flip's 20 strongest rows stand out; 20 more carry a little harm each (above the median, under the
+    head's cut), all on the same token. With the rows' token profiles the group takes the 20 weak rows too; innocent
+    rows with as much harm elsewhere stay out. Where most rows holding the token put their harm on it (a label such
+    as " sad."), it is what the rows are, and the group takes nobody by it. The tokens never make harm concentrated."""
+    strong, weak = list(range(0, N, 20)), list(range(7, N, 20))
+    S = harm_matrix(strong, seed=seed, strength=8.0)
+    rng = np.random.default_rng(seed + 7)
+    for r in weak:
+        S[:, r] += 0.8 + 0.2 * rng.random()
+    s = S.sum(0)
+    above = [r for r in weak if s[r] > np.median(s)]  # the rows the tokens may add
+    plain = verdict(S)
+    assert plain["kind"] == "concentrated" and precision_recall(plain["drop_rows"], weak)[1] <= 0.25
+    v = verdict(S, token_profiles=_profiles(s, set(strong + weak), seed=seed))
+    p, r = precision_recall(v["drop_rows"], strong + weak)
+    assert p >= 0.95 and r >= 0.9 and precision_recall(v["drop_rows"], above)[1] >= 0.9
+    (g,) = v["groups"]
+    assert g["tokens"] == ["he"] and g["by_tokens"] >= 0.5 * len(weak) and g["token_hold"] < 0.5
+    assert TOKEN_PROFILES_HINT in plain["next_steps"] and TOKEN_PROFILES_HINT not in v["next_steps"]
+    assert (
+        "because their harm sits on the group's tokens" in v["text"]
+        and "Most of their harm sits on the token 'he'" in v["text"]
+    )
+    # a label: most of the 60 rows that hold " sa" put their harm there, the innocent ones too
+    label = verdict(S, token_profiles=_profiles(s, set(strong + weak), token="sa", holders=60, share=0.9, seed=seed))
+    assert label["drop_rows"] == plain["drop_rows"] and label["groups"][0]["token_hold"] >= 0.5
+    assert "the tokens are what these rows are" in label["text"]
+    noise = harm_matrix(seed=seed)
+    quiet = verdict(noise, token_profiles=_profiles(noise.sum(0), set(range(0, N, 3)), seed=seed))
+    assert quiet["kind"] == "spread" and quiet["drop_rows"] == []

@@ -84,6 +84,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
         findings=findings_json,
         logs=ctx.logs,
         item_scores=res.item_scores,
+        token_profiles=res.token_profiles,
     )
     report = build_report(
         res.to_json(),
@@ -94,6 +95,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
         eval_examples=eval_rows,
         logs=ctx.logs,
         item_scores=res.item_scores,
+        token_profiles=res.token_profiles,
     )
     paths = render_all(report, out)
     return RunOutput(res, report, paths, findings)

@@ -3,6 +3,7 @@ split by regressed item, and the top rows' token harm, into one :class:`Attribut
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -11,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute import tokens
 from gradian.attribute.result import AttributionResult, RowIds
 from gradian.attribute.stages import Context, Regressions, Scored
+from gradian.attribute.token_profiles import KeyOf, TokenProfiles, count_holders, label_ids, row_keys, row_profile
 
 
 @dataclass
@@ -61,17 +64,25 @@ def assemble(
     contributions = [_contribution(ctx, reg, ids, int(file_index[i]), rows_ids[i], total[i], per_item[:, i])
                      for i in order[: o.top]]  # fmt: skip
     settings["query_items"] = [int(ctx.eval_fx[q].index) for q in reg.query]
-    if o.token_harm and tokenizer is not None:
+    profiles = None
+    n_profiles = math.ceil(o.token_profiles * len(order))
+    if (o.token_harm or n_profiles) and tokenizer is not None:
         t = time.perf_counter()
-        top = order[: o.token_harm]
-        n = _add_token_harm(ctx, scored.query_direction, [g.positions[i] for i in top], total[top], examples,
-                            tokenizer, notes)  # fmt: skip
-        if n is not None:
-            settings["token_harm_rows"] = n
+        top = order[: max(o.token_harm, n_profiles)]
+        harms = _token_harms(ctx, scored.query_direction, [g.positions[i] for i in top], total[top], notes)
+        if harms is not None:
+            fxs = [ctx.train_fx[int(g.positions[i])] for i in top]
+            for e, fx, h in zip(examples[: o.token_harm], fxs, harms, strict=False):
+                e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
+            settings["token_harm_rows"] = min(o.token_harm, len(top))
+            if n_profiles:
+                profiles = _profiles(ctx, tokenizer, g.positions, fxs[:n_profiles], harms[:n_profiles],
+                                     file_index[top[:n_profiles]])  # fmt: skip
+                settings["token_profile_rows"] = len(profiles.rows)
         timings["token_harm_s"] = time.perf_counter() - t
     return AttributionResult(o.method, settings, examples, reg.regressed, reg.eval_items, contributions, notes,
                              timings, item_scores=per_item, scores=total, embeddings=g.embeddings,
-                             embedding_index=[int(i) for i in file_index])  # fmt: skip
+                             embedding_index=[int(i) for i in file_index], token_profiles=profiles)  # fmt: skip
 
 
 def _local_rows(ctx: Context, scored: Scored, n_states: int, timings: dict[str, float]):
@@ -135,11 +146,10 @@ def _contribution(ctx: Context, reg: Regressions, ids: RowIds, index: int, row_i
     }
 
 
-def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence[int], scores: np.ndarray,
-                    examples: list[dict[str, Any]], tokenizer: Any, notes: list[str]) -> int | None:  # fmt: skip
-    """``token_harm`` on the top rows of ``examples`` (rank order; ``positions`` / ``scores`` of those rows); the
-    number of rows split, or None (with a note) when it could not be computed."""
-    from gradian.attribute import tokens
+def _token_harms(ctx: Context, xq: dict[str, Any] | None, positions: Sequence[int], scores: np.ndarray,
+                 notes: list[str]) -> list[np.ndarray] | None:  # fmt: skip
+    """Each row's harm split over its label tokens (rows at ``positions``, with ``scores``), or None (with a note)
+    when it could not be computed."""
     from gradian.attribute.methods import method_of
 
     normalized = method_of(ctx.options.method).normalized
@@ -153,11 +163,22 @@ def _add_token_harm(ctx: Context, xq: dict[str, Any] | None, positions: Sequence
     except (RuntimeError, NotImplementedError) as err:  # e.g. an attention kernel without a forward-mode derivative
         notes.append(f"token harm not computed: {str(err).splitlines()[0][:200]}")
         return None
-    for e, fx, h, score in zip(examples, fxs, harms, scores, strict=False):
-        if normalized and h.sum() != 0:  # the row's normalisation: a factor shared by its tokens
-            h = h * (score / h.sum())
-        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
-    return len(fxs)
+    if normalized:  # the row's normalisation: a factor shared by its tokens
+        harms = [h * (score / h.sum()) if h.sum() != 0 else h for h, score in zip(harms, scores, strict=True)]
+    return harms
+
+
+def _profiles(ctx: Context, tokenizer: Any, positions: np.ndarray, fxs: Sequence[Any], harms: Sequence[np.ndarray],
+              indices: np.ndarray) -> TokenProfiles:  # fmt: skip
+    """The token profiles of the top rows (``fxs`` with their token ``harms`` and training-file ``indices``), and
+    how many of the scored rows (``positions``) hold each of their keys."""
+    key_of = KeyOf(lambda i: tokenizer.decode([i]) or " ")  # SentencePiece decodes a lone "▁" (a space) to ""
+    rows = {}
+    for fx, h, index in zip(fxs, harms, indices, strict=True):
+        rows[int(index)] = row_profile(row_keys(label_ids(fx).tolist(), key_of), h)
+    keys = {k for _, ks in rows.values() for k in ks}
+    holders = count_holders((ctx.train_fx[int(p)] for p in positions), key_of, keys) if keys else {}
+    return TokenProfiles(rows, holders)
 
 
 def _file_indices(train_fx: Sequence, positions: np.ndarray) -> np.ndarray:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.token_profiles import TokenProfiles
+
 
 @dataclass
 class AttributionResult:
@@ -31,6 +33,7 @@ class AttributionResult:
     partial: bool = False  # a torchrun rank other than 0: its rows went to rank 0, which holds the result
     eval_examples: list | None = None  # the eval items as scored (generated completions filled in), not in JSON
     options: dict[str, Any] | None = None  # the AttributeOptions as given (gradian.options), report.json "options"
+    token_profiles: TokenProfiles | None = None  # where the top rows' harm sits by token; token_profiles.json
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema": "gradian.report/1", "method": self.method, "settings": self.settings}

@@ -94,6 +94,13 @@ class AttributeOptions(Options):
     token_harm: int = option(
         25, "The N top rows get their harm split over their tokens (the report shows the top 25).", min=0
     )
+    token_profiles: float = option(
+        0.0,
+        "Share of the rows, most harmful first, whose harm is split over their tokens for the verdict, e.g. 0.3: a "
+        "named content group also takes the rows whose harm sits on its tokens. Costs a forward-mode pass over these "
+        "rows (about 1.6x a training row each); stored gradients in --out are reused (0 = none).",
+        min=0,
+    )
     trust_remote_code: bool = option(False, "Allow the base model's own code.")
     top: int = option(20, "Rows shown and explained per item.", min=0)
     extra_methods: tuple[str, ...] = option((), "Other methods scored from the same stored gradients.", cli=False)
@@ -107,6 +114,9 @@ class AttributeOptions(Options):
                 f"--fisher true is for the Kronecker-factored methods; --method {self.method} uses {uses}",
                 fix="use --method ekfac or kfac with --fisher true, or --fisher empirical",
             )
+        if self.token_profiles > 1:
+            raise OptionError(f"--token-profiles {self.token_profiles} is a share of the rows, above 1",
+                              fix="pass a share from 0 to 1, e.g. --token-profiles 0.3")  # fmt: skip
         for m in self.extra_methods:
             if m not in METHODS:
                 raise OptionError(f"unknown extra method {m!r}", fix="use one of " + ", ".join(METHODS))

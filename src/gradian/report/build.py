@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
@@ -37,6 +38,9 @@ from gradian.report.verdict_schema import Verdict
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
+
+
+SHOWN_ROWS = 25  # the top rows whose text and per-item contributions the report shows
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -155,9 +159,9 @@ def build_report(
     logs: Any = None,
     k: int | None = None,
     seed: int = 0,
-    top_n: int = 25,
     item_scores: np.ndarray | None = None,
     policy: CulpritPolicy | None = None,
+    token_profiles: TokenProfiles | None = None,
 ) -> Report:
     """The final report (report.json is its ``to_dict()``).
 
@@ -169,7 +173,8 @@ def build_report(
     ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
     labels and the text shown. ``logs``: TrainerLogs or its dict form. ``item_scores``: the per-item harm
     (``settings.query_items`` x rows, columns in ``embedding_index`` order) for the verdict's stability check;
-    ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`).
+    ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`); ``token_profiles``: where the top rows'
+    harm sits by token, which content groups extend along.
 
     Sets ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
     ``cluster`` (id or None) and ``findings`` (codes); shown rows gain ``text`` and ``contributions``.
@@ -198,7 +203,7 @@ def build_report(
         clusters, row_cluster = [], {}
         clustering = ClusteringInfo("no gradient embeddings were given, so rows were not clustered", 0)
 
-    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, top_n)
+    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, SHOWN_ROWS)
     regressed = _regressed_with_text(report.regressed, eval_texts, eval_ids)
 
     n_rows = max(len(examples), len(row_cluster))
@@ -214,12 +219,12 @@ def build_report(
         regressed,
         n_rows=n_rows,
         item_scores=s_items,
-        item_rows=s_rows,
+        item_rows=s_rows if matched else embedding_index,
         texts=texts or None,
         regression=regression if isinstance(regression, Mapping) else None,
         policy=policy,
         embeddings=embeddings,
-        embedding_rows=embedding_index,
+        token_profiles=token_profiles,
     )
     if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
         _note_driven(verdict, *matched)

@@ -14,6 +14,8 @@ What ``gradian attribute --out OUT_DIR`` must save for this (``save_report_input
 - ``rows.jsonl`` — one ``{"index", "id", "text"}`` per training row (text = ``Example.plain_text()``), for cluster
   labels and the text of the top rows. Optional once report.json holds a built report (it keeps the shown rows' text).
 - ``eval_rows.jsonl`` — the same for eval rows (text of the regressed items). Optional.
+- ``token_profiles.json`` — where the top rows' harm sits by token (:class:`gradian.attribute.token_profiles.
+  TokenProfiles`): content groups also take the rows whose harm sits on their tokens. Optional.
 - ``findings.json`` — diagnose's findings: a JSON list, or ``{"findings": [...]}``. Optional (falls back to the
   findings in report.json).
 - ``trainer_logs.json`` — ``{"source", "total_steps", "points": [{"step", "loss", "eval_loss", "grad_norm",
@@ -83,6 +85,7 @@ def save_report_inputs(
     findings: Sequence[Mapping[str, Any]] | None = None,
     logs: Any = None,
     item_scores: Any = None,
+    token_profiles: Any = None,
 ) -> None:
     """Save what `gradian report` needs besides report.json (see the module docstring). Skips what is None.
 
@@ -100,6 +103,8 @@ def save_report_inputs(
             np.save(out / "embeddings_index.npy", np.asarray(embedding_index, dtype=np.int64))
     if item_scores is not None:
         np.save(out / "item_scores.npy", np.asarray(item_scores, dtype=np.float32))
+    if token_profiles is not None:
+        (out / "token_profiles.json").write_text(json.dumps(token_profiles.to_dict()) + "\n", encoding="utf-8")
     for name, ex in (("rows.jsonl", train_examples), ("eval_rows.jsonl", eval_examples)):
         if ex is not None:
             with (out / name).open("w", encoding="utf-8") as f:
@@ -166,6 +171,21 @@ def load_item_scores(out_dir: Path) -> Any:
         raise GradianError(f"cannot read it ({err})", where=str(path)) from None
 
 
+def load_token_profiles(out_dir: Path) -> Any:
+    """The token profiles from token_profiles.json, or None (older reports: groups extend by direction only)."""
+    from gradian.attribute.token_profiles import TokenProfiles
+
+    path = out_dir / "token_profiles.json"
+    if not path.is_file():
+        return None
+    raw = _read_json(path)
+    try:
+        return TokenProfiles.from_dict(raw)
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise GradianError(f"not a token profile file ({err})", where=str(path),
+                           fix="re-run `gradian attribute` or delete the file") from None  # fmt: skip
+
+
 def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
     """Rebuild and re-render the report in out_dir from what is saved there."""
     from gradian.report.build import build_report
@@ -201,6 +221,7 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
         logs=logs,
         seed=seed,
         item_scores=item_scores,
+        token_profiles=load_token_profiles(out),
     )
     return render_all(report, out)
 

@@ -64,9 +64,11 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.token_profiles import TokenProfiles
 from gradian.options.verify import VerifyOptions
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
 from gradian.report.driven import driven_items
+from gradian.report.harm_tokens import extend_by_tokens
 
 _VERIFY = VerifyOptions()  # the driven-items cut is verify's: the items the verdict's rows are judged on
 
@@ -179,6 +181,14 @@ class CulpritPolicy:
         default=_VERIFY.driven_alpha,
         metadata={"help": "The groups drive items only when they drive more than random rows would at this level."},
     )
+    token_share: float = field(
+        default=0.5,
+        metadata={
+            "help": "A named content group's harm tokens carry this share of its rows' positive harm; a row with harm "
+            "above the median whose positive harm sits on them at this share joins it, unless this share of the "
+            "rows that hold the tokens do too (the tokens are then what the rows are, such as a label) (0: off)."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
 
     def __post_init__(self) -> None:
@@ -201,6 +211,9 @@ class Group:
     shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
     terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
     by_direction: int = 0  # rows that joined it by their gradient direction (extend_by_direction)
+    tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.report.harm_tokens)
+    token_hold: float | None = None  # share of the rows holding them whose harm sits there too
+    by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -213,6 +226,9 @@ class Group:
             "shared": self.shared,
             "terms": self.terms,
             "by_direction": self.by_direction,
+            "tokens": self.tokens,
+            "token_hold": self.token_hold,
+            "by_tokens": self.by_tokens,
         }
 
 
@@ -399,11 +415,12 @@ def find_culprits(
     texts: Mapping[int, str] | None = None,
     embeddings: np.ndarray | None = None,
     policy: CulpritPolicy | None = None,
+    token_profiles: TokenProfiles | None = None,
 ) -> Culprits:
     """Decide whether the harm is concentrated and in which rows. ``scores[j]`` is the harm of training row
     ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check;
     ``embeddings`` (rows x k, same order: each row's gradient direction) let each group take the rows that point its
-    way."""
+    way, and ``token_profiles`` the rows whose harm sits on its tokens, once the harm is found concentrated."""
     policy = policy or CulpritPolicy()
     s = np.asarray(scores, dtype=np.float64)
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
@@ -425,12 +442,13 @@ def find_culprits(
         stability, basis = (min(freqs) if freqs else None), "finding"
     undriven = _explain_away(rd, groups, harmful, carriers)
     groups, set_aside = minor(groups, policy)
-    culprit_rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-rd.score_of.get(r, 0.0), r))
-    head_share = sum(g.harm_share for g in groups)
-    if not groups:
-        culprit_rows = rd.ranked(head.kept)
-        head_share = float(s[head.kept].clip(0).sum()) / rd.pos_total if rd.pos_total > 0 else 0.0
+    culprit_rows, head_share = rd.named(groups, head.kept)
     concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
+    if concentrated and groups and token_profiles is not None:
+        extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share)
+        _reorder(groups, s, rd.rows, rd.pos_total)
+        culprit_rows, head_share = rd.named(groups, head.kept)
+        concentrated, reason = _decision(head, True, culprit_rows, head_share, harmful, basis, policy)
     if not concentrated:
         groups, undriven, set_aside = [], [], []
         stability, basis = head.stability, "head"
@@ -482,6 +500,15 @@ class _Reading:
 
     def ranked(self, mask: np.ndarray) -> list[int]:
         return [self.rows[j] for j in np.argsort(-self.s, kind="stable") if mask[j]]
+
+    def named(self, groups: Sequence[Group], kept: np.ndarray) -> tuple[list[int], float]:
+        """(the rows the groups name, most harmful first, and their share of the positive harm); without groups,
+        the stable head's rows and share."""
+        if not groups:
+            share = float(self.s[kept].clip(0).sum()) / self.pos_total if self.pos_total > 0 else 0.0
+            return self.ranked(kept), share
+        rows = sorted({r for g in groups for r in g.rows}, key=lambda r: (-self.score_of.get(r, 0.0), r))
+        return rows, sum(g.harm_share for g in groups)
 
     def group(
         self, mask: np.ndarray, carriers: Sequence[Mapping[str, Any]], groups: Sequence[Group] = ()

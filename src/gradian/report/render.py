@@ -396,8 +396,12 @@ def _group_trait(g: VerdictGroup) -> str:
     bits += [f"{100 * float(sh.share):.0f}% {sh.code} {sh.name}" for sh in g.shared]
     if g.terms:
         bits.append("terms: " + " / ".join(g.terms))
+    if g.tokens:
+        bits.append("harm on tokens: " + " / ".join(repr(t) for t in g.tokens))
     if g.by_direction:
         bits.append(f"{g.by_direction} rows joined by their gradient direction")
+    if g.by_tokens:
+        bits.append(f"{g.by_tokens} rows joined by their harm tokens")
     return "; ".join(bits) or "no shared finding or term"
 
 

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.regression import describe_change
+from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import pct
-from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, find_culprits
+from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.term_hints import TermHint, term_hints
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
@@ -148,14 +149,15 @@ def make_verdict(
     regression: Mapping[str, Any] | None = None,
     policy: CulpritPolicy | None = None,
     embeddings: np.ndarray | None = None,
-    embedding_rows: Sequence[int] | None = None,
+    token_profiles: TokenProfiles | None = None,
 ) -> Verdict:
     """Decide what the report says. ``examples`` are the ranked rows (:class:`RankedRow`, or report.json's
     ``{"index", "id", "score"}``); ``clusters`` the report's clusters (only named, for the cluster table);
     ``regressed`` the regressed items (only counted); ``item_scores`` is the per-item harm of the regressed items
     (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is attribute's
     ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows' gradient
-    directions (row j is training row ``embedding_rows[j]``, default j), which culprit groups extend along.
+    directions (row j is training row ``item_rows[j]``, the one order attribute saves both in; default j), which
+    culprit groups extend along, as they do along ``token_profiles`` (where the top rows' harm sits by token).
 
     Returns the :class:`Verdict`; its ``kind`` is one of ``no_regression``, ``no_harm``, ``concentrated``,
     ``spread``; ``cause`` one of ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
@@ -197,10 +199,11 @@ def make_verdict(
         return draft.done("no_harm", setup_cause, "No training row explains the regression.")
 
     S = _aligned_item_scores(item_scores, item_rows, rows)
-    emb = _aligned_embeddings(embeddings, embedding_rows, rows)
+    emb = _aligned_embeddings(embeddings, item_rows, rows)
     fdicts = [f.to_dict() for f in fs]  # find_culprits reads report.json's finding dicts
     s = np.array([scores[r] for r in rows])
-    found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy)
+    found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy,
+                          token_profiles=token_profiles)  # fmt: skip
     hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
     verdict.confidence = _confidence(found.stability, found.basis, policy)
     verdict.how = Decision.from_dict(
@@ -208,8 +211,18 @@ def make_verdict(
     )
     if found.concentrated:
         typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
-        return _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
+        v = _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
+        if token_profiles is None and any(g.cause == "content" for g in found.groups):
+            v.next_steps.append(TOKEN_PROFILES_HINT)
+        return v
     return _spread(draft, found, n_reg, setup_cause)
+
+
+TOKEN_PROFILES_HINT = (
+    "To let the content group also take the rows whose harm sits on its tokens (the rest of a flipped word or name "
+    "whose harm alone did not stand out), re-run gradian attribute with --token-profiles 0.3: it reuses the stored "
+    "gradients and adds a forward pass over the top 30% of the rows."
+)
 
 
 def criterion_text(policy: CulpritPolicy) -> str:
@@ -304,7 +317,8 @@ def _aligned_embeddings(
     emb = np.asarray(embeddings, dtype=np.float64)
     if emb.ndim != 2 or not len(emb):
         return None
-    index = list(range(len(emb))) if embedding_rows is None else [int(r) for r in embedding_rows]
+    same = embedding_rows is not None and len(embedding_rows) == len(emb)
+    index = [int(r) for r in embedding_rows] if same and embedding_rows is not None else list(range(len(emb)))
     at = {r: j for j, r in enumerate(index)}
     out = np.zeros((len(rows), emb.shape[1]))
     for i, r in enumerate(rows):
@@ -393,56 +407,27 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
     return [sentence], [step]
 
 
-def _concentrated(
-    draft: _Draft,
-    found: Culprits,
-    hints: Sequence[TermHint],
-    typed_of: Mapping[int, Finding],
-    clusters: Sequence[Cluster],
-    ids: Mapping[int, Any],
-    n_rows: int,
-    n_reg: str,
-) -> Verdict:
-    """The verdict when culprit rows were found: the rows, their groups, the cause, how sure."""
-    v = draft.verdict
-    head = found.head
-    groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
-    joined = sum(vg.by_direction for _, vg in groups)
-    by_dir = f" ({joined} of them joined because their gradient points the way the group's does)" if joined else ""
-    share = (
-        f"{_rows_word(len(head)).capitalize()} ({pct(len(head) / n_rows if n_rows else 0)} of the training data) "
-        f"carry {pct(found.head_share)} of the harm to the {n_reg}."
+def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
+    """The tokens a content group's harm sits on, and why they added no rows when they are what the rows are
+    (``share``: the policy's ``token_share``)."""
+    if not vg.tokens:
+        return []
+    said = f"Most of their harm sits on the token{'s' if len(vg.tokens) > 1 else ''} " + " / ".join(
+        repr(t) for t in vg.tokens
     )
-    if found.basis == "finding":
-        tests = _tests_text(found.findings, typed_of)
-        least = "" if len(found.findings) == 1 else "at least "
-        held = (
-            f" in {least}{pct(v.confidence.stability)} of the resamples of the regressed items"
-            if v.confidence.stability is not None
-            else ""
-        )
-        alone = (
-            "No single row's harm stands out"
-            if not found.raw_head
-            else f"The {found.raw_head} rows whose harm stands out on its own change when the regressed items are "
-            "resampled"
-        )
-        joined_text = f"; {joined} more rows joined because their gradient points the group's way" if joined else ""
-        draft.sentences.append(
-            f"{share} {alone}, but {tests} rank above the other rows by harm{held} "
-            f"(confidence: {v.confidence.level}){joined_text}."
-        )
-    else:
-        sure = {
-            "high": "resampling the regressed items finds the same rows (confidence: high",
-            "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
-            "low": "resampling the regressed items often finds other rows (confidence: low",
-            "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
-        }[v.confidence.level]
-        agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
-        draft.sentences.append(f"{share} Their harm stands out from the other rows{by_dir}, and {sure}{agree}.")
-        draft.sentences.extend(_read_on_rest(found, typed_of))
-    draft.sentences.extend(_read_on_undriven(found))
+    if vg.token_hold is not None and vg.token_hold >= share:
+        return [
+            f"{said}, as it does in {pct(vg.token_hold)} of the rows that hold {'them' if len(vg.tokens) > 1 else 'it'}"
+            ": the tokens are what these rows are (a label, say), so no row joined by them."
+        ]
+    return [said + "."]
+
+
+def _describe_groups(
+    draft: _Draft, groups: Sequence[tuple[Group, VerdictGroup]], typed_of: Mapping[int, Finding], share: float
+) -> tuple[set[str], list[str]]:
+    """A sentence per group (its cause and what its rows share; ``share``: the policy's ``token_share``); returns the
+    finding codes that explain groups and the fixes of the mechanical ones."""
     explained: set[str] = set()
     fixes: list[str] = []
     for i, (g, vg) in enumerate(groups, start=1):
@@ -467,11 +452,70 @@ def _concentrated(
             (f"{who} carries" if who else "They carry")
             + f" no mechanical setup finding, so the cause looks like content{about}."
         )
+        draft.sentences.extend(_tokens_text(vg, share))
         for sh in vg.shared:
             draft.sentences.append(
                 f"What they have in common: {100 * sh.share:.0f}% of them are flagged by diagnose as {sh.title}."
             )
             explained.add(str(sh.code))
+    return explained, fixes
+
+
+def _concentrated(
+    draft: _Draft,
+    found: Culprits,
+    hints: Sequence[TermHint],
+    typed_of: Mapping[int, Finding],
+    clusters: Sequence[Cluster],
+    ids: Mapping[int, Any],
+    n_rows: int,
+    n_reg: str,
+) -> Verdict:
+    """The verdict when culprit rows were found: the rows, their groups, the cause, how sure."""
+    v = draft.verdict
+    head = found.head
+    groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
+    joined = sum(vg.by_direction for _, vg in groups)
+    by_tok = sum(vg.by_tokens for _, vg in groups)
+    ways = ([f"{joined} because their gradient points the way the group's does"] if joined else []) + (
+        [f"{by_tok} because their harm sits on the group's tokens"] if by_tok else []
+    )
+    by_dir = f" ({' and '.join(ways)} joined)" if ways else ""
+    share = (
+        f"{_rows_word(len(head)).capitalize()} ({pct(len(head) / n_rows if n_rows else 0)} of the training data) "
+        f"carry {pct(found.head_share)} of the harm to the {n_reg}."
+    )
+    if found.basis == "finding":
+        tests = _tests_text(found.findings, typed_of)
+        least = "" if len(found.findings) == 1 else "at least "
+        held = (
+            f" in {least}{pct(v.confidence.stability)} of the resamples of the regressed items"
+            if v.confidence.stability is not None
+            else ""
+        )
+        alone = (
+            "No single row's harm stands out"
+            if not found.raw_head
+            else f"The {found.raw_head} rows whose harm stands out on its own change when the regressed items are "
+            "resampled"
+        )
+        joined_text = f"; of the rows, {' and '.join(ways)} joined" if ways else ""
+        draft.sentences.append(
+            f"{share} {alone}, but {tests} rank above the other rows by harm{held} "
+            f"(confidence: {v.confidence.level}){joined_text}."
+        )
+    else:
+        sure = {
+            "high": "resampling the regressed items finds the same rows (confidence: high",
+            "medium": "resampling the regressed items mostly finds the same rows (confidence: medium",
+            "low": "resampling the regressed items often finds other rows (confidence: low",
+            "unmeasured": "too few items regressed to resample them (confidence: unmeasured",
+        }[v.confidence.level]
+        agree = f", agreement {v.confidence.stability:.2f})" if v.confidence.stability is not None else ")"
+        draft.sentences.append(f"{share} Their harm stands out from the other rows{by_dir}, and {sure}{agree}.")
+        draft.sentences.extend(_read_on_rest(found, typed_of))
+    draft.sentences.extend(_read_on_undriven(found))
+    explained, fixes = _describe_groups(draft, groups, typed_of, float(v.policy.get("token_share") or 0.0))
     hint_sentences, hint_steps = _hints(found, hints)
     aside_sentences, aside_steps = _set_aside(found, v.policy)
     draft.sentences.extend(hint_sentences + aside_sentences)

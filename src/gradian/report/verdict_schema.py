@@ -67,6 +67,9 @@ class VerdictGroup(Record):
     shared: list[SharedFinding] = field(default_factory=list)
     terms: list[str] = field(default_factory=list)
     by_direction: int = 0  # rows that joined it by their gradient direction
+    tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on
+    token_hold: float | None = None  # share of the rows holding those tokens whose harm sits there too
+    by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
@@ -81,6 +84,9 @@ class VerdictGroup(Record):
             shared=[SharedFinding.from_dict(s) for s in data.get("shared") or []],
             terms=[str(t) for t in data.get("terms") or []],
             by_direction=data.get("by_direction") or 0,
+            tokens=[str(t) for t in data.get("tokens") or []],
+            token_hold=data.get("token_hold"),
+            by_tokens=data.get("by_tokens") or 0,
         )
 
 

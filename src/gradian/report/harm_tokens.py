@@ -1,0 +1,88 @@
+"""Content groups extended by the tokens their harm sits on.
+
+A content defect puts its harm on a few tokens: a flipped pronoun on " he", a renamed entity on the new name's pieces,
+a swapped word on that word. Such a group's weaker rows often rank below the head and point only part of the way the
+head's gradients do, so neither the harm cut nor :func:`gradian.report.culprits.extend_by_direction` reaches them; but
+their harm sits on the same tokens. Per named content group (:class:`gradian.attribute.token_profiles.TokenProfiles`
+of the top rows):
+
+- its *harm tokens* are the fewest token keys that carry ``token_share`` of its rows' positive harm;
+- a profiled row outside every group, with harm above the median, joins when ``token_share`` of its positive harm
+  sits on those tokens;
+- unless the tokens are what the rows *are* rather than a defect: when ``token_share`` of the rows that hold the
+  tokens (the most common of them) put that much of their harm there, as every row of a label does (" sad." rows),
+  the group takes nobody. On the planted-fault suite and both held-out sets that share is 0.89-0.98 for mislabelled
+  rows and 0.05-0.41 for every other content defect (docs/benchmarks.md §8, session 18).
+
+Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from gradian.attribute.token_profiles import TokenProfiles
+
+
+class Group(Protocol):
+    """What this module reads and sets of :class:`gradian.report.culprits.Group`."""
+
+    cause: str
+    rows: list[int]
+    tokens: list[str]
+    token_hold: float | None
+    by_tokens: int
+
+
+def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> list[str]:
+    """The fewest token keys that carry ``share`` of ``rows``' positive harm, most harmful first ([] when the kept
+    keys of the rows' profiles never reach it)."""
+    total = 0.0
+    by_key: dict[str, float] = {}
+    for r in rows:
+        positive, keys = profiles.rows.get(int(r), (0.0, {}))
+        total += positive
+        for k, h in keys.items():
+            by_key[k] = by_key.get(k, 0.0) + h
+    picked, acc = [], 0.0
+    for k, h in sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0])):
+        if total <= 0 or acc >= share * total:
+            break
+        picked.append(k)
+        acc += h
+    return picked if total > 0 and acc >= share * total else []
+
+
+def extend_by_tokens(
+    groups: Sequence[Group], profiles: TokenProfiles, s: np.ndarray, rows: Sequence[int], share: float
+) -> None:
+    """Each content group takes the rows whose harm sits on its harm tokens (the module docstring; ``share``: the
+    policy's ``token_share``); sets each content group's ``tokens``, ``token_hold`` and ``by_tokens``. A row that fits
+    two groups goes to the one holding more of its harm."""
+    if share <= 0 or not profiles.rows:
+        return
+    med = float(np.median(s))
+    taken = {int(r) for g in groups for r in g.rows}
+    free = [int(r) for r, v in zip(rows, s, strict=True) if v > med and int(r) not in taken and int(r) in profiles.rows]
+    best: dict[int, tuple[float, Group]] = {}
+    for g in groups:
+        if g.cause != "content" or len(g.rows) < 2:
+            continue
+        g.tokens = harm_tokens(g.rows, profiles, share)
+        if not g.tokens:
+            continue
+        holders = max(profiles.holders.get(k, 0) for k in g.tokens)
+        on = [r for r in profiles.rows if profiles.share_on(r, g.tokens) >= share]
+        g.token_hold = len(on) / holders if holders else 1.0
+        if g.token_hold >= share:
+            continue
+        for r in free:
+            f = profiles.share_on(r, g.tokens)
+            if f >= share and f > best.get(r, (0.0, g))[0]:
+                best[r] = (f, g)
+    for r, (_, g) in sorted(best.items()):
+        g.rows.append(r)
+        g.by_tokens += 1
