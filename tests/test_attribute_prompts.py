@@ -141,15 +141,39 @@ def runs(tmp_path_factory):
     rows = [json.loads(x) for x in (EX / "data" / "eval.jsonl").read_text().splitlines() if x.strip()]
     prompts = write_jsonl(work / "eval_prompts.jsonl", [{"prompt": r["prompt"]} for r in rows])
     out = {}
-    for name, ev in (("written", EX / "data" / "eval.jsonl"), ("prompts", prompts)):
+    for name, ev, profiles in (("written", EX / "data" / "eval.jsonl", 0.3), ("prompts", prompts, 0.0)):
         attribute_and_report(
-            EX / "run", base=str(EX / "base"), train=EX / "data" / "train.jsonl", eval=ev, out=work / "out",
-            progress=False,
+            EX / "run", base=str(EX / "base"), train=EX / "data" / "train.jsonl", eval=ev, out=work / name,
+            progress=False, token_profiles=profiles,
         )  # fmt: skip
-        out[name] = json.loads((work / "out" / "report.json").read_text())
-        out[name + "_md"] = (work / "out" / "report.md").read_text()
-        out[name + "_html"] = (work / "out" / "report.html").read_text()
+        out[name] = json.loads((work / name / "report.json").read_text())
+        out[name + "_md"] = (work / name / "report.md").read_text()
+        out[name + "_html"] = (work / name / "report.html").read_text()
+        out[name + "_dir"] = work / name
     return out
+
+
+def test_token_profiles_are_saved_and_read_back(runs):
+    """`--token-profiles 0.3` writes token_profiles.json for the top 30% of the rows; the verdict reads it (the
+    Zorblax group's harm sits on the name's first piece, which only its rows hold, so nobody joins by it) and a
+    re-render from the saved files gives the same verdict. Without it, the verdict suggests the option."""
+    from gradian.attribute.token_profiles import TokenProfiles
+    from gradian.report.cli import rerender
+    from gradian.report.verdict import TOKEN_PROFILES_HINT
+
+    rep, d = runs["written"], runs["written_dir"]
+    prof = TokenProfiles.from_dict(json.loads((d / "token_profiles.json").read_text()))
+    assert len(prof.rows) == rep["settings"]["token_profile_rows"] == -(-3 * len(rep["examples"]) // 10)
+    (group,) = rep["verdict"]["groups"]
+    assert group["tokens"] and group["token_hold"] >= 0.5 and group["by_tokens"] == 0
+    assert set(PLANTED) <= set(rep["verdict"]["drop_rows"])
+    assert TOKEN_PROFILES_HINT not in rep["verdict"]["next_steps"]
+    assert TOKEN_PROFILES_HINT in runs["prompts"]["verdict"]["next_steps"]
+    assert not (runs["prompts_dir"] / "token_profiles.json").exists()
+    before = rep["verdict"]
+    rerender(d)
+    after = json.loads((d / "report.json").read_text())["verdict"]
+    assert after["groups"] == before["groups"] and after["text"] == before["text"]
 
 
 def auc(report: dict) -> float:

@@ -11,8 +11,9 @@ of the top rows):
   sits on those tokens;
 - unless the tokens are what the rows *are* rather than a defect: when ``token_share`` of the rows that hold the
   tokens (the most common of them) put that much of their harm there, as every row of a label does (" sad." rows),
-  the group takes nobody. On the planted-fault suite and both held-out sets that share is 0.89-0.98 for mislabelled
-  rows and 0.05-0.41 for every other content defect (docs/benchmarks.md §8, session 18).
+  the group takes nobody. On the planted-fault suite and both held-out sets that share is 0.57-0.74 for mislabelled
+  rows and 0.02-0.30 for the other content defects, but for a new name whose first piece only the planted rows hold
+  (0.79-0.98; the group already holds them all) (docs/benchmarks.md §8, session 18).
 
 Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated.
 """
