@@ -576,7 +576,7 @@ def test_a_content_group_takes_the_rows_whose_harm_sits_on_its_tokens(seed):
     # a label: most of the 60 rows that hold " sa" put their harm there, the innocent ones too
     label = verdict(S, token_profiles=_profiles(s, set(strong + weak), token="sa", holders=60, share=0.9, seed=seed))
     assert label["drop_rows"] == plain["drop_rows"] and label["groups"][0]["token_hold"] >= 0.5
-    assert "the tokens are what these rows are" in label["text"]
+    assert "the tokens mark what these rows are" in label["text"]
     noise = harm_matrix(seed=seed)
     quiet = verdict(noise, token_profiles=_profiles(noise.sum(0), set(range(0, N, 3)), seed=seed))
     assert quiet["kind"] == "spread" and quiet["drop_rows"] == []

@@ -317,8 +317,9 @@ def _aligned_embeddings(
     emb = np.asarray(embeddings, dtype=np.float64)
     if emb.ndim != 2 or not len(emb):
         return None
-    same = embedding_rows is not None and len(embedding_rows) == len(emb)
-    index = [int(r) for r in embedding_rows] if same and embedding_rows is not None else list(range(len(emb)))
+    index = list(range(len(emb)))
+    if embedding_rows is not None and len(embedding_rows) == len(emb):
+        index = [int(r) for r in embedding_rows]
     at = {r: j for j, r in enumerate(index)}
     out = np.zeros((len(rows), emb.shape[1]))
     for i, r in enumerate(rows):
@@ -416,9 +417,10 @@ def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
         repr(t) for t in vg.tokens
     )
     if vg.token_hold is not None and vg.token_hold >= share:
+        it = "them" if len(vg.tokens) > 1 else "it"
         return [
-            f"{said}, as it does in {pct(vg.token_hold)} of the rows that hold {'them' if len(vg.tokens) > 1 else 'it'}"
-            ": the tokens are what these rows are (a label, say), so no row joined by them."
+            f"{said}, and {pct(vg.token_hold)} of the rows that hold {it} put their harm there too: the tokens mark "
+            f"what these rows are (a label, or a name only they hold), so no row joined by {it}."
         ]
     return [said + "."]
 
