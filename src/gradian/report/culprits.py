@@ -445,7 +445,7 @@ def find_culprits(
     culprit_rows, head_share = rd.named(groups, head.kept)
     concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
     if concentrated and groups and token_profiles is not None:
-        extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share)
+        extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share, [r for g in set_aside for r in g.rows])
         _reorder(groups, s, rd.rows, rd.pos_total)
         culprit_rows, head_share = rd.named(groups, head.kept)
         concentrated, reason = _decision(head, True, culprit_rows, head_share, harmful, basis, policy)

@@ -20,7 +20,7 @@ Rows join only a group the verdict already names: the tokens never decide whethe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -58,15 +58,20 @@ def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> l
 
 
 def extend_by_tokens(
-    groups: Sequence[Group], profiles: TokenProfiles, s: np.ndarray, rows: Sequence[int], share: float
+    groups: Sequence[Group],
+    profiles: TokenProfiles,
+    s: np.ndarray,
+    rows: Sequence[int],
+    share: float,
+    set_aside: Collection[int] = (),
 ) -> None:
     """Each content group takes the rows whose harm sits on its harm tokens (the module docstring; ``share``: the
     policy's ``token_share``); sets each content group's ``tokens``, ``token_hold`` and ``by_tokens``. A row that fits
-    two groups goes to the one holding more of its harm."""
+    two groups goes to the one holding more of its harm; rows ``set_aside`` (listed to read) join none."""
     if share <= 0 or not profiles.rows:
         return
     med = float(np.median(s))
-    taken = {int(r) for g in groups for r in g.rows}
+    taken = {int(r) for g in groups for r in g.rows} | {int(r) for r in set_aside}
     free = [int(r) for r, v in zip(rows, s, strict=True) if v > med and int(r) not in taken and int(r) in profiles.rows]
     best: dict[int, tuple[float, Group]] = {}
     for g in groups:
