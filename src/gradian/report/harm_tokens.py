@@ -6,7 +6,8 @@ head's gradients do, so neither the harm cut nor :func:`gradian.report.culprits.
 their harm sits on the same tokens. Per named content group (:class:`gradian.attribute.token_profiles.TokenProfiles`
 of the top rows):
 
-- its *harm tokens* are the fewest token keys that carry ``token_share`` of its rows' positive harm;
+- its *harm tokens* are the fewest token keys that carry ``token_share`` of its rows' positive harm, when they are
+  few (at most the 8 keys a profile keeps per row; a group whose harm is spread over its words has none);
 - a profiled row outside every group, with harm above the median, joins when ``token_share`` of its positive harm
   sits on those tokens;
 - unless the tokens are what the rows *are* rather than a defect: when ``token_share`` of the rows that hold the
@@ -25,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gradian.attribute.token_profiles import TokenProfiles
+from gradian.attribute.token_profiles import KEYS_PER_ROW, TokenProfiles
 
 
 class Group(Protocol):
@@ -39,8 +40,9 @@ class Group(Protocol):
 
 
 def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> list[str]:
-    """The fewest token keys that carry ``share`` of ``rows``' positive harm, most harmful first ([] when the kept
-    keys of the rows' profiles never reach it)."""
+    """The fewest token keys that carry ``share`` of ``rows``' positive harm, most harmful first; [] when that takes
+    more keys than a profile keeps per row (``KEYS_PER_ROW``: the harm is not on a few tokens) or the kept keys never
+    reach it."""
     total = 0.0
     by_key: dict[str, float] = {}
     for r in rows:
@@ -54,7 +56,7 @@ def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> l
             break
         picked.append(k)
         acc += h
-    return picked if total > 0 and acc >= share * total else []
+    return picked if total > 0 and acc >= share * total and len(picked) <= KEYS_PER_ROW else []
 
 
 def extend_by_tokens(
