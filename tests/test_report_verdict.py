@@ -580,3 +580,19 @@ def test_a_content_group_takes_the_rows_whose_harm_sits_on_its_tokens(seed):
     noise = harm_matrix(seed=seed)
     quiet = verdict(noise, token_profiles=_profiles(noise.sum(0), set(range(0, N, 3)), seed=seed))
     assert quiet["kind"] == "spread" and quiet["drop_rows"] == []
+
+
+def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():
+    """A group's harm tokens: the fewest keys carrying half its rows' positive harm, and none when that takes more keys
+    than a profile keeps per row (harm spread over the rows' words is no token's)."""
+    from gradian.attribute.token_profiles import KEYS_PER_ROW
+    from gradian.report.harm_tokens import harm_tokens
+
+    on_he = TokenProfiles({r: (10.0, {"he": 4.0, "his": 2.0, f"w{r}": 4.0}) for r in range(6)}, {})
+    assert harm_tokens(range(6), on_he, 0.5) == ["he", "his"]  # 4 + 2 of 10 per row; "he" alone carries 40%
+    assert harm_tokens(range(6), on_he, 0.4) == ["he"]
+    spread = TokenProfiles(
+        {r: (10.0, {f"w{r}_{k}": 10.0 / KEYS_PER_ROW for k in range(KEYS_PER_ROW)}) for r in range(6)}, {}
+    )
+    assert harm_tokens(range(6), spread, 0.5) == []  # half the harm takes 24 keys
+    assert harm_tokens(range(1), spread, 0.5) == [f"w0_{k}" for k in range(KEYS_PER_ROW // 2)]
