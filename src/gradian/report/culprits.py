@@ -47,6 +47,9 @@ column sum):
    harm, or holds under ``min_group_share`` of the groups' rows after the direction moves, is set aside
    (:func:`minor`): listed for the user to read, not named. A finding names the defect's rows; head rows it does not
    flag, too light or too few to be a group on their own, lead some items beside the defect.
+8. **Harm tokens** (with the attribution's token profiles, ``--token-profiles``). Once the harm is found
+   concentrated, each named content group takes the profiled rows whose harm sits on the few tokens its own harm
+   sits on, unless those tokens are what the rows are (:mod:`gradian.report.harm_tokens`, ``token_share``).
 
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
 rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
