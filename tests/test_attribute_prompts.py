@@ -142,6 +142,9 @@ def runs(tmp_path_factory):
     prompts = write_jsonl(work / "eval_prompts.jsonl", [{"prompt": r["prompt"]} for r in rows])
     out = {}
     for name, ev, profiles in (("written", EX / "data" / "eval.jsonl", 0.3), ("prompts", prompts, 0.0)):
+        if not profiles:  # a profile file an earlier run left in the dir: this run's report must not read it
+            (work / name).mkdir()
+            (work / name / "token_profiles.json").write_text((work / "written" / "token_profiles.json").read_text())
         attribute_and_report(
             EX / "run", base=str(EX / "base"), train=EX / "data" / "train.jsonl", eval=ev, out=work / name,
             progress=False, token_profiles=profiles,
@@ -169,7 +172,7 @@ def test_token_profiles_are_saved_and_read_back(runs):
     assert set(PLANTED) <= set(rep["verdict"]["drop_rows"])
     assert TOKEN_PROFILES_HINT not in rep["verdict"]["next_steps"]
     assert TOKEN_PROFILES_HINT in runs["prompts"]["verdict"]["next_steps"]
-    assert not (runs["prompts_dir"] / "token_profiles.json").exists()
+    assert not (runs["prompts_dir"] / "token_profiles.json").exists()  # the stale one was removed
     before = rep["verdict"]
     rerender(d)
     after = json.loads((d / "report.json").read_text())["verdict"]

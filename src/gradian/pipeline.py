@@ -74,6 +74,8 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
     from gradian.report.render import render_all
 
     findings_json = [f.to_dict() for f in findings]
+    if res.token_profiles is None:  # a profile file left by an earlier run in this dir belongs to other scores
+        (Path(out) / "token_profiles.json").unlink(missing_ok=True)
     eval_rows = res.eval_examples if res.eval_examples is not None else ctx.eval  # generated completions filled in
     save_report_inputs(
         out,
