@@ -69,9 +69,9 @@ def assemble(
     if (o.token_harm or n_profiles) and tokenizer is not None:
         t = time.perf_counter()
         top = order[: max(o.token_harm, n_profiles)]
-        harms = _token_harms(ctx, scored.query_direction, [g.positions[i] for i in top], total[top], notes)
+        fxs = [ctx.train_fx[int(g.positions[i])] for i in top]
+        harms = _token_harms(ctx, scored.query_direction, fxs, total[top], notes)
         if harms is not None:
-            fxs = [ctx.train_fx[int(g.positions[i])] for i in top]
             for e, fx, h in zip(examples[: o.token_harm], fxs, harms, strict=False):
                 e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
             settings["token_harm_rows"] = min(o.token_harm, len(top))
@@ -146,9 +146,9 @@ def _contribution(ctx: Context, reg: Regressions, ids: RowIds, index: int, row_i
     }
 
 
-def _token_harms(ctx: Context, xq: dict[str, Any] | None, positions: Sequence[int], scores: np.ndarray,
+def _token_harms(ctx: Context, xq: dict[str, Any] | None, fxs: Sequence[Any], scores: np.ndarray,
                  notes: list[str]) -> list[np.ndarray] | None:  # fmt: skip
-    """Each row's harm split over its label tokens (rows at ``positions``, with ``scores``), or None (with a note)
+    """Each row's harm split over its label tokens (formatted rows ``fxs``, with ``scores``), or None (with a note)
     when it could not be computed."""
     from gradian.attribute.methods import method_of
 
@@ -156,7 +156,6 @@ def _token_harms(ctx: Context, xq: dict[str, Any] | None, positions: Sequence[in
     if xq is None:
         notes.append("token harm not computed: it needs one adapter state (not --checkpoints)")
         return None
-    fxs = [ctx.train_fx[int(p)] for p in positions]
     try:
         direction = tokens.lifted_direction(ctx.model, ctx.blocks, xq)
         harms = tokens.token_harm(ctx.model, direction, fxs, ctx.pad_id, ctx.options.batch_size)

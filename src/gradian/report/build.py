@@ -22,6 +22,7 @@ from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
 from gradian.report.schema import (
     SCHEMA,
+    TOP_ROWS_SHOWN,
     Cluster,
     ClusteringInfo,
     ClusterMap,
@@ -38,9 +39,6 @@ from gradian.report.verdict_schema import Verdict
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
-
-
-SHOWN_ROWS = 25  # the top rows whose text and per-item contributions the report shows
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -203,7 +201,7 @@ def build_report(
         clusters, row_cluster = [], {}
         clustering = ClusteringInfo("no gradient embeddings were given, so rows were not clustered", 0)
 
-    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, SHOWN_ROWS)
+    _annotate_examples(examples, found, row_cluster, texts, previous.contributions, TOP_ROWS_SHOWN)
     regressed = _regressed_with_text(report.regressed, eval_texts, eval_ids)
 
     n_rows = max(len(examples), len(row_cluster))

@@ -83,13 +83,13 @@ def extend_by_tokens(
         if not g.tokens:
             continue
         holders = max(profiles.holders.get(k, 0) for k in g.tokens)
-        on = [r for r in profiles.rows if profiles.share_on(r, g.tokens) >= share]
+        on = {r: f for r in profiles.rows if (f := profiles.share_on(r, g.tokens)) >= share}
         g.token_hold = len(on) / holders if holders else 1.0
         if g.token_hold >= share:
             continue
         for r in free:
-            f = profiles.share_on(r, g.tokens)
-            if f >= share and f > best.get(r, (0.0, g))[0]:
+            f = on.get(r, 0.0)
+            if f and f > best.get(r, (0.0, g))[0]:
                 best[r] = (f, g)
     for r, (_, g) in sorted(best.items()):
         g.rows.append(r)

@@ -17,13 +17,12 @@ from typing import Any
 
 from gradian.numbers import as_float, pct
 from gradian.report import svg
-from gradian.report.schema import EvalItem, Fix, RankedRow, Report
+from gradian.report.schema import TOP_ROWS_SHOWN, EvalItem, Fix, RankedRow, Report
 from gradian.report.svg import esc
 from gradian.report.verdict_schema import Verdict, VerdictGroup
 
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
-TOP_ROWS_SHOWN = 25
 TOKEN_TEXT_OPEN = 2000  # a row split by token longer than this (characters) is shown collapsed
 
 

@@ -26,6 +26,7 @@ __all__ = ["Cluster", "ClusterFinding", "ClusterMap", "ClusteringInfo", "Contrib
            "LogPoint", "RankedRow", "Record", "Report", "TrainerLog", "Verdict"]  # fmt: skip
 
 SCHEMA = "gradian.report/1"
+TOP_ROWS_SHOWN = 25  # the top rows whose text, contributions and token harm the report shows
 
 
 @dataclass
