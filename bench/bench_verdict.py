@@ -54,7 +54,8 @@ def log_line(msg: str, path: Path = P.WORK / "progress.log") -> None:
 
 
 def attribute_run(run_dir: Path) -> float:
-    """`gradian attribute --query all --token-profiles 0.3` on a generated run (the real CLI, one thread); keeps
+    """`gradian attribute --query all --token-profiles 0.3 --token-profiles-always` on a generated run (the real CLI,
+    one thread; profiles on every run, whatever its verdict, so a policy calibrated here can read them); keeps
     everything it writes and a copy of its report.json as report.attribute.json. Returns seconds."""
     out = run_dir / "attr"
     if (out / "report.attribute.json").is_file():
@@ -67,7 +68,7 @@ def attribute_run(run_dir: Path) -> float:
         "--adapter", str(run_dir / "run"), "--train", str(run_dir / "train.jsonl"),
         "--eval", str(run_dir / "eval.jsonl"), "--config", str(run_dir / "run" / "training_args.json"),
         "--logs", str(run_dir / "run" / "trainer_state.json"), "--out", str(out), "--query", "all", "--no-progress",
-        "--token-profiles", "0.3",
+        "--token-profiles", "0.3", "--token-profiles-always",
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
     t0 = time.time()

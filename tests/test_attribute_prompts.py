@@ -107,7 +107,7 @@ def test_token_profiles_are_the_token_harm_by_token(fp64_model):
     keep = sorted(PLANTED)[:12] + [i for i in range(len(train)) if i not in PLANTED][:36]
     train_fx = format_examples([train[i] for i in keep], tok, FormatSettings(max_length=128))
     eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
-    opts = AttributeOptions(proj_dim=0, token_harm=20, token_profiles=0.5)
+    opts = AttributeOptions(proj_dim=0, token_harm=20, token_profiles=0.5, token_profiles_always=True)
     res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokenizer=tok)
     prof = res.token_profiles
     assert prof is not None and set(prof.rows) == {e["index"] for e in res.examples[:24]}
@@ -141,13 +141,14 @@ def runs(tmp_path_factory):
     rows = [json.loads(x) for x in (EX / "data" / "eval.jsonl").read_text().splitlines() if x.strip()]
     prompts = write_jsonl(work / "eval_prompts.jsonl", [{"prompt": r["prompt"]} for r in rows])
     out = {}
-    for name, ev, profiles in (("written", EX / "data" / "eval.jsonl", 0.3), ("prompts", prompts, 0.0)):
-        if not profiles:  # a profile file an earlier run left in the dir: this run's report must not read it
+    # "written": the defaults (token profiles when the verdict names a content group); "prompts": none
+    for name, ev, options in (("written", EX / "data" / "eval.jsonl", {}), ("prompts", prompts, {"token_profiles": 0})):
+        if options:  # a profile file an earlier run left in the dir: this run's report must not read it
             (work / name).mkdir()
             (work / name / "token_profiles.json").write_text((work / "written" / "token_profiles.json").read_text())
         attribute_and_report(
             EX / "run", base=str(EX / "base"), train=EX / "data" / "train.jsonl", eval=ev, out=work / name,
-            progress=False, token_profiles=profiles,
+            progress=False, **options,
         )  # fmt: skip
         out[name] = json.loads((work / name / "report.json").read_text())
         out[name + "_md"] = (work / name / "report.md").read_text()
@@ -157,9 +158,10 @@ def runs(tmp_path_factory):
 
 
 def test_token_profiles_are_saved_and_read_back(runs):
-    """`--token-profiles 0.3` writes token_profiles.json for the top 30% of the rows; the verdict reads it (the
-    Zorblax group's harm sits on the name's first piece, which only its rows hold, so nobody joins by it) and a
-    re-render from the saved files gives the same verdict. Without it, the verdict suggests the option."""
+    """By default (`--token-profiles 0.3`), a run whose verdict names a content group writes token_profiles.json for
+    the top 30% of the rows; the verdict reads it (the Zorblax group's harm sits on the name's first piece, which
+    only its rows hold, so nobody joins by it) and a re-render from the saved files gives the same verdict. With
+    `--token-profiles 0`, the verdict suggests the option."""
     from gradian.attribute.token_profiles import TokenProfiles
     from gradian.report.cli import rerender
     from gradian.report.verdict import TOKEN_PROFILES_HINT

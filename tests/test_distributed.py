@@ -76,6 +76,25 @@ def test_two_gloo_ranks_give_the_single_process_scores(runs):
     assert a["eval"] == b["eval"] and a["regressed"] == b["regressed"]
 
 
+def test_the_ranks_split_the_token_pass_as_one_process_does(runs):
+    """The verdict names a content group, so the top 30% of the rows get token profiles (the pass is split over the
+    ranks and gathered on rank 0): the same rows, keys and holders as in one process, the same per-token harm on
+    the report's top rows, and the same rows to drop."""
+    single, two, _ = runs
+    a, b = _report(single), _report(two)
+    assert a["settings"]["token_profile_rows"] == b["settings"]["token_profile_rows"] > 100
+    pa, pb = (json.loads((d / "token_profiles.json").read_text()) for d in (single, two))
+    assert pa["holders"] == pb["holders"]
+    assert [r["index"] for r in pa["rows"]] == [r["index"] for r in pb["rows"]]
+    for ra, rb in zip(pa["rows"], pb["rows"], strict=True):
+        np.testing.assert_allclose(rb["positive"], ra["positive"], rtol=1e-4)
+    for ea, eb in zip(a["examples"][:25], b["examples"][:25], strict=True):
+        assert [t for t, _ in ea["token_harm"]] == [t for t, _ in eb["token_harm"]]
+        np.testing.assert_allclose([h or 0 for _, h in eb["token_harm"]], [h or 0 for _, h in ea["token_harm"]],
+                                   rtol=1e-4, atol=1e-6 * abs(ea["score"]))  # fmt: skip
+    assert a["verdict"]["drop_rows"] == b["verdict"]["drop_rows"]
+
+
 def test_embedding_and_clusters_match(runs):
     single, two, _ = runs
     ea, eb = np.load(single / "embeddings.npy"), np.load(two / "embeddings.npy")

@@ -39,7 +39,6 @@ def attribute_and_report(
     what fits in 40% of the available RAM; 0 = all) and the report says so. The rows the report shows are read
     from the file whatever their position."""
     from gradian.attribute.api import attribute, split_kwargs
-    from gradian.diagnose.api import diagnose_full
     from gradian.run.loaded import load_run
 
     if run is not None:
@@ -48,22 +47,60 @@ def attribute_and_report(
     # read once: attribute and diagnose share the run's files, setup and formatting settings
     loaded = load_run(ins.run, **ins.as_kwargs("train", "eval", "config", "logs", "adapter", "base", "tokenizer"),
                       read_rows=False)  # fmt: skip
-    res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress)
+    checks = SetupChecks(ins, loaded, diagnose_rows)
+    wants = checks.names_content_group if opts.token_profiles and not opts.token_profiles_always else None
+    res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress, wants_profiles=wants)
     if res.partial:
         return RunOutput(res, None, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
-    n_rows = int(res.settings.get("n_train", 0))
-    limit = diagnose_row_budget() if diagnose_rows is None else (diagnose_rows or None)
-    limit = limit if limit is not None and limit < n_rows else None
-    findings, _notes, ctx = diagnose_full(ins, train_limit=limit, loaded=loaded)
-    train_rows = list(ctx.train)
-    if ctx.train_limited:
-        msg = (
-            f"gradian diagnose and the cluster labels read the first {limit:,} of the training file's rows (memory "
-            f"budget; --diagnose-rows 0 reads all): setup findings about later rows are not in this report"
-        )
-        res.notes.append(msg)
-        train_rows += _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
+    checks.read(res)
+    assert checks.done is not None
+    findings, ctx, train_rows, limited = checks.done
+    if limited:
+        res.notes.append(limited)
+        train_rows = train_rows + _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
     return _write_report(out, res, findings, ctx, train_rows)
+
+
+@dataclass
+class SetupChecks:
+    """diagnose on the run's inputs, run once: inside the attribution, when it asks whether the verdict names a
+    content group (:meth:`names_content_group`, while the model is still loaded for the token profiles), or after
+    it. ``diagnose_rows``: rows the in-memory checks read (None: what fits the memory budget; 0: all)."""
+
+    inputs: RunInputs
+    loaded: Any
+    diagnose_rows: int | None
+    done: tuple[list[Any], Any, list[Any], str] | None = None  # findings, diagnose context, rows read, limit note
+
+    def read(self, res: Any) -> None:
+        """Run the checks (once) on as many rows as the budget allows of the ``res.settings["n_train"]`` rows."""
+        from gradian.diagnose.api import diagnose_full
+
+        if self.done is not None:
+            return
+        n_rows = int(res.settings.get("n_train", 0))
+        limit = diagnose_row_budget() if self.diagnose_rows is None else (self.diagnose_rows or None)
+        limit = limit if limit is not None and limit < n_rows else None
+        findings, _notes, ctx = diagnose_full(self.inputs, train_limit=limit, loaded=self.loaded)
+        note = ""
+        if ctx.train_limited:
+            note = (
+                f"gradian diagnose and the cluster labels read the first {limit:,} of the training file's rows "
+                f"(memory budget; --diagnose-rows 0 reads all): setup findings about later rows are not in this report"
+            )
+        self.done = (findings, ctx, list(ctx.train), note)
+
+    def names_content_group(self, res: Any) -> bool:
+        """Whether the verdict on the attribution ``res`` names a content group (what token profiles are for)."""
+        from gradian.report.build import draft_verdict
+
+        self.read(res)
+        assert self.done is not None
+        findings, _ctx, rows, _note = self.done
+        verdict = draft_verdict(res.to_json(), findings=findings, embeddings=res.embeddings,
+                                embedding_index=res.embedding_index, train_examples=rows,
+                                item_scores=res.item_scores)  # fmt: skip
+        return verdict.names_content_group
 
 
 def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any]) -> RunOutput:

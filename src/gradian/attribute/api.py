@@ -17,6 +17,7 @@ Pipeline (one pass over the training data):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ def attribute(
     dist: Dist | None = None,
     loaded: Any = None,
     progress: bool = False,
+    wants_profiles: Callable[[AttributionResult], bool] | None = None,
     **kwargs: Any,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them
@@ -77,8 +79,11 @@ def attribute(
     ``eval_seed``; at most ``max_new_tokens``; with ``eval_cut`` cut after the first token where the fine-tune's
     most likely next token differs from the base model's); the ``generations`` most regressed items get the base
     model's and the fine-tune's greedy continuation; the ``token_harm`` top rows get their harm split over their
-    label tokens (:mod:`gradian.attribute.generate`, :mod:`gradian.attribute.tokens`)."""
+    label tokens (:mod:`gradian.attribute.generate`, :mod:`gradian.attribute.tokens`); the top ``token_profiles``
+    share get token profiles when ``wants_profiles(result)`` (the report pipeline's verdict check) asks for them, or
+    with ``token_profiles_always``."""
     if run is not None:
         kwargs["run"] = run
     ins, opts = split_kwargs(kwargs, inputs, options)
-    return attribute_files(ins, opts, out=out, dist=dist, loaded=loaded, progress=progress)
+    return attribute_files(ins, opts, out=out, dist=dist, loaded=loaded, progress=progress,
+                           wants_profiles=wants_profiles)  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +41,39 @@ def assemble(
     timings: dict[str, float],
     settings: dict[str, Any],
     tokenizer: Any = None,
+    wants_profiles: Callable[[AttributionResult], bool] | None = None,
 ) -> AttributionResult:
-    """Gather, rank and build the result (``settings``, ``notes`` and ``timings`` so far are extended here)."""
+    """Gather, rank and build the result (``settings``, ``notes`` and ``timings`` so far are extended here), then
+    the token pass (:func:`_token_pass`; ``wants_profiles`` reads the result and says whether its verdict needs the
+    token profiles)."""
     o = ctx.options
     local_pos, local_harm, local_emb = _local_rows(ctx, scored, n_states, timings)
     g = _gather(ctx, (local_pos, local_harm, local_emb, sorted(scored.skipped.items()), notes))
-    if g is None:
+    top = _ranked(ctx, reg, ids, g, notes, timings, settings) if g is not None else None
+    if tokenizer is not None:  # every rank takes part: the token pass is split over the ranks
+        _token_pass(ctx, scored.query_direction, top, tokenizer, wants_profiles)
+    if top is None:
         return AttributionResult(o.method, settings, [], reg.regressed, reg.eval_items, [], notes, timings,
                                  partial=True)  # fmt: skip
+    return top.res
+
+
+@dataclass
+class _Ranked:
+    """Rank 0's result and the ranking the token pass reads (indices into the gathered positions)."""
+
+    res: AttributionResult
+    positions: np.ndarray  # positions in train_fx
+    order: np.ndarray  # most harmful first
+    total: np.ndarray
+    file_index: np.ndarray
+
+
+def _ranked(ctx: Context, reg: Regressions, ids: RowIds, g: Gathered, notes: list[str], timings: dict[str, float],
+            settings: dict[str, Any]) -> _Ranked:  # fmt: skip
+    """Rank 0: the gathered rows ranked by harm, with the top rows' split by regressed item (``settings`` and
+    ``notes`` are extended; the result holds them and the timings)."""
+    o = ctx.options
     if g.also:
         settings["also"] = g.also
     notes += g.rank_notes
@@ -64,25 +89,51 @@ def assemble(
     contributions = [_contribution(ctx, reg, ids, int(file_index[i]), rows_ids[i], total[i], per_item[:, i])
                      for i in order[: o.top]]  # fmt: skip
     settings["query_items"] = [int(ctx.eval_fx[q].index) for q in reg.query]
-    profiles = None
-    n_profiles = math.ceil(o.token_profiles * len(order))
-    if (o.token_harm or n_profiles) and tokenizer is not None:
-        t = time.perf_counter()
-        top = order[: max(o.token_harm, n_profiles)]
-        fxs = [ctx.train_fx[int(g.positions[i])] for i in top]
-        harms = _token_harms(ctx, scored.query_direction, fxs, total[top], notes)
-        if harms is not None:
-            for e, fx, h in zip(examples[: o.token_harm], fxs, harms, strict=False):
-                e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
-            settings["token_harm_rows"] = min(o.token_harm, len(top))
-            if n_profiles:
-                profiles = _profiles(ctx, tokenizer, g.positions, fxs[:n_profiles], harms[:n_profiles],
-                                     file_index[top[:n_profiles]])  # fmt: skip
-                settings["token_profile_rows"] = len(profiles.rows)
-        timings["token_harm_s"] = time.perf_counter() - t
-    return AttributionResult(o.method, settings, examples, reg.regressed, reg.eval_items, contributions, notes,
-                             timings, item_scores=per_item, scores=total, embeddings=g.embeddings,
-                             embedding_index=[int(i) for i in file_index], token_profiles=profiles)  # fmt: skip
+    res = AttributionResult(o.method, settings, examples, reg.regressed, reg.eval_items, contributions, notes,
+                            timings, item_scores=per_item, scores=total, embeddings=g.embeddings,
+                            embedding_index=[int(i) for i in file_index])  # fmt: skip
+    return _Ranked(res, g.positions, order, total, file_index)
+
+
+def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, tokenizer: Any,
+                wants_profiles: Callable[[AttributionResult], bool] | None) -> None:  # fmt: skip
+    """The top ``token_harm`` rows' harm split over their label tokens (into their examples) and, when
+    ``wants_profiles`` says the verdict needs them (or ``token_profiles_always``), the token profiles of the top
+    ``token_profiles`` share of the rows: one forward-mode pass split over the torchrun ranks (rank 0 holds the
+    ranking, ``top``, and decides; each rank splits its share of the rows; rank 0 gathers them)."""
+    o = ctx.options
+    plan: tuple[list[int], list[float], int] | None = None
+    if top is not None:
+        n_rows = len(top.order)
+        want = o.token_profiles_always or (wants_profiles is not None and wants_profiles(top.res))
+        n = math.ceil(o.token_profiles * n_rows) if want else 0
+        rows = top.order[: max(min(o.token_harm, n_rows), n)]
+        plan = ([int(p) for p in top.positions[rows]], [float(x) for x in top.total[rows]], n)
+    positions, scores, n = ctx.dist.broadcast(plan)
+    if not positions:
+        return
+    t = time.perf_counter()
+    mine = range(ctx.dist.rank, len(positions), ctx.dist.world)
+    fxs = [ctx.train_fx[positions[i]] for i in mine]
+    my_notes: list[str] = []
+    harms = _token_harms(ctx, xq, fxs, np.array([scores[i] for i in mine]), my_notes) if fxs else []
+    parts = ctx.dist.gather((harms, my_notes))
+    if top is None or parts is None:
+        return
+    res = top.res
+    if any(h is None for h, _ in parts):
+        res.notes.append(next(m for h, ms in parts if h is None for m in ms))
+        return
+    split = [parts[i % len(parts)][0][i // len(parts)] for i in range(len(positions))]
+    all_fxs = [ctx.train_fx[p] for p in positions] if len(parts) > 1 else fxs
+    for e, fx, h in zip(res.examples[: o.token_harm], all_fxs, split, strict=False):
+        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
+    res.settings["token_harm_rows"] = min(o.token_harm, len(positions))
+    if n:
+        rows = top.order[:n]
+        res.token_profiles = _profiles(ctx, tokenizer, top.positions, all_fxs[:n], split[:n], top.file_index[rows])
+        res.settings["token_profile_rows"] = len(res.token_profiles.rows)
+    res.timings["token_harm_s"] = time.perf_counter() - t
 
 
 def _local_rows(ctx: Context, scored: Scored, n_states: int, timings: dict[str, float]):

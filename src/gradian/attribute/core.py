@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ def run_attribution(
     states: list[AdapterState] | None = None,
     tokenizer: Any = None,
     progress: bool = False,
+    wants_profiles: Callable[[AttributionResult], bool] | None = None,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -42,7 +43,9 @@ def run_attribution(
     model as loaded. Under torchrun (``dist``), every rank computes and scores its own shards of the training rows;
     rank 0 computes the eval NLLs and query gradients and broadcasts them, and gathers the scores (other ranks get
     an empty result). ``options.token_harm``: the top that many rows get ``token_harm`` (their score split over their
-    label tokens, needs the ``tokenizer``; :mod:`gradian.attribute.tokens`), one adapter state only.
+    label tokens, needs the ``tokenizer``; :mod:`gradian.attribute.tokens`), one adapter state only; the top
+    ``options.token_profiles`` share of the rows get token profiles when ``wants_profiles(result)`` says the verdict
+    needs them (the report pipeline's check: does it name a content group), or with ``token_profiles_always``.
 
     The stages (:mod:`gradian.attribute.stages`): prepare → regressed items → per adapter state, training gradients
     and scores → assembly (:mod:`gradian.attribute.assemble`)."""
@@ -71,4 +74,4 @@ def run_attribution(
     settings |= scored.settings
     timings |= scored.timings
     return assemble(ctx, reg, scored, ids, n_states=len(states), notes=notes, timings=timings, settings=settings,
-                    tokenizer=tokenizer)  # fmt: skip
+                    tokenizer=tokenizer, wants_profiles=wants_profiles)  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,9 @@ class Loaded:
 
 
 def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path | None, dist: Dist | None,
-                    loaded: Any, progress: bool) -> AttributionResult:  # fmt: skip
+                    loaded: Any, progress: bool,
+                    wants_profiles: Callable[[AttributionResult], bool] | None = None,
+                    ) -> AttributionResult:  # fmt: skip
     """:func:`gradian.attribute.api.attribute` once its keyword arguments are split into inputs and options."""
     from gradian.attribute.engine import pad_id_of
     from gradian.data import format_examples
@@ -56,6 +58,7 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
         notes=ld.notes, dist=ld.dist, states=states, tokenizer=ld.lm.tokenizer, progress=progress,
+        wants_profiles=wants_profiles,
     )  # fmt: skip
     res.eval_examples = eval_ex
     for item, extra in zip(res.eval_items, eval_extra, strict=True):

@@ -95,11 +95,15 @@ class AttributeOptions(Options):
         25, "The N top rows get their harm split over their tokens (the report shows the top 25).", min=0
     )
     token_profiles: float = option(
-        0.0,
-        "Share of the rows, most harmful first, whose harm is split over their tokens for the verdict, e.g. 0.3: a "
-        "named content group also takes the rows whose harm sits on its tokens. Costs a forward-mode pass over these "
-        "rows (about 1.6x a training row each); stored gradients in --out are reused (0 = none).",
+        0.3,
+        "When the verdict names a content group, this share of the rows, most harmful first, get their harm split "
+        "over their tokens, and the group also takes the rows whose harm sits on its tokens. Costs a forward-mode "
+        "pass over these rows (about 1.6x a training row each), only on runs whose verdict names a content group "
+        "(0 = never).",
         min=0,
+    )
+    token_profiles_always: bool = option(
+        False, "Split the --token-profiles rows' harm over their tokens whatever the verdict (to calibrate it)."
     )
     trust_remote_code: bool = option(False, "Allow the base model's own code.")
     top: int = option(20, "Rows shown and explained per item.", min=0)

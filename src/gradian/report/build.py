@@ -207,30 +207,71 @@ def build_report(
     n_rows = max(len(examples), len(row_cluster))
     report.set(examples=examples, regressed=regressed, n_rows=n_rows, clusters=clusters, clustering=clustering,
                findings=found)  # fmt: skip
-    matched = regressed_item_scores(item_scores, report.settings, [r.index for r in regressed], embedding_index)
-    s_items, s_rows = (matched[0], matched[2]) if matched else (None, None)
-    regression = report.settings.get("regression")
-    verdict = make_verdict(
-        clusters,
-        found,
-        examples,
-        regressed,
-        n_rows=n_rows,
-        item_scores=s_items,
-        item_rows=s_rows if matched else embedding_index,
-        texts=texts or None,
-        regression=regression if isinstance(regression, Mapping) else None,
-        policy=policy,
-        embeddings=embeddings,
-        token_profiles=token_profiles,
-    )
-    if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
-        _note_driven(verdict, *matched)
+    inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
+    verdict = inputs.verdict(report, clusters, found, examples, regressed, n_rows, texts)
     report.set(verdict=verdict)
     log = trainer_log(logs) if logs is not None else previous.logs
     if log is not None and log.to_dict():
         report.set(logs=log)
     return report
+
+
+def draft_verdict(
+    attribution: Mapping[str, Any],
+    *,
+    findings: Sequence[Finding | Mapping[str, Any]],
+    embeddings: np.ndarray | None = None,
+    embedding_index: Sequence[int] | None = None,
+    train_examples: Sequence[Any] | Mapping[int, str] | None = None,
+    item_scores: np.ndarray | None = None,
+    policy: CulpritPolicy | None = None,
+    token_profiles: TokenProfiles | None = None,
+) -> Verdict:
+    """The verdict :func:`build_report` reaches on the same inputs, without clustering the rows or building the
+    rest of the report: the report pipeline asks it, while the model is still loaded, whether the verdict names a
+    content group (``Verdict.names_content_group``), which is what token profiles are computed for."""
+    report = Report.from_dict(attribution)
+    examples = _ranked_examples(report.examples)
+    texts = _train_texts(train_examples, {}, examples)
+    found = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
+    inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
+    return inputs.verdict(report, [], found, examples, list(report.regressed), len(examples), texts)
+
+
+@dataclass
+class _VerdictInputs:
+    """What the verdict reads beside the report: the rows' gradient directions and per-item harm (columns in
+    ``embedding_index`` order), the policy and the token profiles."""
+
+    embeddings: np.ndarray | None
+    embedding_index: Sequence[int] | None
+    item_scores: np.ndarray | None
+    policy: CulpritPolicy | None
+    token_profiles: TokenProfiles | None
+
+    def verdict(self, report: Report, clusters: list[Cluster], found: list[Finding], examples: list[RankedRow],
+                regressed: list[Any], n_rows: int, texts: dict[int, str]) -> Verdict:  # fmt: skip
+        matched = regressed_item_scores(self.item_scores, report.settings, [r.index for r in regressed],
+                                        self.embedding_index)  # fmt: skip
+        s_items, s_rows = (matched[0], matched[2]) if matched else (None, None)
+        regression = report.settings.get("regression")
+        verdict = make_verdict(
+            clusters,
+            found,
+            examples,
+            regressed,
+            n_rows=n_rows,
+            item_scores=s_items,
+            item_rows=s_rows if matched else self.embedding_index,
+            texts=texts or None,
+            regression=regression if isinstance(regression, Mapping) else None,
+            policy=self.policy,
+            embeddings=self.embeddings,
+            token_profiles=self.token_profiles,
+        )
+        if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
+            _note_driven(verdict, *matched)
+        return verdict
 
 
 def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:

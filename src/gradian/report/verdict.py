@@ -212,7 +212,7 @@ def make_verdict(
     if found.concentrated:
         typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
         v = _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
-        if token_profiles is None and any(g.cause == "content" for g in found.groups):
+        if token_profiles is None and v.names_content_group:
             v.next_steps.append(TOKEN_PROFILES_HINT)
         return v
     return _spread(draft, found, n_reg, setup_cause)
@@ -220,8 +220,8 @@ def make_verdict(
 
 TOKEN_PROFILES_HINT = (
     "To let the content group also take the rows whose harm sits on its tokens (the rest of a flipped word or name "
-    "whose harm alone did not stand out), re-run gradian attribute with --token-profiles 0.3: it reuses the stored "
-    "gradients and adds a forward pass over the top 30% of the rows."
+    "whose harm alone did not stand out), re-run gradian attribute with --token-profiles 0.3 (the default): it reuses "
+    "the stored gradients and adds a forward pass over the top 30% of the rows."
 )
 
 

@@ -174,6 +174,11 @@ class Verdict:
     def text(self) -> str:
         return " ".join(self.sentences)
 
+    @property
+    def names_content_group(self) -> bool:
+        """A concentrated verdict that names a content group: what token profiles (``--token-profiles``) are for."""
+        return self.kind == "concentrated" and any(g.cause == "content" for g in self.groups)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "reliable": self.reliable,
