@@ -66,7 +66,7 @@ def fp64_model():
 @pytest.mark.parametrize("proj_dim", [0, 8])
 def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
     """fp64: each row's label-token harms (one forward-mode pass) sum to the row's score (its stored gradient)."""
-    from gradian.attribute.api import run_attribution
+    from gradian.attribute.api import TokenPass, run_attribution
     from gradian.attribute.engine import pad_id_of
     from gradian.options import AttributeOptions
 
@@ -77,7 +77,7 @@ def test_token_harm_sums_to_row_scores(fp64_model, proj_dim):
     train_fx = format_examples([train[i] for i in keep], tok, fs)
     eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
     opts = AttributeOptions(proj_dim=proj_dim, token_harm=20)
-    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokenizer=tok)
+    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokens=TokenPass(tok))
     assert not res.no_regression
     split = [e for e in res.examples if "token_harm" in e]
     assert len(split) == 20 and [e["rank"] for e in split] == list(range(1, 21))
@@ -97,7 +97,7 @@ def test_token_profiles_are_the_token_harm_by_token(fp64_model):
     token key, the same split report.json shows per token; the holders are counted over every scored row."""
     from collections import Counter
 
-    from gradian.attribute.api import run_attribution
+    from gradian.attribute.api import TokenPass, run_attribution
     from gradian.attribute.engine import pad_id_of
     from gradian.attribute.token_profiles import KEYS_PER_ROW, token_key
     from gradian.options import AttributeOptions
@@ -108,7 +108,7 @@ def test_token_profiles_are_the_token_harm_by_token(fp64_model):
     train_fx = format_examples([train[i] for i in keep], tok, FormatSettings(max_length=128))
     eval_fx = format_examples(load_examples(EX / "data" / "eval.jsonl"), tok, FormatSettings(128, add_eos=False))
     opts = AttributeOptions(proj_dim=0, token_harm=20, token_profiles=0.5, token_profiles_always=True)
-    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokenizer=tok)
+    res = run_attribution(fp64_model.model, train_fx, eval_fx, opts, pad_id=pad_id_of(tok), tokens=TokenPass(tok))
     prof = res.token_profiles
     assert prof is not None and set(prof.rows) == {e["index"] for e in res.examples[:24]}
     for e in res.examples[:20]:

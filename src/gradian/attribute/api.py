@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gradian.attribute.core import check_options, run_attribution
+from gradian.attribute.core import TokenPass, check_options, run_attribution
 from gradian.attribute.files import _training_rows, attribute_files, check_out_dir
 from gradian.attribute.gradients import shard_size
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
@@ -34,6 +34,7 @@ __all__ = [
     "AdapterState",
     "AttributionResult",
     "RowIds",
+    "TokenPass",
     "_training_rows",
     "attribute",
     "check_options",

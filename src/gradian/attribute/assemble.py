@@ -40,18 +40,16 @@ def assemble(
     notes: list[str],
     timings: dict[str, float],
     settings: dict[str, Any],
-    tokenizer: Any = None,
-    wants_profiles: Callable[[AttributionResult], bool] | None = None,
+    tokens: Any = None,
 ) -> AttributionResult:
     """Gather, rank and build the result (``settings``, ``notes`` and ``timings`` so far are extended here), then
-    the token pass (:func:`_token_pass`; ``wants_profiles`` reads the result and says whether its verdict needs the
-    token profiles)."""
+    the token pass (:func:`_token_pass`; ``tokens``: a :class:`gradian.attribute.core.TokenPass`, None: no pass)."""
     o = ctx.options
     local_pos, local_harm, local_emb = _local_rows(ctx, scored, n_states, timings)
     g = _gather(ctx, (local_pos, local_harm, local_emb, sorted(scored.skipped.items()), notes))
     top = _ranked(ctx, reg, ids, g, notes, timings, settings) if g is not None else None
-    if tokenizer is not None:  # every rank takes part: the token pass is split over the ranks
-        _token_pass(ctx, scored.query_direction, top, tokenizer, wants_profiles)
+    if tokens is not None:  # every rank takes part: the token pass is split over the ranks
+        _token_pass(ctx, scored.query_direction, top, tokens.tokenizer, tokens.wants_profiles)
     if top is None:
         return AttributionResult(o.method, settings, [], reg.regressed, reg.eval_items, [], notes, timings,
                                  partial=True)  # fmt: skip

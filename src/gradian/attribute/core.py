@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,15 @@ def check_options(method: str, weighting: str, store_dtype: str, fisher: str = "
     AttributeOptions(method=method, weighting=weighting, store_dtype=store_dtype, fisher=fisher)
 
 
+@dataclass(frozen=True)
+class TokenPass:
+    """What the token pass needs: the tokenizer (to name the tokens), and from the report pipeline, whether the
+    verdict on a result needs token profiles (None: only with ``token_profiles_always``)."""
+
+    tokenizer: Any
+    wants_profiles: Callable[[AttributionResult], bool] | None = None
+
+
 def run_attribution(
     model: Any,
     train_fx: Sequence,
@@ -30,9 +40,8 @@ def run_attribution(
     notes: list[str] | None = None,
     dist: Dist = SINGLE,
     states: list[AdapterState] | None = None,
-    tokenizer: Any = None,
+    tokens: TokenPass | None = None,
     progress: bool = False,
-    wants_profiles: Callable[[AttributionResult], bool] | None = None,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -43,9 +52,10 @@ def run_attribution(
     model as loaded. Under torchrun (``dist``), every rank computes and scores its own shards of the training rows;
     rank 0 computes the eval NLLs and query gradients and broadcasts them, and gathers the scores (other ranks get
     an empty result). ``options.token_harm``: the top that many rows get ``token_harm`` (their score split over their
-    label tokens, needs the ``tokenizer``; :mod:`gradian.attribute.tokens`), one adapter state only; the top
-    ``options.token_profiles`` share of the rows get token profiles when ``wants_profiles(result)`` says the verdict
-    needs them (the report pipeline's check: does it name a content group), or with ``token_profiles_always``.
+    label tokens, needs ``tokens``, a :class:`TokenPass`; :mod:`gradian.attribute.tokens`), one adapter state only;
+    the top ``options.token_profiles`` share of the rows get token profiles when ``tokens.wants_profiles(result)``
+    says the verdict needs them (the report pipeline's check: does it name a content group), or with
+    ``token_profiles_always``.
 
     The stages (:mod:`gradian.attribute.stages`): prepare → regressed items → per adapter state, training gradients
     and scores → assembly (:mod:`gradian.attribute.assemble`)."""
@@ -74,4 +84,4 @@ def run_attribution(
     settings |= scored.settings
     timings |= scored.timings
     return assemble(ctx, reg, scored, ids, n_states=len(states), notes=notes, timings=timings, settings=settings,
-                    tokenizer=tokenizer, wants_profiles=wants_profiles)  # fmt: skip
+                    tokens=tokens)  # fmt: skip

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gradian.attribute.core import run_attribution
+from gradian.attribute.core import TokenPass, run_attribution
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.dist import Dist
 from gradian.errors import GradianError
@@ -57,8 +57,8 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     res = run_attribution(
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
-        notes=ld.notes, dist=ld.dist, states=states, tokenizer=ld.lm.tokenizer, progress=progress,
-        wants_profiles=wants_profiles,
+        notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles),
+        progress=progress,
     )  # fmt: skip
     res.eval_examples = eval_ex
     for item, extra in zip(res.eval_items, eval_extra, strict=True):
