@@ -172,6 +172,8 @@ def test_token_profiles_are_saved_and_read_back(runs):
     (group,) = rep["verdict"]["groups"]
     assert group["tokens"] and group["token_hold"] >= 0.5 and group["by_tokens"] == 0
     assert set(PLANTED) <= set(rep["verdict"]["drop_rows"])
+    # the rows that stood out beside the Zorblax rows with none of their harm on 'z' are clean rows, not named
+    assert group["off_tokens"] and not set(group["off_tokens"]) & (PLANTED | set(rep["verdict"]["drop_rows"]))
     assert TOKEN_PROFILES_HINT not in rep["verdict"]["next_steps"]
     assert TOKEN_PROFILES_HINT in runs["prompts"]["verdict"]["next_steps"]
     assert not (runs["prompts_dir"] / "token_profiles.json").exists()  # the stale one was removed

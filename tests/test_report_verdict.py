@@ -534,15 +534,16 @@ def test_a_term_innocent_rows_also_hold_is_no_hint(seed):
     assert v["how"]["hints"] == [] and "Rows to read" not in " ".join(v["next_steps"])
 
 
-def _profiles(s, on_token, *, token="he", holders=200, seed=0, share=0.1):
+def _profiles(s, on_token, *, token="he", holders=200, seed=0, share=0.1, none=()):
     """Token profiles of the top 30% rows by ``s``: the rows in ``on_token`` put 60-80% of their positive harm on
-    ``token``, the others ``share`` of it; the rest sits on words from a 300-word vocabulary."""
+    ``token``, the rows in ``none`` nothing, the others ``share`` of it; the rest sits on words from a 300-word
+    vocabulary."""
     rng = np.random.default_rng(seed)
     top = np.argsort(-s)[: int(0.3 * len(s))]
     rows = {}
     for r in top.tolist():
         pos = abs(float(s[r])) + 1.0
-        on = (0.6 + 0.2 * rng.random()) if r in on_token else share
+        on = (0.6 + 0.2 * rng.random()) if r in on_token else 0.0 if r in none else share
         a, b = rng.choice(300, size=2, replace=False)
         rows[r] = (pos, {token: on * pos, f"w{a}": (1 - on) * 0.6 * pos, f"w{b}": (1 - on) * 0.4 * pos})
     return TokenProfiles(rows, {token: holders} | {f"w{k}": 30 for k in range(300)})
@@ -580,6 +581,33 @@ def test_a_content_group_takes_the_rows_whose_harm_sits_on_its_tokens(seed):
     noise = harm_matrix(seed=seed)
     quiet = verdict(noise, token_profiles=_profiles(noise.sum(0), set(range(0, N, 3)), seed=seed))
     assert quiet["kind"] == "spread" and quiet["drop_rows"] == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_content_group_lets_go_of_rows_with_no_harm_on_its_tokens(seed):
+    """20 planted rows put their harm on " he"; 6 innocent rows stand out beside them as strongly, on other words
+    (they lead other items). Without token profiles all 26 are named; with them the 6 leave the group
+    (``off_tokens``) and the verdict says why. Should letting them go leave the rest under the share a culprit group
+    needs, the tokens do not undo the decision: the group stays as it was."""
+    from gradian.report.culprits import CulpritPolicy
+
+    planted, innocent = list(range(0, N, 20)), list(range(5, 125, 20))
+    S = harm_matrix(planted + innocent, seed=seed, strength=8.0)
+    s = S.sum(0)
+    plain = verdict(S)
+    assert set(innocent) <= set(plain["drop_rows"])
+    prof = _profiles(s, set(planted), none=set(innocent), seed=seed)
+    v = verdict(S, token_profiles=prof)
+    assert v["kind"] == "concentrated" and sorted(v["drop_rows"]) == planted
+    (g,) = v["groups"]
+    assert g["tokens"] == ["he"] and sorted(g["off_tokens"]) == innocent
+    assert "6 rows that stood out beside them put none of their harm on it" in v["text"]
+    strict = CulpritPolicy(min_head_share=0.9)  # 26 rows carry 92-93% of the harm, the planted 20 70-71%
+    S = harm_matrix(planted + innocent, seed=seed, strength=30.0)
+    s = S.sum(0)
+    kept = verdict(S, token_profiles=_profiles(s, set(planted), none=set(innocent), seed=seed), policy=strict)
+    assert kept["kind"] == "concentrated" and sorted(kept["drop_rows"]) == sorted(planted + innocent)
+    assert kept["groups"][0]["off_tokens"] == []
 
 
 def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():

@@ -49,7 +49,9 @@ column sum):
    flag, too light or too few to be a group on their own, lead some items beside the defect.
 8. **Harm tokens** (with the attribution's token profiles, ``--token-profiles``). Once the harm is found
    concentrated, each named content group takes the profiled rows whose harm sits on the few tokens its own harm
-   sits on, unless those tokens are what the rows are (:mod:`gradian.report.harm_tokens`, ``token_share``).
+   sits on, unless those tokens are what the rows are, and lets go of its profiled rows with none of their harm
+   there (:mod:`gradian.report.harm_tokens`, ``token_share``); the tokens never undo the decision. A content
+   group's findings and terms are then read on its final rows.
 
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
 rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
@@ -62,7 +64,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -217,6 +219,7 @@ class Group:
     tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.report.harm_tokens)
     token_hold: float | None = None  # share of the rows holding them whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
+    off_tokens: list[int] = field(default_factory=list)  # its profiled rows with none of their harm on its tokens
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -232,6 +235,7 @@ class Group:
             "tokens": self.tokens,
             "token_hold": self.token_hold,
             "by_tokens": self.by_tokens,
+            "off_tokens": self.off_tokens,
         }
 
 
@@ -447,14 +451,22 @@ def find_culprits(
     groups, set_aside = minor(groups, policy)
     culprit_rows, head_share = rd.named(groups, head.kept)
     concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
-    if concentrated and groups and token_profiles is not None:
+    if concentrated and groups and token_profiles is not None:  # the tokens never undo the decision
+        before = [replace(g, rows=list(g.rows)) for g in groups]
         extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share, [r for g in set_aside for r in g.rows])
         _reorder(groups, s, rd.rows, rd.pos_total)
-        culprit_rows, head_share = rd.named(groups, head.kept)
-        concentrated, reason = _decision(head, True, culprit_rows, head_share, harmful, basis, policy)
+        named, share = rd.named(groups, head.kept)
+        still, why = _decision(head, True, named, share, harmful, basis, policy)
+        if still:
+            culprit_rows, head_share, reason = named, share, why
+        else:
+            groups = before
     if not concentrated:
         groups, undriven, set_aside = [], [], []
         stability, basis = head.stability, "head"
+    for g in groups:  # rows joined by direction or tokens, or left: what a content group shares, read on its rows
+        if g.cause == "content":
+            describe_content(g, findings, texts, policy)
     return Culprits(
         concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, rd.family[0],
         undriven, set_aside,
@@ -824,19 +836,28 @@ def group_rows(
     if left:  # a content group; beside a mechanical one, a light or small one is set aside later (minor)
         rest = ordered(left)
         group = Group("content", rest, share(rest))
-        content = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "content"]
-        for f, frows in content:
-            n_hit = len(frows & left)
-            if n_hit >= policy.flag_share * len(left):
-                group.shared.append(_shared(f, n_hit, len(left)))
-        group.shared.sort(key=lambda d: -d["count"])
-        if texts:
-            inside = [terms_of(texts[r]) for r in rest if r in texts]
-            outside = [terms_of(t) for r, t in texts.items() if r not in left]
-            group.terms = distinctive_terms(inside, outside)
+        describe_content(group, findings, texts, policy)
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups
+
+
+def describe_content(
+    group: Group, findings: Sequence[Mapping[str, Any]], texts: Mapping[int, str] | None, policy: CulpritPolicy
+) -> None:
+    """A content group's traits from its rows as they are now: the content findings that flag at least
+    ``flag_share`` of them (most rows first), and their distinctive terms against every other row with a text."""
+    rows = set(group.rows)
+    group.shared = []
+    for f in findings:
+        n_hit = len(set(finding_train_rows(f)) & rows) if finding_cause(f) == "content" else 0
+        if n_hit and n_hit >= policy.flag_share * len(rows):
+            group.shared.append(_shared(f, n_hit, len(rows)))
+    group.shared.sort(key=lambda d: -d["count"])
+    if texts:
+        inside = [terms_of(texts[r]) for r in group.rows if r in texts]
+        outside = [terms_of(t) for r, t in texts.items() if r not in rows]
+        group.terms = distinctive_terms(inside, outside)
 
 
 def direction_z(unit: np.ndarray, js: Sequence[int], bulk: np.ndarray) -> np.ndarray:

@@ -401,6 +401,8 @@ def _group_trait(g: VerdictGroup) -> str:
         bits.append(f"{g.by_direction} rows joined by their gradient direction")
     if g.by_tokens:
         bits.append(f"{g.by_tokens} rows joined by their harm tokens")
+    if g.off_tokens:
+        bits.append(f"{len(g.off_tokens)} rows left out: no harm on its tokens")
     return "; ".join(bits) or "no shared finding or term"
 
 

@@ -416,13 +416,22 @@ def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
     said = f"Most of their harm sits on the token{'s' if len(vg.tokens) > 1 else ''} " + " / ".join(
         repr(t) for t in vg.tokens
     )
+    it = "them" if len(vg.tokens) > 1 else "it"
+    off = (
+        [
+            f"{_rows_word(len(vg.off_tokens)).capitalize()} that stood out beside them put none of their harm on "
+            f"{it}: they lead other items, not this defect, so they are not named (report.json groups[].off_tokens)."
+        ]
+        if vg.off_tokens
+        else []
+    )
     if vg.token_hold is not None and vg.token_hold >= share:
-        it = "them" if len(vg.tokens) > 1 else "it"
         return [
             f"{said}, and {pct(vg.token_hold)} of the rows that hold {it} put their harm there too: the tokens mark "
-            f"what these rows are (a label, or a name only they hold), so no row joined by {it}."
+            f"what these rows are (a label, or a name only they hold), so no row joined by {it}.",
+            *off,
         ]
-    return [said + "."]
+    return [said + ".", *off]
 
 
 def _describe_groups(

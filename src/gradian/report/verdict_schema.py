@@ -70,6 +70,7 @@ class VerdictGroup(Record):
     tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on
     token_hold: float | None = None  # share of the rows holding those tokens whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
+    off_tokens: list[int] = field(default_factory=list)  # rows it let go: none of their harm sits on its tokens
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
@@ -87,6 +88,7 @@ class VerdictGroup(Record):
             tokens=[str(t) for t in data.get("tokens") or []],
             token_hold=data.get("token_hold"),
             by_tokens=data.get("by_tokens") or 0,
+            off_tokens=_ints(data.get("off_tokens")),
         )
 
 
