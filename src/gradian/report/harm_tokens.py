@@ -17,8 +17,8 @@ of the top rows):
   (0.79-0.98; the group already holds them all) (docs/benchmarks.md §8, session 18);
 - and a profiled row of the group with *none* of its positive harm on those tokens (among the keys that carry most
   of it) does not share the group's defect: it stood out beside it, leading other items. It leaves the group
-  (``off_tokens``), whether or not the tokens are a label. On the suite and the three held-out sets such rows are
-  innocent but for one flipped-pronoun row in six runs (docs/benchmarks.md §8, session 19).
+  (``off_tokens``), whether or not the tokens are a label. On the suite, the three held-out sets and SmolLM2, 55 of
+  the 60 rows that leave are innocent; 5 are flipped-pronoun rows, one per run (docs/benchmarks.md §8, session 19).
 
 Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated.
 """
