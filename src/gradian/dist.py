@@ -17,6 +17,7 @@ SIGTERM handler, used by ``gradian.cli.main``).
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,11 @@ def env_world() -> int:
         return 1
 
 
+WAIT_S = 2 * 3600  # how long a rank waits in a collective: rank 0 alone runs diagnose, the draft verdict and the
+# report while the others wait (10-17 min at 10M rows, docs/scaling.md); NCCL's default (10 min) would end the job.
+# A rank that fails is ended by torchrun, not by this timeout.
+
+
 def from_env(device: str | None = None) -> Dist:
     """Join torchrun's process group when ``WORLD_SIZE > 1`` (once per process); :data:`SINGLE` otherwise.
 
@@ -165,7 +171,7 @@ def from_env(device: str | None = None) -> Dist:
                     fix="lower torchrun --nproc_per_node to the number of GPUs",
                 )
             torch.cuda.set_device(local)
-        td.init_process_group(backend=backend)
+        td.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=WAIT_S))
         _JOINED.append(True)
         _stop_quietly_on_sigterm()
     else:
