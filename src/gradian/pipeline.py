@@ -52,13 +52,23 @@ def attribute_and_report(
     res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress, wants_profiles=wants)
     if res.partial:
         return RunOutput(res, None, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
-    checks.read(res)
-    assert checks.done is not None
-    findings, ctx, train_rows, limited = checks.done
-    if limited:
-        res.notes.append(limited)
-        train_rows = train_rows + _shown_rows(ctx.train_file, res, {e.index for e in ctx.train})
-    return _write_report(out, res, findings, ctx, train_rows)
+    setup = checks.read(res)
+    train_rows = setup.rows
+    if setup.limited:
+        res.notes.append(setup.limited)
+        train_rows = train_rows + _shown_rows(setup.ctx.train_file, res, {e.index for e in setup.ctx.train})
+    return _write_report(out, res, setup.findings, setup.ctx, train_rows)
+
+
+@dataclass
+class SetupRead:
+    """What diagnose read for the report: its findings, its context (logs, files), the training rows it holds and,
+    when the memory budget kept it to the file's first rows, the note that says so."""
+
+    findings: list[Any]
+    ctx: Any  # gradian.diagnose.context.DiagnoseContext
+    rows: list[Any]
+    limited: str
 
 
 @dataclass
@@ -70,14 +80,14 @@ class SetupChecks:
     inputs: RunInputs
     loaded: Any
     diagnose_rows: int | None
-    done: tuple[list[Any], Any, list[Any], str] | None = None  # findings, diagnose context, rows read, limit note
+    done: SetupRead | None = None
 
-    def read(self, res: Any) -> None:
+    def read(self, res: Any) -> SetupRead:
         """Run the checks (once) on as many rows as the budget allows of the ``res.settings["n_train"]`` rows."""
         from gradian.diagnose.api import diagnose_full
 
         if self.done is not None:
-            return
+            return self.done
         n_rows = int(res.settings.get("n_train", 0))
         limit = diagnose_row_budget() if self.diagnose_rows is None else (self.diagnose_rows or None)
         limit = limit if limit is not None and limit < n_rows else None
@@ -88,17 +98,16 @@ class SetupChecks:
                 f"gradian diagnose and the cluster labels read the first {limit:,} of the training file's rows "
                 f"(memory budget; --diagnose-rows 0 reads all): setup findings about later rows are not in this report"
             )
-        self.done = (findings, ctx, list(ctx.train), note)
+        self.done = SetupRead(findings, ctx, list(ctx.train), note)
+        return self.done
 
     def names_content_group(self, res: Any) -> bool:
         """Whether the verdict on the attribution ``res`` names a content group (what token profiles are for)."""
         from gradian.report.build import draft_verdict
 
-        self.read(res)
-        assert self.done is not None
-        findings, _ctx, rows, _note = self.done
-        verdict = draft_verdict(res.to_json(), findings=findings, embeddings=res.embeddings,
-                                embedding_index=res.embedding_index, train_examples=rows,
+        setup = self.read(res)
+        verdict = draft_verdict(res.to_json(), findings=setup.findings, embeddings=res.embeddings,
+                                embedding_index=res.embedding_index, train_examples=setup.rows,
                                 item_scores=res.item_scores)  # fmt: skip
         return verdict.names_content_group
 
