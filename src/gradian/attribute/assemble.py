@@ -123,7 +123,8 @@ def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, to
         res.notes.append(next(m for h, ms in parts if h is None for m in ms))
         return
     split = [parts[i % len(parts)][0][i // len(parts)] for i in range(len(positions))]
-    all_fxs = [ctx.train_fx[p] for p in positions] if len(parts) > 1 else fxs
+    own = dict(zip(mine, fxs, strict=True))  # rank 0 reads only the rows the other ranks split
+    all_fxs = [own[i] if i in own else ctx.train_fx[p] for i, p in enumerate(positions)]
     for e, fx, h in zip(res.examples[: o.token_harm], all_fxs, split, strict=False):
         e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
     res.settings["token_harm_rows"] = min(o.token_harm, len(positions))

@@ -63,6 +63,7 @@ calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md),
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -466,7 +467,7 @@ def find_culprits(
         stability, basis = head.stability, "head"
     for g in groups:  # rows joined by direction or tokens, or left: what a content group shares, read on its rows
         if g.cause == "content":
-            describe_content(g, findings, texts, policy)
+            describe_content(g, findings, rd.terms, policy)
     return Culprits(
         concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, rd.family[0],
         undriven, set_aside,
@@ -508,6 +509,7 @@ class _Reading:
     family: list[int] = field(default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
+        self.terms = RowTerms(self.texts)
         self.score_of = {r: float(v) for r, v in zip(self.rows, self.s, strict=True)}
         self.pos_total = float(np.clip(self.s, 0, None).sum())
         self.above = self.s > float(np.median(self.s)) if len(self.s) else np.zeros(0, dtype=bool)  # a finding's
@@ -531,7 +533,7 @@ class _Reading:
         """``groups`` and new groups of the rows in ``mask`` (:func:`group_rows`), settled together (``_settle``)."""
         grouped = {x for g in groups for x in g.rows}
         out = list(groups) + group_rows(
-            self.ranked(mask), self.score_of, self.pos_total, self.findings, self.texts, len(self.rows), self.policy,
+            self.ranked(mask), self.score_of, self.pos_total, self.findings, self.terms, len(self.rows), self.policy,
             carriers, grouped,
         )  # fmt: skip
         _settle(out, self.emb, self.s, self.rows, self.pos_total, self.policy)
@@ -778,7 +780,7 @@ def group_rows(
     score_of: Mapping[int, float],
     pos_total: float,
     findings: Sequence[Mapping[str, Any]],
-    texts: Mapping[int, str] | None,
+    terms: RowTerms,
     n_rows: int,
     policy: CulpritPolicy,
     carriers: Sequence[Mapping[str, Any]] = (),
@@ -836,14 +838,29 @@ def group_rows(
     if left:  # a content group; beside a mechanical one, a light or small one is set aside later (minor)
         rest = ordered(left)
         group = Group("content", rest, share(rest))
-        describe_content(group, findings, texts, policy)
+        describe_content(group, findings, terms, policy)
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups
 
 
+class RowTerms:
+    """Each row's words (:func:`gradian.report.clusters.terms_of` of its text), read once per verdict: a content
+    group is described when it is made and again on its final rows, each time against every other row."""
+
+    def __init__(self, texts: Mapping[int, str] | None) -> None:
+        self.texts = texts or {}
+        self._memo: dict[int, Counter[str]] = {}
+
+    def of(self, row: int) -> Counter[str]:
+        got = self._memo.get(row)
+        if got is None:
+            got = self._memo[row] = terms_of(self.texts[row])
+        return got
+
+
 def describe_content(
-    group: Group, findings: Sequence[Mapping[str, Any]], texts: Mapping[int, str] | None, policy: CulpritPolicy
+    group: Group, findings: Sequence[Mapping[str, Any]], terms: RowTerms, policy: CulpritPolicy
 ) -> None:
     """A content group's traits from its rows as they are now: the content findings that flag at least
     ``flag_share`` of them (most rows first), and their distinctive terms against every other row with a text."""
@@ -854,9 +871,9 @@ def describe_content(
         if n_hit and n_hit >= policy.flag_share * len(rows):
             group.shared.append(_shared(f, n_hit, len(rows)))
     group.shared.sort(key=lambda d: -d["count"])
-    if texts:
-        inside = [terms_of(texts[r]) for r in group.rows if r in texts]
-        outside = [terms_of(t) for r, t in texts.items() if r not in rows]
+    if terms.texts:
+        inside = [terms.of(r) for r in group.rows if r in terms.texts]
+        outside = [terms.of(r) for r in terms.texts if r not in rows]
         group.terms = distinctive_terms(inside, outside)
 
 
