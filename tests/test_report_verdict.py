@@ -6,6 +6,8 @@ nothing is planted."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,18 @@ def test_harm_from_one_item_is_unstable():
     assert v["kind"] == "spread"
     assert "resampled" in v["text"]
     assert v["confidence"]["stability"] is not None and v["confidence"]["stability"] < CulpritPolicy().min_stability
+
+
+def test_an_agreement_just_under_the_bar_does_not_read_as_the_bar():
+    """With the bar set a hair above the agreement measured, the sentence must not print both as the same number."""
+    S = harm_matrix(items=12, seed=3)
+    S[0, :10] += 200.0
+    measured = verdict(S)["confidence"]["stability"]
+    bar = measured + 0.0004  # report.json keeps 4 decimals: the true agreement is within 0.00005 of it
+    assert f"{measured:.2f}" == f"{bar:.2f}"  # the case: two decimals would print them alike
+    v = verdict(S, policy=CulpritPolicy(min_stability=bar))
+    got, need = re.search(r"agreement ([0-9.]+), under the ([0-9.]+) a culprit group needs", v["text"]).groups()
+    assert float(got) < float(need) and abs(float(got) - measured) < 0.001 and abs(float(need) - bar) < 0.001
 
 
 def test_mechanical_group_fix_comes_first():

@@ -125,6 +125,22 @@ def test_run_given_as_a_checkpoint_dir(real_runs):
     assert choices[0].weight == pytest.approx(first / (first + second))
 
 
+def test_output_dir_given_as_the_adapter_holds_the_checkpoints(real_runs):
+    """`--adapter out/` (the HF output_dir: final adapter, checkpoint-*/) combines the same states, with the
+    same weights, as `--run out/`; a checkpoint-N given as --adapter, those up to N; a bare
+    adapter says where to look."""
+    saved, plain = real_runs
+    by_run, _ = select_checkpoints(discover(saved), "all")
+    by_adapter, _ = select_checkpoints(discover(adapter=saved), "all")
+    assert [(c.path, c.steps) for c in by_adapter] == [(c.path, c.steps) for c in by_run]
+    assert [c.weight for c in by_adapter] == pytest.approx([c.weight for c in by_run])
+    up_to, _ = select_checkpoints(discover(adapter=saved / "checkpoint-8"), "all")
+    assert [c.path.name for c in up_to] == ["checkpoint-4", "checkpoint-8"]
+    assert discover(adapter=saved).config_files == []  # only the checkpoints: no config is taken from them unasked
+    (only,), notes = select_checkpoints(discover(adapter=plain), "all")
+    assert only.path == plain and any("beside the adapter (pass --run" in n for n in notes)
+
+
 def test_configured_schedule_when_no_rate_was_logged(real_runs, tmp_path):
     saved, _ = real_runs
     lr = _logged(saved / "trainer_state.json")

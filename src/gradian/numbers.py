@@ -27,3 +27,14 @@ def pct(share: Any, missing: str = "—") -> str:
     """A share (0.25) as a whole percentage ("25%"); ``missing`` for a value that is not a number."""
     f = as_float(share)
     return missing if f is None else f"{100.0 * f:.0f}%"
+
+
+def apart(value: float, limit: float, *, percent: bool = False, digits: int = 2) -> tuple[str, str]:
+    """``value`` and ``limit`` written with the fewest decimals (from ``digits``; whole numbers for ``percent``) at
+    which they read differently, so that 0.596 against 0.6 is "0.596" under "0.600", not "0.60" under "0.60"."""
+    scale, suffix, d = (100.0, "%", 0) if percent else (1.0, "", digits)
+    while True:
+        a, b = f"{scale * value:.{d}f}{suffix}", f"{scale * limit:.{d}f}{suffix}"
+        if a != b or d >= 6 or value == limit:
+            return a, b
+        d += 1

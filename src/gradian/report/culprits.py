@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.token_profiles import TokenProfiles
+from gradian.numbers import apart
 from gradian.options.verify import VerifyOptions
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
 from gradian.report.driven import driven_items
@@ -627,16 +628,18 @@ def _decision(
 ) -> tuple[bool, str]:
     """Whether the culprit rows make a concentrated verdict, and why or why not, in words."""
     if not grouped and head.raw and not head.stable:
+        got, need = apart(head.stability or 0.0, policy.min_stability)
         return False, (
             f"the {head.raw} rows that stand out change when the regressed items are resampled (agreement "
-            f"{head.stability:.2f}, under the {policy.min_stability:.2f} a culprit group needs)"
+            f"{got}, under the {need} a culprit group needs)"
         )
     if not culprit_rows:
         return False, "no row's harm stands out from the rest of the rows"
     if head_share < policy.min_head_share:
+        got, need = apart(head_share, policy.min_head_share, percent=True)
         return False, (
-            f"the {len(culprit_rows)} rows that stand out carry {head_share:.0%} of the harm, under the "
-            f"{policy.min_head_share:.0%} a culprit group needs"
+            f"the {len(culprit_rows)} rows that stand out carry {got} of the harm, under the {need} a culprit "
+            "group needs"
         )
     tests = [f"the {int(t.flagged.sum())} rows {t.finding.get('code')} flags rank above the others, p = {t.p:.1g}"
              for t in harmful]  # fmt: skip

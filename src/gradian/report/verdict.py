@@ -31,7 +31,7 @@ import numpy as np
 from gradian.attribute.regression import describe_change
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
-from gradian.numbers import pct
+from gradian.numbers import apart, pct
 from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.term_hints import TermHint, term_hints
@@ -391,8 +391,9 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
     n = sum(len(g.rows) for g in found.set_aside)
     share = sum(g.harm_share for g in found.set_aside)
     min_share = float(policy.get("min_head_share") or 0.0)
+    got, need = apart(share, min_share, percent=True)
     why = (
-        f"they carry {pct(share)} of the harm, under the {pct(min_share)} a group of its own needs"
+        f"they carry {got} of the harm, under the {need} a group of its own needs"
         if share < min_share
         else f"they carry {pct(share)} of the harm, but are too few for a group of their own (under "
         f"{pct(float(policy.get('min_group_share') or 0.0))} of the rows the groups hold)"

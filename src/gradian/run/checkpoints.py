@@ -185,7 +185,8 @@ def _all(art: RunArtifacts, notes: list[str]) -> list[tuple[int | None, Path]]:
             fix="pass --run the training output folder, or save checkpoints with save_steps",
         )
     if not art.checkpoints:
-        notes.append("no checkpoint-* dirs in the run: attributing through the final adapter only")
+        where = "in the run" if art.run_dir else "beside the adapter (pass --run the training output folder)"
+        notes.append(f"no checkpoint-* dirs {where}: attributing through the final adapter only")
     return picked
 
 

@@ -194,6 +194,8 @@ def discover(
     search_dirs = _find_run_dir(art, run_path)  # where config / logs may be, most specific first
     newest = art.checkpoints[-1] if art.checkpoints else None
     _find_adapter(art, adapter_path, newest)
+    if run_path is None and art.adapter_dir is not None:  # an HF output_dir passed as --adapter: for --checkpoints
+        art.checkpoints = checkpoints_of(art.adapter_dir)
     _find_trainer_state(art, newest)
     _find_configs(art, search_dirs, newest, config_path)
     _find_logs(art, logs_path, search_dirs)
@@ -216,14 +218,17 @@ def _find_run_dir(art: RunArtifacts, run_path: Path | None) -> list[Path]:
                     f"{run_path} is a file", where="--run", fix="pass the training output folder (or a checkpoint-*)"
                 )
         art.run_dir = run_path
-        if checkpoint_step(run_path) is not None:
-            step = checkpoint_step(run_path) or 0
-            art.checkpoints = [p for p in list_checkpoints(run_path.parent) if (checkpoint_step(p) or 0) <= step]
-            search_dirs = [run_path, run_path.parent]
-        else:
-            art.checkpoints = list_checkpoints(run_path)
-            search_dirs = [run_path]
+        art.checkpoints = checkpoints_of(run_path)
+        search_dirs = [run_path, run_path.parent] if checkpoint_step(run_path) is not None else [run_path]
     return search_dirs
+
+
+def checkpoints_of(folder: Path) -> list[Path]:
+    """The checkpoint-* dirs a training output folder holds; for a checkpoint-N dir, its siblings up to N."""
+    step = checkpoint_step(folder)
+    if step is None:
+        return list_checkpoints(folder) if folder.is_dir() else []
+    return [p for p in list_checkpoints(folder.parent) if (checkpoint_step(p) or 0) <= step]
 
 
 def _find_adapter(art: RunArtifacts, adapter_path: Path | None, newest: Path | None) -> None:
