@@ -4,6 +4,7 @@
     python bench/calibrate_verdict.py --runs bench/work/scenarios --search   # grid over the thresholds
     python bench/calibrate_verdict.py --runs bench/work/scenarios --heldout  # the held-out runs alone
     python bench/calibrate_verdict.py --runs bench/work/scenarios --set heldout17  # or another set (recipes.SETS)
+    python bench/calibrate_verdict.py --set heldout19 --policy min_stability=0.55  # another policy, scored
 
 Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the planted rows and the expected cause,
 "none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
@@ -461,6 +462,15 @@ RULE_GRID = {
 }
 
 
+def policy_from(pairs: list[str]) -> CulpritPolicy:
+    """The default policy with ``key=value`` overrides, each value read as its field's type."""
+    default, changed = CulpritPolicy(), {}
+    for key, value in (kv.split("=", 1) for kv in pairs):
+        kind = type(getattr(default, key))
+        changed[key] = value.lower() in ("1", "true") if kind is bool else kind(value)
+    return dataclasses.replace(default, **changed)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, default=REPO / "bench" / "work" / "scenarios")
@@ -474,6 +484,13 @@ def main() -> None:
     ap.add_argument("--policy-only", action="store_true", help="search the policy only, regression rule at defaults")
     ap.add_argument("--vary", nargs="+", choices=sorted(GRID), help="search only these policy keys")
     ap.add_argument("--only", nargs="+", help="score only these runs (names under --runs)")
+    ap.add_argument(
+        "--policy",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="score this policy instead of the default, e.g. --policy min_stability=0.55 (a number)",
+    )
     ap.add_argument("--heldout", action="store_true", help="the same as --set heldout")
     ap.add_argument("--set", choices=sorted(SETS), default="suite",
                     help="which runs to score: " + "; ".join(f"{k}: {v}" for k, v in SETS.items()) + ". Only the "
@@ -515,7 +532,8 @@ def main() -> None:
         print(f"leave-one-kind-out: {sum(held)} / {len(runs)} pass on the held-out kind")
         return
     RUNS_ROOT.append(args.runs)
-    n, rows = score(runs, RegressionRule(), CulpritPolicy(), run_verify=args.verify_seeds if args.verify else 0)
+    policy = policy_from(args.policy)
+    n, rows = score(runs, RegressionRule(), policy, run_verify=args.verify_seeds if args.verify else 0)
     for r in rows:
         print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
     print(f"{n} / {len(runs)} pass")

@@ -6,6 +6,10 @@
     python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token
     python bench/tried_nulls_and_rankings.py query-tokens spread_s0_f10 …  # query tokens weighted by their regression
     python bench/tried_nulls_and_rankings.py label-disagreement mislabel_s0_f20 …  # head rows the model relabels
+    python bench/tried_nulls_and_rankings.py group-token spread_s0_f10 …  # rows ranked by harm on the group's token
+    python bench/tried_nulls_and_rankings.py within-label                # flipped vs correct rows of one label
+    python bench/tried_nulls_and_rankings.py coherent-items fixed --set suite  # regressed items weighted by coherence
+    python bench/tried_nulls_and_rankings.py token-core 0.25 --set suite  # rows join by harm on the group's tokens
 
 ``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
 ``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
@@ -14,8 +18,19 @@ per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a ru
 CPU cores) into ``bench/work/tokens/RUN``. ``query-tokens`` re-runs the attribution in process (about 15 s a run)
 with each regressed item's query weighted per completion token by how much that token regressed.
 ``label-disagreement`` keeps, of the verdict's rows whose completion is one of the file's labels (a completion five
-rows or more share), those for which the base model (or the fine-tune) prefers another of the labels. Every run dir
-is ``bench/work/scenarios`` (``bench/scenarios/generate.py``).
+rows or more share), those for which the base model (or the fine-tune) prefers another of the labels. ``group-token``
+runs ``gradian attribute --token-profiles 1.0 --token-profiles-always`` (every row's harm split over its tokens; about
+15 s a run) into ``bench/work/group_tokens/RUN`` and ranks every row by its harm on the first harm token of the
+verdict's content group, against its whole harm; the best split of that ranking is chosen knowing the planted rows
+(an upper bound for any cut). ``within-label`` ranks, on every mislabelled run, the rows labelled " sad." (flipped and
+correct) by their harm, by their harm divided by their gradient norm, by their gradient norm, and by their help to
+the negative eval items that did not regress. ``coherent-items`` weighs each regressed item's harm by how much it
+agrees with the others' (its leave-one-out correlation over the rows, as a Fisher z; weight min(1, max(0, z / 3))) and
+scores the verdict as ``calibrate_verdict.py`` does: ``fixed`` weighs once, ``resampled`` weighs each resample of the
+stability check anew. ``token-core C`` replaces how rows join a content group by its tokens: a profiled row outside
+the groups joins when its harm on the group's tokens is at least C x the median of the group's own rows' (instead of
+half of its positive harm sitting there, for a row above the median harm). Every run dir is ``bench/work/scenarios``
+(``bench/scenarios/generate.py``).
 """
 
 from __future__ import annotations
@@ -146,6 +161,141 @@ def run_tokens(names: list[str]) -> None:
         print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |")
 
 
+def run_group_token(names: list[str]) -> None:
+    """Rows ranked by their harm on the content group's first harm token, against their whole harm."""
+    print("| run | planted | group tokens | row harm: AUC / P@K | harm on the token: AUC / P@K | best split: P / R |")
+    print("|---|---:|---|---:|---:|---:|")
+    for name in names:
+        d, out = RUNS / name, cal.REPO / "bench" / "work" / "group_tokens" / name
+        meta = json.loads((d / "planted.json").read_text())
+        if not (out / "token_profiles.json").is_file():
+            argv = [sys.executable, "-m", "gradian", "attribute", "--base", str(cal.REPO / meta["base"]), "--adapter",
+                    str(d / "run"), "--train", str(d / "train.jsonl"), "--eval", str(d / "eval.jsonl"), "--config",
+                    str(d / "run" / "training_args.json"), "--logs", str(d / "run" / "trainer_state.json"), "--out",
+                    str(out), "--token-profiles", "1.0", "--token-profiles-always", "--no-progress"]  # fmt: skip
+            subprocess.run(argv, check=True, capture_output=True, cwd=cal.REPO)
+        rep = json.loads((out / "report.json").read_text())
+        prof = json.loads((out / "token_profiles.json").read_text())["rows"]
+        groups = [g for g in rep["verdict"].get("groups") or [] if g["cause"] == "content"]
+        tokens = [k for g in groups for k in g.get("tokens") or []]
+        if not tokens:
+            print(f"| {name} | {len(meta['rows'])} | verdict: {rep['verdict']['kind']}, no content group | | | |")
+            continue
+        score = {e["index"]: e["score"] for e in rep["examples"]}
+        pos = np.array([r["index"] in set(meta["rows"]) for r in prof])
+        on = np.array([sum(h for k, h in r["tokens"] if k == tokens[0]) for r in prof])
+        best = max(((2 * p * q / (p + q), p, q) for c in set(on.tolist()) if (sel := on >= c).any()
+                    for p, q in [((sel & pos).sum() / sel.sum(), (sel & pos).sum() / pos.sum())] if p + q),
+                   default=(0.0, 0.0, 0.0))  # fmt: skip
+        row, tok = auc_pk(np.array([score[r["index"]] for r in prof]), pos), auc_pk(on, pos)
+        print(
+            f"| {name} | {int(pos.sum())} | {', '.join(repr(t) for t in tokens)} | {row[0]:.2f} / {row[1]:.2f} | "
+            f"{tok[0]:.2f} / {tok[1]:.2f} | {best[1]:.2f} / {best[2]:.2f} |",
+            flush=True,
+        )
+
+
+def run_within_label() -> None:
+    """ROC-AUC of the flipped rows among every row of their label, per signal."""
+    print(
+        "| run | rows labelled sad | flipped | harm | harm / gradient norm | gradient norm | help to negative items |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for d in sorted(RUNS.glob("mislabel_*")):
+        run = cal.load_run(d)
+        if run is None or not (d / "attr" / "grads").is_dir():
+            continue
+        ev = [json.loads(line) for line in (d / "eval.jsonl").read_text().splitlines()]
+        tr = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+        call = cal.call_regressions(run.base, run.ft, RegressionRule())
+        at = {e: k for k, e in enumerate(run.items)}
+        reg = [at[i] for i in run.items if call.regressed[i]]
+        neg = [at[i] for i in run.items if ev[i]["completion"].strip() == "sad." and not call.regressed[i]]
+        label = [k for k, c in enumerate(run.cols) if tr[c]["completion"].strip() == "sad."]
+        pos = np.array([run.cols[k] in run.planted for k in label])
+        if not neg or pos.all() or not pos.any():
+            continue
+        norms = grad_norms(d)
+        g = np.array([norms[run.cols[k]] for k in label])
+        harm = run.S[reg].sum(0)[label]
+        cells = [cal.auc(v, pos) for v in (harm, harm / g, g, -run.S[neg].mean(0)[label])]
+        print(f"| {d.name} | {len(label)} | {int(pos.sum())} | " + " | ".join(f"{a:.2f}" for a in cells) + " |")
+
+
+def coherence_weights(S: np.ndarray, mult: np.ndarray) -> np.ndarray:
+    """Per item (rows of ``S``, counted ``mult`` times): min(1, max(0, z / 3)) of the Fisher z of its correlation
+    over the rows with the other items' summed harm."""
+    total, n = mult @ S, S.shape[1]
+    w = np.zeros(len(S))
+    for i in np.flatnonzero(mult):
+        other = total - mult[i] * S[i]
+        r = np.corrcoef(S[i], other)[0, 1] if other.any() else np.nan
+        if np.isfinite(r):
+            w[i] = np.clip(np.arctanh(np.clip(r, -0.999, 0.999)) * np.sqrt(max(n - 3, 1)) / 3.0, 0.0, 1.0)
+    return w
+
+
+def run_coherent_items(mode: str, which: str) -> None:
+    make, raw = cal.make_verdict, {}
+
+    def weighted(*args, item_scores=None, **kw):
+        if item_scores is None or len(item_scores) < 3:
+            return make(*args, item_scores=item_scores, **kw)
+        W = item_scores * coherence_weights(item_scores, np.ones(len(item_scores)))[:, None]
+        raw.update(W=W, S=item_scores)
+        ex = [{"index": e["index"], "id": None, "score": float(v)} for e, v in zip(args[2], W.sum(0), strict=True)]
+        return make(*args[:2], ex, *args[3:], item_scores=W, **kw)
+
+    def resampled(S: np.ndarray, policy: cu.CulpritPolicy):
+        rng = np.random.default_rng(policy.seed)
+        mine = raw and S.shape == raw["W"].shape and np.array_equal(S, raw["W"])
+        for _ in range(int(policy.bootstrap)):
+            mult = np.bincount(rng.integers(0, len(S), size=len(S)), minlength=len(S)).astype(float)
+            yield (mult * coherence_weights(raw["S"], mult)) @ raw["S"] if mine else mult @ S
+
+    cal.make_verdict = weighted
+    if mode == "resampled":
+        cu.resampled_sums = resampled
+    sys.argv = ["calibrate_verdict.py", "--runs", str(RUNS), "--set", which]
+    cal.main()
+
+
+def run_token_core(c: float, which: str) -> None:
+    import gradian.report.harm_tokens as ht
+
+    def on(profiles, r: int, keys: list[str]) -> float:
+        return sum(profiles.rows.get(r, (0.0, {}))[1].get(k, 0.0) for k in keys)
+
+    def extend(groups, profiles, s, rows, share, set_aside=()):
+        if share <= 0 or not profiles.rows:
+            return
+        taken = {int(r) for g in groups for r in g.rows} | {int(r) for r in set_aside}
+        free = [r for r in profiles.rows if r not in taken]
+        best: dict[int, tuple[float, object]] = {}
+        for g in groups:
+            if g.cause != "content" or len(g.rows) < 2 or not (tokens := ht.harm_tokens(g.rows, profiles, share)):
+                continue
+            g.tokens = tokens
+            g.off_tokens = [r for r in g.rows if r in profiles.rows and profiles.share_on(r, tokens) <= 0]
+            g.rows[:] = [r for r in g.rows if r not in set(g.off_tokens)]
+            holders = max(profiles.holders.get(k, 0) for k in tokens)
+            g.token_hold = sum(profiles.share_on(r, tokens) >= share for r in profiles.rows) / holders if holders else 1
+            core = [on(profiles, r, tokens) for r in g.rows if r in profiles.rows]
+            if g.token_hold >= share or not core:
+                continue
+            cut = c * float(np.median(core))
+            for r in free:
+                if (h := on(profiles, r, tokens)) > 0 and h >= cut and h > best.get(r, (0.0, g))[0]:
+                    best[r] = (h, g)
+        for r, (_, g) in sorted(best.items()):
+            g.rows.append(r)
+            g.by_tokens += 1
+
+    cu.extend_by_tokens = extend
+    sys.argv = ["calibrate_verdict.py", "--runs", str(RUNS), "--set", which]
+    cal.main()
+
+
 def token_weighted(model, qfx: list, power: float) -> list:
     """Copies of the query rows whose loss mask weighs each label token by its regression, relu(fine-tune NLL - base
     NLL) ** ``power``, scaled to sum to the label count (so the mean-per-token query keeps its scale); uniform when
@@ -269,6 +419,15 @@ def main() -> None:
     qt.add_argument("runs", nargs="+")
     ld = sub.add_parser("label-disagreement")
     ld.add_argument("runs", nargs="+")
+    gt = sub.add_parser("group-token")
+    gt.add_argument("runs", nargs="+")
+    sub.add_parser("within-label")
+    ci = sub.add_parser("coherent-items")
+    ci.add_argument("mode", choices=["fixed", "resampled"])
+    ci.add_argument("--set", default="suite", choices=sorted(cal.SETS))
+    tc = sub.add_parser("token-core")
+    tc.add_argument("c", type=float)
+    tc.add_argument("--set", default="suite", choices=sorted(cal.SETS))
     args = ap.parse_args()
     if args.what == "null":
         run_null(args.variant, args.heldout, args.json)
@@ -278,6 +437,14 @@ def main() -> None:
         run_query_tokens(args.runs)
     elif args.what == "label-disagreement":
         run_label_disagreement(args.runs)
+    elif args.what == "group-token":
+        run_group_token(args.runs)
+    elif args.what == "within-label":
+        run_within_label()
+    elif args.what == "coherent-items":
+        run_coherent_items(args.mode, args.set)
+    elif args.what == "token-core":
+        run_token_core(args.c, args.set)
     else:
         run_tokens(args.runs)
 
