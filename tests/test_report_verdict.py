@@ -98,6 +98,24 @@ def test_an_agreement_just_under_the_bar_does_not_read_as_the_bar():
     assert float(got) < float(need) and abs(float(got) - measured) < 0.001 and abs(float(need) - bar) < 0.001
 
 
+def test_a_group_that_is_one_labels_rows_is_checked_before_it_is_dropped():
+    """The named rows all share one completion (diagnose's repeated-target finding names it): dropping them would take
+    the label out of the data, so the first step is to check their labels; without the shared target, drop first."""
+    S = harm_matrix(PLANTED, seed=6)
+    same = {"code": "D116", "name": "identical_targets", "severity": "warning", "cause": "content",
+            "evidence": {"rows": PLANTED, "target": "sad."}, "fix": "Down-sample the repeated target"}  # fmt: skip
+    v = verdict(S, [same])
+    assert v["kind"] == "concentrated" and v["cause"] == "content"
+    assert v["groups"][0]["shared"][0]["target"] == "sad."
+    n = len(v["drop_rows"])
+    assert v["next_steps"][0].startswith(f"Check the labels of the {n} rows whose completion is 'sad.'")
+    assert v["next_steps"][1].startswith(f"Or drop the {n} rows")
+    assert "They share the completion 'sad.'" in v["text"]
+    plain = verdict(S, [{**same, "evidence": {"rows": PLANTED}}])
+    assert plain["drop_rows"] == v["drop_rows"] and plain["next_steps"][0].startswith(f"Drop the {n} rows")
+    assert "share the completion" not in plain["text"]
+
+
 def test_mechanical_group_fix_comes_first():
     S = harm_matrix(PLANTED, seed=4)
     cut = {"code": "D130", "name": "cut_mid_sentence", "severity": "warning", "cause": "mechanical",

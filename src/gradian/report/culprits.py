@@ -948,5 +948,8 @@ def extend_by_direction(
 
 
 def _shared(f: Mapping[str, Any], hit: int, size: int) -> dict[str, Any]:
-    """A finding as a group's shared trait: which, how many of the group's rows, its fix."""
-    return {"code": f.get("code"), "name": f.get("name"), "count": hit, "share": hit / size, "fix": f.get("fix")}
+    """A finding as a group's shared trait: which, how many of the group's rows, its fix, and the one completion its
+    rows share when its evidence names it (a label, such as D116's repeated target)."""
+    target = (f.get("evidence") or {}).get("target")
+    out = {"code": f.get("code"), "name": f.get("name"), "count": hit, "share": hit / size, "fix": f.get("fix")}
+    return out | ({"target": str(target)} if isinstance(target, str) and target.strip() else {})

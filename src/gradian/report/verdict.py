@@ -418,10 +418,13 @@ def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
         repr(t) for t in vg.tokens
     )
     it = "them" if len(vg.tokens) > 1 else "it"
+    one = len(vg.off_tokens) == 1
+    their, they_lead, they_are = ("its", "it leads", "it is") if one else ("their", "they lead", "they are")
     off = (
         [
-            f"{_rows_word(len(vg.off_tokens)).capitalize()} that stood out beside them put none of their harm on "
-            f"{it}: they lead other items, not this defect, so they are not named (report.json groups[].off_tokens)."
+            f"{_rows_word(len(vg.off_tokens)).capitalize()} that stood out beside them put none of {their} harm on "
+            f"{it}: {they_lead} other items, not this defect, so {they_are} not named (report.json "
+            "groups[].off_tokens)."
         ]
         if vg.off_tokens
         else []
@@ -470,7 +473,29 @@ def _describe_groups(
                 f"What they have in common: {100 * sh.share:.0f}% of them are flagged by diagnose as {sh.title}."
             )
             explained.add(str(sh.code))
+        if vg.label:
+            draft.sentences.append(
+                f"They share the completion {vg.label!r}: the harm comes from what that label teaches. Gradients "
+                "cannot tell a wrongly labelled row from a rightly labelled one of the same label (their directions "
+                "agree; wrong ones only tend to rank higher), so some of these rows are likely right."
+            )
     return explained, fixes
+
+
+def _drop_steps(head: Sequence[int], groups: Sequence[tuple[Group, VerdictGroup]]) -> list[str]:
+    """What to do with the named rows: drop them, or, for a group that is one label's rows, check its labels first
+    (dropping them all would take the label out of the data)."""
+    drop = f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
+    labels = [vg for _, vg in groups if vg.label]
+    if not labels:
+        return [drop]
+    return [
+        f"Check the labels of the {_rows_word(len(vg.rows))} whose completion is {vg.label!r} (in drop_rows.txt, most "
+        "harmful first: wrong labels tend to rank first), and relabel or drop the wrong ones before re-training. "
+        f"Dropping all of them takes {vg.label!r} out of the data; gradian verify reports what that costs the eval "
+        "items that had not regressed."
+        for vg in labels
+    ] + ["Or " + drop[0].lower() + drop[1:]]
 
 
 def _concentrated(
@@ -532,9 +557,7 @@ def _concentrated(
     aside_sentences, aside_steps = _set_aside(found, v.policy)
     draft.sentences.extend(hint_sentences + aside_sentences)
     draft.next_steps.extend(fixes)  # a mechanical cause is fixed first
-    draft.next_steps.append(
-        f"Drop the {_rows_word(len(head))} (listed in drop_rows.txt / drop_rows.json), re-train, and {VERIFY_HINT}."
-    )
+    draft.next_steps.extend(_drop_steps(head, groups))
     draft.next_steps.extend(hint_steps + aside_steps)
     for _, vg in groups:
         for sh in vg.shared if vg.cause == "content" else ():

@@ -42,6 +42,7 @@ class SharedFinding(Record):
     count: int = 0
     share: float = 0.0
     fix: Any = None  # the finding's fix as report.json holds it
+    target: str | None = None  # the one completion the flagged rows share, when the finding names it (a label)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SharedFinding:
@@ -90,6 +91,12 @@ class VerdictGroup(Record):
             by_tokens=data.get("by_tokens") or 0,
             off_tokens=_ints(data.get("off_tokens")),
         )
+
+    @property
+    def label(self) -> str | None:
+        """The one completion its rows share, when a finding they share names it (a label, such as D116's repeated
+        target): a content group of such rows is what a label teaches, and its wrong rows look like its right ones."""
+        return next((sh.target for sh in self.shared if sh.target), None) if self.cause == "content" else None
 
 
 @dataclass
