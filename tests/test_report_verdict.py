@@ -107,13 +107,47 @@ def test_a_group_that_is_one_labels_rows_is_checked_before_it_is_dropped():
     v = verdict(S, [same])
     assert v["kind"] == "concentrated" and v["cause"] == "content"
     assert v["groups"][0]["shared"][0]["target"] == "sad."
-    n = len(v["drop_rows"])
-    assert v["next_steps"][0].startswith(f"Check the labels of the {n} rows whose completion is 'sad.'")
+    n, labelled = len(v["drop_rows"]), len(set(v["drop_rows"]) & set(PLANTED))  # the finding flags the planted rows
+    assert v["next_steps"][0].startswith(f"Check the labels of the {labelled} rows whose completion is 'sad.'")
     assert v["next_steps"][1].startswith(f"Or drop the {n} rows")
-    assert "They share the completion 'sad.'" in v["text"]
+    share = "They share" if labelled == n else f"{round(100 * labelled / n)}% of them share"
+    assert f"{share} the completion 'sad.'" in v["text"]
     plain = verdict(S, [{**same, "evidence": {"rows": PLANTED}}])
     assert plain["drop_rows"] == v["drop_rows"] and plain["next_steps"][0].startswith(f"Drop the {n} rows")
     assert "share the completion" not in plain["text"]
+
+
+def test_a_label_set_names_the_label_from_the_rows_themselves():
+    """A pure label set (every completion one of two short labels) gets no repeated-target finding; the report reads
+    each row's completion, so the group of " negative" rows is still told as one label's rows, and the label
+    survives a re-render from report.json alone."""
+    import json
+
+    from gradian.data.types import Example
+    from gradian.report import build_report
+    from gradian.report.build import label_of
+
+    train = [Example(index=i, source="train.jsonl", format="prompt_completion", prompt=f"Review {i}: ...",
+                     completion=" Negative" if i in PLANTED or i % 2 else " positive") for i in range(N)]  # fmt: skip
+    assert label_of(train[0]) == "negative" and label_of(train[2]) == "positive"
+    assert label_of(Example(index=0, source="t", format="text", text="a story")) is None
+    S = harm_matrix(PLANTED, seed=7)
+    attribution = {
+        "method": "ekfac",
+        "examples": [{"index": i, "id": None, "score": float(v)} for i, v in enumerate(S.sum(0))],
+        "regressed": [{"index": j, "base_nll": 1.0, "finetuned_nll": 2.0} for j in range(S.shape[0])],
+        "settings": {"query_items": list(range(S.shape[0]))},
+    }
+    built = build_report(attribution, findings=[], train_examples=train, item_scores=S).to_dict()
+    v = built["verdict"]
+    assert v["kind"] == "concentrated" and len(set(v["drop_rows"]) & set(PLANTED)) >= 0.9 * len(v["drop_rows"])
+    (g,) = [g for g in v["groups"] if g["cause"] == "content"]
+    negative = sum(label_of(train[r]) == "negative" for r in g["rows"])
+    assert g["label"] == "negative" and g["label_share"] == negative / len(g["rows"])
+    assert built["examples"][0]["label"] == "negative"  # report.json keeps each row's label
+    assert v["next_steps"][0].startswith(f"Check the labels of the {negative} rows whose completion is 'negative'")
+    again = build_report(json.loads(json.dumps(built))).to_dict()["verdict"]  # no item scores: a looser read
+    assert again["groups"][0]["label"] == "negative" and "rows whose completion is 'negative'" in again["next_steps"][0]
 
 
 def test_mechanical_group_fix_comes_first():

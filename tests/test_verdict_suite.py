@@ -93,3 +93,10 @@ def test_fault_runs_verdict(kind, suite_root):
     assert hit >= min_r * len(planted), (sorted(planted - drop), v["text"])
     if cause is not None:
         assert v["cause"] == cause, v["text"]
+    # a group of one label's rows (the mislabelled kind's " sad." rows) says so and checks labels before dropping;
+    # no other kind's group shares a completion (their completions are whole story continuations)
+    labels = {g.get("label") for g in v["groups"] if g["cause"] == "content"} - {None}
+    assert labels == ({"sad."} if kind == "mislabel" else set()), v["groups"]
+    assert v["next_steps"][0].startswith("Check the labels of") == (kind == "mislabel"), v["next_steps"]
+    rows = {e["index"]: e for e in out["report"]["examples"]}
+    assert all(rows[r].get("label") == "sad." for g in v["groups"] if g.get("label") for r in g["rows"])

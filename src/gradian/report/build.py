@@ -39,6 +39,16 @@ from gradian.report.verdict_schema import Verdict
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
+LABEL_WORDS = 5  # a completion of at most this many words can be a label (as diagnose reads a label set: D122)
+
+
+def label_of(example: Any) -> str | None:
+    """An Example's completion, lowercased with its spaces collapsed, when it has at most ``LABEL_WORDS`` words;
+    None for a longer one, a text row or anything that is not an Example."""
+    if isinstance(example, Mapping) or not hasattr(example, "target_text") or example.text is not None:
+        return None
+    label = " ".join(example.target_text().lower().split())
+    return label if label and len(label.split()) <= LABEL_WORDS else None
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -302,13 +312,19 @@ def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
 def _train_texts(
     train_examples: Sequence[Any] | Mapping[int, str] | None, saved: Mapping[int, str], examples: Sequence[RankedRow]
 ) -> dict[int, str]:
-    """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids."""
+    """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids, and
+    each row's label (:func:`label_of`) where the given rows are Examples."""
     texts, ids = texts_of(train_examples)
     for i, text in saved.items():
         texts.setdefault(i, text)
+    labels = {}
+    if train_examples and not isinstance(train_examples, Mapping):
+        labels = {int(x.index): lab for x in train_examples if (lab := label_of(x)) is not None}
     for e in examples:
         if e.id is None and e.index in ids:
             e.set(id=ids[e.index])
+        if e.label is None and e.index in labels:
+            e.set(label=labels[e.index])
     return texts
 
 

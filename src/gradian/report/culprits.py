@@ -222,6 +222,8 @@ class Group:
     token_hold: float | None = None  # share of the rows holding them whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
     off_tokens: list[int] = field(default_factory=list)  # its profiled rows with none of their harm on its tokens
+    label: str | None = None  # the one completion >= flag_share of its rows share (content groups; a label)
+    label_share: float | None = None  # the share of its rows whose completion that is
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -238,6 +240,7 @@ class Group:
             "token_hold": self.token_hold,
             "by_tokens": self.by_tokens,
             "off_tokens": self.off_tokens,
+            **({"label": self.label, "label_share": self.label_share} if self.label else {}),
         }
 
 
@@ -425,18 +428,20 @@ def find_culprits(
     embeddings: np.ndarray | None = None,
     policy: CulpritPolicy | None = None,
     token_profiles: TokenProfiles | None = None,
+    labels: Mapping[int, str] | None = None,
 ) -> Culprits:
     """Decide whether the harm is concentrated and in which rows. ``scores[j]`` is the harm of training row
     ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check;
     ``embeddings`` (rows x k, same order: each row's gradient direction) let each group take the rows that point its
-    way, and ``token_profiles`` the rows whose harm sits on its tokens, once the harm is found concentrated."""
+    way, and ``token_profiles`` the rows whose harm sits on its tokens, once the harm is found concentrated;
+    ``labels`` (row -> its completion, when short enough to be a label) tell a group whose rows share one."""
     policy = policy or CulpritPolicy()
     s = np.asarray(scores, dtype=np.float64)
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
     if S is not None and not (S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability):
         S = None
     emb = None if embeddings is None or policy.extend_z <= 0 else np.asarray(embeddings, dtype=np.float64)
-    rd = _Reading(S, s, [int(r) for r in rows], findings, texts, emb, policy)
+    rd = _Reading(S, s, [int(r) for r in rows], findings, texts, emb, policy, labels)
     head = stable_head(S, s, policy)
     harmful = harmful_findings(S, s, rd.rows, findings, policy, rd.family)
     carriers = [t.finding for t in harmful]
@@ -507,10 +512,11 @@ class _Reading:
     texts: Mapping[int, str] | None
     emb: np.ndarray | None
     policy: CulpritPolicy
+    labels: Mapping[int, str] | None = None
     family: list[int] = field(default_factory=lambda: [0])
 
     def __post_init__(self) -> None:
-        self.terms = RowTerms(self.texts)
+        self.terms = RowTerms(self.texts, self.labels)
         self.score_of = {r: float(v) for r, v in zip(self.rows, self.s, strict=True)}
         self.pos_total = float(np.clip(self.s, 0, None).sum())
         self.above = self.s > float(np.median(self.s)) if len(self.s) else np.zeros(0, dtype=bool)  # a finding's
@@ -849,10 +855,12 @@ def group_rows(
 
 class RowTerms:
     """Each row's words (:func:`gradian.report.clusters.terms_of` of its text), read once per verdict: a content
-    group is described when it is made and again on its final rows, each time against every other row."""
+    group is described when it is made and again on its final rows, each time against every other row. ``labels``:
+    each row's completion, when it is short enough to be a label."""
 
-    def __init__(self, texts: Mapping[int, str] | None) -> None:
+    def __init__(self, texts: Mapping[int, str] | None, labels: Mapping[int, str] | None = None) -> None:
         self.texts = texts or {}
+        self.labels = labels or {}
         self._memo: dict[int, Counter[str]] = {}
 
     def of(self, row: int) -> Counter[str]:
@@ -866,7 +874,9 @@ def describe_content(
     group: Group, findings: Sequence[Mapping[str, Any]], terms: RowTerms, policy: CulpritPolicy
 ) -> None:
     """A content group's traits from its rows as they are now: the content findings that flag at least
-    ``flag_share`` of them (most rows first), and their distinctive terms against every other row with a text."""
+    ``flag_share`` of them (most rows first), the one completion that many of them share (``terms.labels``: each
+    row's completion when it is short enough to be a label; without them, the target a shared finding names), and
+    their distinctive terms against every other row with a text."""
     rows = set(group.rows)
     group.shared = []
     for f in findings:
@@ -874,6 +884,15 @@ def describe_content(
         if n_hit and n_hit >= policy.flag_share * len(rows):
             group.shared.append(_shared(f, n_hit, len(rows)))
     group.shared.sort(key=lambda d: -d["count"])
+    group.label, group.label_share = None, None
+    if terms.labels:
+        top = Counter(terms.labels[r] for r in group.rows if r in terms.labels).most_common(1)
+        if top and top[0][1] >= policy.flag_share * len(rows):
+            group.label, group.label_share = top[0][0], top[0][1] / len(rows)
+    else:
+        named = next((sh for sh in group.shared if sh.get("target")), None)
+        if named is not None:
+            group.label, group.label_share = str(named["target"]), float(named["share"])
     if terms.texts:
         inside = [terms.of(r) for r in group.rows if r in terms.texts]
         outside = [terms.of(r) for r in terms.texts if r not in rows]

@@ -55,6 +55,7 @@ class RankedRow(Record):
     findings: list[str] | None = None
     text: str | None = None
     contributions: list[Contribution] | None = None
+    label: str | None = None  # its completion (lowercase, spaces collapsed) when short enough to be a label
 
     DERIVED: ClassVar[tuple[str, ...]] = ("cluster", "findings", "text", "contributions")
 

@@ -202,8 +202,9 @@ def make_verdict(
     emb = _aligned_embeddings(embeddings, item_rows, rows)
     fdicts = [f.to_dict() for f in fs]  # find_culprits reads report.json's finding dicts
     s = np.array([scores[r] for r in rows])
+    labels = {e.index: e.label for e in rows_ if e.label}
     found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy,
-                          token_profiles=token_profiles)  # fmt: skip
+                          token_profiles=token_profiles, labels=labels)  # fmt: skip
     hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
     verdict.confidence = _confidence(found.stability, found.basis, policy)
     verdict.how = Decision.from_dict(
@@ -474,10 +475,11 @@ def _describe_groups(
             )
             explained.add(str(sh.code))
         if vg.label:
+            most = "They share" if (vg.label_share or 0) >= 1 else f"{pct(vg.label_share)} of them share"
             draft.sentences.append(
-                f"They share the completion {vg.label!r}: the harm comes from what that label teaches. Gradients "
-                "cannot tell a wrongly labelled row from a rightly labelled one of the same label (their directions "
-                "agree; wrong ones only tend to rank higher), so some of these rows are likely right."
+                f"{most} the completion {vg.label!r}: the harm comes from what that label teaches. Gradients cannot "
+                "tell a wrongly labelled row from a rightly labelled one of the same label (their directions agree; "
+                "wrong ones only tend to rank higher), so some of these rows are likely right."
             )
     return explained, fixes
 
@@ -490,10 +492,10 @@ def _drop_steps(head: Sequence[int], groups: Sequence[tuple[Group, VerdictGroup]
     if not labels:
         return [drop]
     return [
-        f"Check the labels of the {_rows_word(len(vg.rows))} whose completion is {vg.label!r} (in drop_rows.txt, most "
-        "harmful first: wrong labels tend to rank first), and relabel or drop the wrong ones before re-training. "
-        f"Dropping all of them takes {vg.label!r} out of the data; gradian verify reports what that costs the eval "
-        "items that had not regressed."
+        f"Check the labels of the {_rows_word(round((vg.label_share or 0) * len(vg.rows)))} whose completion is "
+        f"{vg.label!r} (in drop_rows.txt, most harmful first: wrong labels tend to rank first), and relabel or drop "
+        f"the wrong ones before re-training. Dropping all of them takes {vg.label!r} out of the data; gradian verify "
+        "reports what that costs the eval items that had not regressed."
         for vg in labels
     ] + ["Or " + drop[0].lower() + drop[1:]]
 

@@ -72,6 +72,8 @@ class VerdictGroup(Record):
     token_hold: float | None = None  # share of the rows holding those tokens whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
     off_tokens: list[int] = field(default_factory=list)  # rows it let go: none of their harm sits on its tokens
+    label: str | None = None  # the one completion most of its rows share (a content group: what a label teaches)
+    label_share: float | None = None  # the share of its rows with that completion
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
@@ -90,13 +92,9 @@ class VerdictGroup(Record):
             token_hold=data.get("token_hold"),
             by_tokens=data.get("by_tokens") or 0,
             off_tokens=_ints(data.get("off_tokens")),
+            label=data.get("label"),
+            label_share=data.get("label_share"),
         )
-
-    @property
-    def label(self) -> str | None:
-        """The one completion its rows share, when a finding they share names it (a label, such as D116's repeated
-        target): a content group of such rows is what a label teaches, and its wrong rows look like its right ones."""
-        return next((sh.target for sh in self.shared if sh.target), None) if self.cause == "content" else None
 
 
 @dataclass
