@@ -146,6 +146,10 @@ def test_a_label_set_names_the_label_from_the_rows_themselves():
     assert g["label"] == "negative" and g["label_share"] == negative / len(g["rows"])
     assert built["examples"][0]["label"] == "negative"  # report.json keeps each row's label
     assert v["next_steps"][0].startswith(f"Check the labels of the {negative} rows whose completion is 'negative'")
+    from gradian.report.render import render_html, render_markdown
+
+    trait = f"{round(100 * negative / len(g['rows']))}% share the completion 'negative' (a label: check, then drop)"
+    assert trait in render_markdown(built) and trait.replace("'", "&#x27;") in render_html(built)
     again = build_report(json.loads(json.dumps(built))).to_dict()["verdict"]  # no item scores: a looser read
     assert again["groups"][0]["label"] == "negative" and "rows whose completion is 'negative'" in again["next_steps"][0]
 

@@ -393,6 +393,8 @@ def _group_trait(g: VerdictGroup) -> str:
     if g.finding is not None:
         bits.append(f"flagged {g.finding.code} {g.finding.name}")
     bits += [f"{100 * float(sh.share):.0f}% {sh.code} {sh.name}" for sh in g.shared]
+    if g.label:
+        bits.append(f"{pct(g.label_share)} share the completion {g.label!r} (a label: check, then drop)")
     if g.terms:
         bits.append("terms: " + " / ".join(g.terms))
     if g.tokens:
