@@ -479,7 +479,7 @@ def _describe_groups(
             draft.sentences.append(
                 f"{most} the completion {vg.label!r}: the harm comes from what that label teaches. Gradients cannot "
                 "tell a wrongly labelled row from a rightly labelled one of the same label (their directions agree; "
-                "wrong ones only tend to rank higher), so some of these rows are likely right."
+                "wrong ones only tend to rank higher), so some of these rows may be right."
             )
     return explained, fixes
 
