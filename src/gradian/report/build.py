@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.token_profiles import TokenProfiles
+from gradian.diagnose.minhash import normalize
 from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
@@ -47,7 +48,7 @@ def label_of(example: Any) -> str | None:
     None for a longer one, a text row or anything that is not an Example."""
     if isinstance(example, Mapping) or not hasattr(example, "target_text") or example.text is not None:
         return None
-    label = " ".join(example.target_text().lower().split())
+    label = normalize(example.target_text())  # the key diagnose's label and repeated-target rules read targets by
     return label if label and len(label.split()) <= LABEL_WORDS else None
 
 
