@@ -89,10 +89,10 @@ def test_suite_recipes_are_unique_and_cover_every_kind():
 
 
 def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
-    from scenarios.recipes import HELDOUT_17, HELDOUT_19, SETS, bigger, by_name, heldout, run_set
+    from scenarios.recipes import HELDOUT_17, HELDOUT_19, HELDOUT_21, SETS, bigger, by_name, heldout, run_set
 
     named = {"heldout": heldout(), "heldout17": heldout(HELDOUT_17), "heldout19": heldout(HELDOUT_19),
-             "smollm2": bigger()}  # fmt: skip
+             "heldout21": heldout(HELDOUT_21), "smollm2": bigger()}  # fmt: skip
     everything = [r.name for r in suite() + bigger()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():
@@ -100,7 +100,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
         assert {run_set(r.name) for r in recipes} == {key}
         assert all(by_name(r.name) == r for r in recipes)
     calibration = [r for r in suite() if run_set(r.name) == "suite"]
-    assert len(calibration) == len(suite()) - sum(len(named[k]) for k in ("heldout", "heldout17", "heldout19"))
+    assert len(calibration) == len(suite()) - sum(len(v) for k, v in named.items() if k != "smollm2")
     assert all(r.model == "" for r in calibration) and all(r.name.endswith("_smollm2") for r in bigger())
 
 
