@@ -680,6 +680,31 @@ def test_a_content_group_lets_go_of_rows_with_no_harm_on_its_tokens(seed):
     assert kept["groups"][0]["off_tokens"] == []
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_content_group_left_light_by_its_tokens_is_set_aside(seed):
+    """Beside a mechanical defect's 12 flagged rows, 4 rows harm 3 items on " he" and 1 row harms 3 other items as
+    much on other words. Together they carry over ``min_head_share`` of the harm: a second defect by share. The token
+    profiles let the fifth row go (none of its harm is on " he"), and the 4 left carry under it: the same rule that
+    sets a light content group aside beside a mechanical one sets this one aside, instead of naming what is left."""
+    mech, riders, off = list(range(0, 396, 33)), [5, 105, 205, 305], 155
+    cut = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
+           "evidence": {"rows": mech}, "fix": "restore the answers"}  # fmt: skip
+    S = harm_matrix(mech, seed=seed)
+    S[:3, riders] += 36.0
+    S[3:6, off] += 36.0
+    s = S.sum(0)
+    pos, share = np.clip(s, 0, None), CulpritPolicy().min_head_share
+    assert pos[riders].sum() / pos.sum() < share < pos[[*riders, off]].sum() / pos.sum()
+    plain = verdict(S, [cut])
+    assert plain["cause"] == "mechanical+content" and set(riders) | {off} <= set(plain["drop_rows"])
+    v = verdict(S, [cut], token_profiles=_profiles(s, set(riders), none={off}, seed=seed))
+    assert v["cause"] == "mechanical" and sorted(v["drop_rows"]) == mech
+    (aside,) = v["how"]["set_aside"]
+    assert set(riders) <= set(aside["rows"]) and aside["off_tokens"] == [off] and aside["harm_share"] < share
+    assert any(f"Beside the mechanical group, {len(aside['rows'])} rows that no finding flags" in x
+               for x in v["sentences"])  # fmt: skip
+
+
 def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():
     """A group's harm tokens: the fewest keys carrying half its rows' positive harm, and none when that takes more keys
     than a profile keeps per row (harm spread over the rows' words is no token's)."""

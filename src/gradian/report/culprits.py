@@ -462,16 +462,18 @@ def find_culprits(
         before = [replace(g, rows=list(g.rows)) for g in groups]
         extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share, [r for g in set_aside for r in g.rows])
         _reorder(groups, s, rd.rows, rd.pos_total)
+        groups, lighter = minor(groups, policy)  # rows that left by their tokens can leave a group too light
         named, share = rd.named(groups, head.kept)
-        still, why = _decision(head, True, named, share, harmful, basis, policy)
+        still, why = _decision(head, bool(groups), named, share, harmful, basis, policy)
         if still:
             culprit_rows, head_share, reason = named, share, why
+            set_aside += lighter
         else:
             groups = before
     if not concentrated:
         groups, undriven, set_aside = [], [], []
         stability, basis = head.stability, "head"
-    for g in groups:  # rows joined by direction or tokens, or left: what a content group shares, read on its rows
+    for g in groups + set_aside:  # rows joined or left by direction or tokens: what a content group shares
         if g.cause == "content":
             describe_content(g, findings, rd.terms, policy)
     return Culprits(
