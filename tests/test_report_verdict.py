@@ -392,8 +392,8 @@ WIDE = list(range(0, N, 5)) + list(range(1, N, 5))  # 160 rows, 40% of the file
 def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     """40% of the file harms mildly: the planted rows are the bulk's spread, so no row stands out and without a finding
     the verdict is spread. A mechanical finding flags 150 of them and 10 innocent rows; their harm ranks far above the
-    other rows', so they make the group: the flagged rows whose harm is above the median, and no row by direction
-    alone (the finding names the defect's rows). The report says how it was found."""
+    other rows', so they make the group: every row the finding flags (its fix is the finding's), and no row by
+    direction alone (the finding names the defect's rows). The report says how it was found."""
     S = harm_matrix(WIDE, seed=seed, strength=1.5)
     assert not head_mask(S.sum(0), CulpritPolicy()).any()
     E = _embeddings([WIDE], seed=seed)
@@ -402,9 +402,7 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
            "evidence": {"rows": WIDE[:150] + innocent}, "fix": "complete the short answers"}  # fmt: skip
     v = verdict(S, [cut], embeddings=E)
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
-    p, r = precision_recall(v["drop_rows"], WIDE)
-    assert p >= 0.95 and r >= 0.9
-    assert set(v["drop_rows"]) <= set(WIDE[:150] + innocent)
+    assert sorted(v["drop_rows"]) == sorted(WIDE[:150] + innocent)
     assert all(g["by_direction"] == 0 for g in v["groups"])
     assert v["confidence"]["basis"] == "finding" and v["confidence"]["level"] == "high"
     assert v["how"]["findings"][0]["code"] == "D133" and v["how"]["findings"][0]["p"] < 1e-6
@@ -415,6 +413,25 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     assert v["how"]["raw_head"] == 0 and v["how"]["basis"] == "finding"
     assert verdict(S, embeddings=E)["kind"] == "spread"
     assert verdict(S, [cut], embeddings=E, policy=CulpritPolicy(finding_alpha=0))["kind"] == "spread"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_mechanical_group_holds_every_row_its_finding_flags(seed):
+    """A loop defect in 30 rows: 22 harm every regressed item, 8 help them (the looped sentence is one these items
+    need). The finding flags all 30 and its rows carry the harm, so the group is the finding's rows, the 8 that help
+    too: the defect is in them all, and the verdict's fix (drop or cut the looping rows) is the finding's. Without
+    the extension the group keeps only rows whose harm stands out or the finding test seeds (harm above the median)."""
+    harmful, helping = list(range(0, 220, 10)), list(range(225, 400, 22))
+    S = harm_matrix(harmful, seed=seed, helpful=helping)
+    loop = {"code": "D129", "name": "repetition", "severity": "warning", "cause": "mechanical",
+            "evidence": {"rows": harmful + helping}, "fix": "drop the looping rows"}  # fmt: skip
+    assert (S.sum(0)[helping] < np.median(S.sum(0))).all()
+    v = verdict(S, [loop])
+    assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
+    assert set(harmful + helping) <= set(v["drop_rows"])
+    assert len(v["drop_rows"]) <= len(harmful + helping) + 2  # a noise row that stands out may ride along
+    off = verdict(S, [loop], policy=CulpritPolicy(extend_mechanical=False))
+    assert set(harmful) <= set(off["drop_rows"]) and not set(helping) & set(off["drop_rows"])
 
 
 def test_findings_on_innocent_rows_name_no_culprit():

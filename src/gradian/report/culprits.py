@@ -31,9 +31,9 @@ column sum):
 5. **Extension.** A content group's weaker rows point the way its strongest do: it takes the rows with harm above
    the median whose gradient direction (the attribution's row embeddings) is ``extend_z`` robust spreads closer to
    the group's mean direction than the low-harm rows are. A mechanical group is its finding's rows: it takes the
-   finding's other rows with harm above the median (not rows by direction: where the finding names the defect's
-   rows, direction adds only innocent ones), and a content group's rows that point a mechanical group's way move to
-   it.
+   finding's other rows, those whose harm on these items helps too (the defect is in them all, and the fix is the
+   finding's), but no row by direction (where the finding names the defect's rows, direction adds only innocent
+   ones); a content group's rows that point a mechanical group's way move to it.
 6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1, 2 and 4 on the
    rest): a stable head there, or a finding whose rows carry the rest's harm, is a further group (two defects at
    once, or a defect's weaker half). Every finding test of the verdict shares one Bonferroni level. The rest is
@@ -150,7 +150,10 @@ class CulpritPolicy:
     )
     extend_mechanical: bool = field(
         default=True,
-        metadata={"help": "A mechanical group also takes the finding's other rows whose harm is above the median."},
+        metadata={
+            "help": "A mechanical group also takes the finding's other rows, those whose harm helps too: the defect is "
+            "in every row the finding flags, and its fix is the finding's."
+        },
     )
     extend_z: float = field(
         default=3.0,
@@ -798,7 +801,7 @@ def group_rows(
     grouped: Collection[int] = (),
 ) -> list[Group]:
     """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
-    rows whose harm is above the median when ``policy.extend_mechanical``) and one content group. A mechanical
+    rows, whatever their harm, when ``policy.extend_mechanical``) and one content group. A mechanical
     finding in ``carriers`` (its flagged rows carry the harm: :func:`harmful_findings`) needs only two rows in the
     head: its own test is stronger evidence than its share of the head. Rows in ``grouped`` (earlier groups') are
     never added again."""
@@ -811,7 +814,6 @@ def group_rows(
 
     left = set(head)
     taken: set[int] = set()
-    median_score = float(np.median(list(score_of.values()))) if score_of else 0.0
     groups: list[Group] = []
     flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
     while left:
@@ -828,10 +830,9 @@ def group_rows(
         if best is None:
             break
         f, hit = best
-        if policy.extend_mechanical:  # the fix is the finding's: every flagged row that harms belongs to the group
+        if policy.extend_mechanical:  # the fix is the finding's: every row it flags belongs to the group
             frows = next(r for g, r in flagged if g is f)
-            skip = taken | set(grouped)
-            hit = hit | {r for r in frows if score_of.get(r, 0.0) > median_score and r not in skip}
+            hit = hit | (frows - taken - set(grouped))
         group = Group("mechanical", ordered(hit), share(list(hit)), finding=f)
         for g, grows in flagged:  # other mechanical findings on the same rows explain them too (truncation + cut)
             if g is not f and len(grows & hit) >= policy.flag_share * len(hit):
