@@ -103,3 +103,71 @@ def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_pur
     assert words == "completion NLL up by more than 0.02 nats/token (--noise-multiple 0: no drift gate)"
     with pytest.raises(OptionError, match="--noise-multiple -1.0 is below 0"):
         AttributeOptions(noise_multiple=-1.0)
+
+
+def _drift(n: int, seed: int, sigma: float = 0.05) -> np.ndarray:
+    """``n`` changes of a symmetric drift: a normal sample, centred, half of it rising, none past 1.5 sigma."""
+    rng = np.random.default_rng(seed)
+    x = np.clip(rng.normal(0, sigma, n), -1.5 * sigma, 1.5 * sigma)
+    x -= np.median(x)
+    return x
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_item_past_the_drift_on_a_large_eval_set_is_what_drift_gives(seed):
+    """60 items drift both ways; one rose by 2.4 x the drift. At 2 x, drift puts 2.3% of the items past the cut-off:
+    more than one of 60 by chance. So the set is within noise, and the summary says why; without the count of items
+    (family_alpha 0) that one item gates the set, as before. One item far past (6 x the drift) still counts alone, and
+    so do seven items just past 2 x (binomial)."""
+    base = np.full(60, 1.5)
+    change = _drift(60, seed)
+    call0 = call_regressions(base, base + change)
+    lone = change.copy()
+    lone[0] = 2.4 * call0.drift
+    call = call_regressions(base, base + lone)
+    assert call.beyond == 1 and not call.regressed.any() and call.within_noise
+    assert call.top_cutoff > 3 * call.drift and call.count_p > 0.05
+    assert "but no more than 60 items drifting give" in regression_summary(call)
+    from gradian.report.verdict import make_verdict
+
+    said = " ".join(make_verdict([], [], [], [], regression={**RegressionRule().to_dict(), **call.to_dict()}).sentences)
+    assert "1 rose past 2 x that drift" in said and "as 1 of 60 drifting items can by chance" in said
+    assert "within noise" in said
+    assert call_regressions(base, base + lone, RegressionRule(family_alpha=0)).regressed.any()
+    far = change.copy()
+    far[0] = 6 * call0.drift
+    assert call_regressions(base, base + far).regressed[0]
+    several = change.copy()
+    several[:7] = 2.2 * call0.drift
+    many = call_regressions(base, base + several)
+    assert many.beyond == 7 and many.count_p < 0.05 and many.regressed[:7].all()
+    words = regression_words({**RegressionRule().to_dict(), **many.to_dict()})
+    assert "past what 60 drifting items give (one past " in words and "binomial p < 0.05" in words
+
+
+def test_a_small_eval_set_needs_less_than_a_large_one_for_one_item():
+    """The largest rise drifting items reach grows with their number: the one-item cut-off is 2.58 x the drift on 10
+    items and 3.05 x on 44 (normal quantile 1 - 0.05 / n), never under noise_multiple x the drift (2 items)."""
+    for n, z in ((10, 2.576), (44, 3.054)):
+        base = np.full(n, 1.0)
+        change = np.tile([0.04, -0.04], n // 2)
+        change[0] = 0.3
+        call = call_regressions(base, base + change)
+        assert call.top_cutoff == pytest.approx(z * call.drift, rel=1e-3)
+    base = np.full(2, 1.0)
+    call = call_regressions(base, base + np.array([0.3, -0.04]))
+    assert call.top_cutoff == pytest.approx(call.cutoff)  # 1.96 x on 2 items: the 2 x cut-off holds
+
+
+def test_the_tests_hold_on_an_eval_set_of_thousands_of_items():
+    """The sign and binomial tails are summed in log space: an eval set of 5,000 items (2**5000 overflows a float)."""
+    from gradian.attribute.regression import binomial_tail, sign_test
+
+    assert sign_test(2500, 2500) == pytest.approx(0.5, abs=0.01) and sign_test(2700, 2300) < 1e-6
+    assert binomial_tail(1, 44, 0.02275) == pytest.approx(1 - (1 - 0.02275) ** 44)
+    base = np.full(5000, 1.0)
+    change = _drift(5000, 0)
+    change[0] = 2.5 * call_regressions(base, base + change).drift
+    call = call_regressions(base, base + change)
+    assert call.shift_p > 0.05 and call.beyond == 1 and call.count_p > 0.99 and call.within_noise
+    assert call.top_cutoff == pytest.approx(4.265 * call.drift, rel=1e-3)  # 1 - 0.05 / 5000

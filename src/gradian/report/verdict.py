@@ -279,7 +279,8 @@ def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_ca
         )
         draft.sentences.append(
             f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
-            f"fine-tune's ordinary drift{drift}{_as_a_set(reg)}: the change is within noise, so there is no "
+            f"fine-tune's ordinary drift{drift}{_by_chance(reg)}{_as_a_set(reg)}: the change is within noise, so "
+            "there is no "
             "regression to attribute. If those items matter (they share a label or a skill the fine-tune should "
             "keep), the drift may be the fine-tune's purpose rather than noise: rerun gradian attribute with "
             "--noise-multiple 0 to attribute every item that rose past --threshold."
@@ -287,6 +288,20 @@ def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_ca
         return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
     draft.sentences.append("No eval item got worse after fine-tuning, so there is no regression to attribute.")
     return draft.done("no_regression", setup_cause, "No regression to explain.")
+
+
+def _by_chance(reg: Mapping[str, Any]) -> str:
+    """When some items rose past the drift cut-off, but no more than as many drifting items give: why that is noise."""
+    k, top = int(reg.get("beyond_drift") or 0), reg.get("top_cutoff")
+    if not k or top is None:
+        return ""
+    scale = str(reg.get("scale", "absolute"))
+    n, cut, most = reg.get("n_items"), describe_change(float(reg["cutoff"]), scale), describe_change(float(top), scale)
+    return (
+        f": {k} rose past {reg.get('noise_multiple', 2):g} x that drift ({cut}), as {k} of {n} drifting items can "
+        f"by chance (binomial p = {float(reg['count_p']):.2g}), none past {most}, the largest rise {n} drifting "
+        f"items reach (at {float(reg.get('family_alpha', 0.05)):.0%})"
+    )
 
 
 def _as_a_set(reg: Mapping[str, Any]) -> str:
