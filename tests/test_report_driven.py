@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from gradian.attribute.regression import sign_test
-from gradian.report.driven import binomial_tail, driven_items, normal_tail
+from gradian.report.driven import driven_items
+from gradian.tails import binomial_tail, normal_tail
 
 
 def test_binomial_tail_matches_the_exact_sum():

@@ -32,12 +32,12 @@ control and 7 runs whose planted rows explain no real regression (docs/benchmark
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from math import exp, lgamma, log, log1p
 from statistics import NormalDist
 
 import numpy as np
 
 from gradian.options.attribute import DEFAULTS
+from gradian.tails import binomial_tail, normal_tail
 
 DEFAULT_MIN_DELTA = DEFAULTS.threshold  # --threshold: the default is written once, in gradian.options
 DEFAULT_NOISE_MULTIPLE = DEFAULTS.noise_multiple  # --noise-multiple, likewise
@@ -164,7 +164,7 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
     if risen and rule.family_alpha > 0 and drift is not None and rule.noise_multiple > 0:
         n = int(ok.sum())
         top = max(cutoff, NormalDist().inv_cdf(1 - rule.family_alpha / n) * drift)
-        count_p = binomial_tail(n_beyond, n, 1 - NormalDist().cdf(rule.noise_multiple))
+        count_p = binomial_tail(n_beyond, n, normal_tail(rule.noise_multiple))
         risen = bool((floors & (change > top)).any()) or count_p < rule.family_alpha
     none = np.zeros_like(beyond)
     regressed = beyond if rule.gate == "item" else (floors if risen or shifted else none)
@@ -172,20 +172,6 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
         regressed, delta, rel, drift, cutoff, int(floors.sum()), rule.scale, shift_p, n_beyond, up, down, top,
         count_p,
     )  # fmt: skip
-
-
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(at least ``k`` of ``n`` independent events of chance ``p``), summed in log space (any ``n``)."""
-    if k <= 0:
-        return 1.0
-    if k > n or p <= 0:
-        return 0.0
-    if p >= 1:
-        return 1.0
-    logs = [lgamma(n + 1) - lgamma(j + 1) - lgamma(n - j + 1) + j * log(p) + (n - j) * log1p(-p)
-            for j in range(k, n + 1)]  # fmt: skip
-    top = max(logs)
-    return float(min(1.0, exp(top) * sum(exp(x - top) for x in logs)))
 
 
 def sign_test(up: int, down: int) -> float:
