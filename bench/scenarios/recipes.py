@@ -16,6 +16,7 @@ class Recipe:
     n_target: int = 24  # eval items the defect should break
     n_control: int = 16  # eval items it should leave alone
     model: str = ""  # another base model (a key of scenarios.pool.MODELS) instead of the kind's usual one
+    tag: str = ""  # what else sets the run apart, in its name (e.g. "e160": an eval set of 160 items)
 
     @property
     def name(self) -> str:
@@ -23,7 +24,8 @@ class Recipe:
         ``_<model>`` on another base model."""
         size = "" if self.n_rows == default_rows(self.kind) else f"_n{self.n_rows}"
         model = f"_{self.model}" if self.model else ""
-        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}{model}"
+        tag = f"_{self.tag}" if self.tag else ""
+        return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}{model}{tag}"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +80,15 @@ def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> lis
     return out
 
 
+def wide_eval() -> list[Recipe]:
+    """The three controls and three fault kinds at the usual 240 rows with an eval set four times the usual (80 target
+    and 80 control items, seed 12): whether the regression rule and the stability check, both read over the eval
+    items, hold when there are many more of them (made in session 21, after that session's changes)."""
+    kinds = (("clean", 0.0), ("control_lr", 0.0), ("control_epochs", 0.0), ("entity", 0.1), ("pronoun", 0.1),
+             ("no_eos", 0.1))  # fmt: skip
+    return [Recipe(k, 12, f, 240, 80, 80, tag="e160") for k, f in kinds]
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -88,7 +99,8 @@ def bigger() -> list[Recipe]:
 
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
-        "heldout21": "recipes.heldout(HELDOUT_21)", "smollm2": "recipes.bigger()"}  # fmt: skip
+        "heldout21": "recipes.heldout(HELDOUT_21)", "eval160": "recipes.wide_eval()",
+        "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
 def run_set(name: str) -> str:
@@ -99,7 +111,7 @@ def run_set(name: str) -> str:
         ("heldout19", heldout(HELDOUT_19)),
         ("heldout21", heldout(HELDOUT_21)),
     )
-    for key, recipes in (*held, ("smollm2", bigger())):
+    for key, recipes in (*held, ("eval160", wide_eval()), ("smollm2", bigger())):
         if name in {r.name for r in recipes}:
             return key
     return "suite"
@@ -114,7 +126,7 @@ def suite() -> list[Recipe]:
     out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
     out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
     out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
-    return out + sized() + heldout() + heldout(HELDOUT_17) + heldout(HELDOUT_19) + heldout(HELDOUT_21)
+    return out + sized() + heldout() + heldout(HELDOUT_17) + heldout(HELDOUT_19) + heldout(HELDOUT_21) + wide_eval()
 
 
 def by_name(name: str) -> Recipe:
