@@ -127,7 +127,7 @@ def test_one_item_past_the_drift_on_a_large_eval_set_is_what_drift_gives(seed):
     call = call_regressions(base, base + lone)
     assert call.beyond == 1 and not call.regressed.any() and call.within_noise
     assert call.top_cutoff > 3 * call.drift and call.count_p > 0.05
-    assert "but no more than 60 items drifting give" in regression_summary(call)
+    assert "as 1 of 60 drifting items can by chance" in regression_summary(call)
     from gradian.report.verdict import make_verdict
 
     said = " ".join(make_verdict([], [], [], [], regression={**RegressionRule().to_dict(), **call.to_dict()}).sentences)
@@ -142,7 +142,7 @@ def test_one_item_past_the_drift_on_a_large_eval_set_is_what_drift_gives(seed):
     many = call_regressions(base, base + several)
     assert many.beyond == 7 and many.count_p < 0.05 and many.regressed[:7].all()
     words = regression_words({**RegressionRule().to_dict(), **many.to_dict()})
-    assert "past what 60 drifting items give (one past " in words and "binomial p < 0.05" in words
+    assert "beyond what 60 drifting items give (one item past " in words and "binomial p < 0.05" in words
 
 
 def test_a_small_eval_set_needs_less_than_a_large_one_for_one_item():

@@ -199,10 +199,11 @@ def regression_summary(call: RegressionCall) -> str:
             else f", and no more rose than chance would have (sign test p = {call.shift_p:.2g})"
         )
         if call.beyond and call.top_cutoff is not None:
+            n, top = len(call.regressed), describe_change(call.top_cutoff, call.scale)
             return (
-                f"{call.rose} rose and {call.beyond} by more than +{need} ({drift}), but no more than "
-                f"{len(call.regressed)} items drifting give: none past +{describe_change(call.top_cutoff, call.scale)}"
-                f" and {call.beyond} past +{need} by chance (binomial p = {call.count_p:.2g}){chance}"
+                f"{call.rose} rose, {call.beyond} by more than +{need} ({drift}), as {call.beyond} of {n} drifting "
+                f"items can by chance (binomial p = {call.count_p:.2g}), and none past +{top}, the largest rise {n} "
+                f"drifting items reach{chance}"
             )
         return (
             f"{call.rose} rose, but none by more than the fine-tune's ordinary drift ({drift}; an item needed "
@@ -232,8 +233,9 @@ def regression_words(reg: dict) -> str:
         family = float(reg.get("family_alpha", 0) or 0)
         top = reg.get("top_cutoff")
         many = (
-            f" past what {reg.get('n_items')} drifting items give (one past {describe_change(float(top), scale)}, "
-            f"or more past it than chance: binomial p < {family:g})"
+            f", beyond what {reg.get('n_items')} drifting items give (one item past "
+            f"{describe_change(float(top), scale)}, or more items past {reg.get('noise_multiple', 0):g} x the drift "
+            f"than chance: binomial p < {family:g})"
             if family and top is not None
             else ""
         )
