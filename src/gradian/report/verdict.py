@@ -300,7 +300,7 @@ def _by_chance(reg: Mapping[str, Any]) -> str:
     return (
         f": {k} rose past {reg.get('noise_multiple', 2):g} x that drift ({cut}), as {k} of {n} drifting items can "
         f"by chance (binomial p = {float(reg['count_p']):.2g}), none past {most}, the largest rise {n} drifting "
-        f"items reach (at {float(reg.get('family_alpha', 0.05)):.0%}), and the set does not lean up"
+        f"items reach (at {float(reg.get('family_alpha', 0.05)):.0%}); the set does not lean up"
         + ("" if reg.get("rank_p") is None else f" (signed-rank p = {float(reg['rank_p']):.2g})")
     )
 
