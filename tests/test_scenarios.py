@@ -92,7 +92,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
     from scenarios.recipes import HELDOUT_17, HELDOUT_19, HELDOUT_21, SETS, bigger, by_name, heldout, run_set, wide_eval
 
     named = {"heldout": heldout(), "heldout17": heldout(HELDOUT_17), "heldout19": heldout(HELDOUT_19),
-             "heldout21": heldout(HELDOUT_21), "eval160": wide_eval(), "smollm2": bigger()}  # fmt: skip
+             "heldout21": heldout(HELDOUT_21), "wide_eval": wide_eval(), "smollm2": bigger()}  # fmt: skip
     everything = [r.name for r in suite() + bigger()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():

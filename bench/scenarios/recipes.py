@@ -81,12 +81,15 @@ def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> lis
 
 
 def wide_eval() -> list[Recipe]:
-    """The three controls and three fault kinds at the usual 240 rows with an eval set four times the usual (80 target
-    and 80 control items, seed 12): whether the regression rule and the stability check, both read over the eval
-    items, hold when there are many more of them (made in session 21, after that session's changes)."""
+    """Eval sets larger than the usual 40 items, at the usual 240 rows: the three controls and three fault kinds with
+    80 target and 80 control items (seed 12, tag "e160"), and the three controls again with 120 and 120 (seed 13,
+    "e240"; the sample pool has too few rows left for a fault kind at that size). The regression rule and the
+    stability check are both read over the eval items: whether they hold when there are many more of them (made in
+    session 21, after that session's changes)."""
     kinds = (("clean", 0.0), ("control_lr", 0.0), ("control_epochs", 0.0), ("entity", 0.1), ("pronoun", 0.1),
              ("no_eos", 0.1))  # fmt: skip
-    return [Recipe(k, 12, f, 240, 80, 80, tag="e160") for k, f in kinds]
+    out = [Recipe(k, 12, f, 240, 80, 80, tag="e160") for k, f in kinds]
+    return out + [Recipe(k, 13, 0.0, 240, 120, 120, tag="e240") for k in CONTROL_KINDS]
 
 
 def bigger() -> list[Recipe]:
@@ -99,7 +102,7 @@ def bigger() -> list[Recipe]:
 
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
-        "heldout21": "recipes.heldout(HELDOUT_21)", "eval160": "recipes.wide_eval()",
+        "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
@@ -111,7 +114,7 @@ def run_set(name: str) -> str:
         ("heldout19", heldout(HELDOUT_19)),
         ("heldout21", heldout(HELDOUT_21)),
     )
-    for key, recipes in (*held, ("eval160", wide_eval()), ("smollm2", bigger())):
+    for key, recipes in (*held, ("wide_eval", wide_eval()), ("smollm2", bigger())):
         if name in {r.name for r in recipes}:
             return key
     return "suite"
