@@ -271,6 +271,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
         out["pass"] = v["kind"] != "concentrated"
         out["n_drop"] = len(drop)
         out["hint_rows"] = sum(len(h["rows"]) for h in (v.get("how") or {}).get("hints") or [])
+        if run_verify and v["drop_rows"] and RUNS_ROOT:  # a control that names rows: does verify refute them?
+            out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items, seeds=run_verify))
         return out
     out["explained"] = explained(RUNS_ROOT[0] / run.name) if RUNS_ROOT else True
     if RUNS_ROOT:

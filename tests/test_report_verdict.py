@@ -282,6 +282,22 @@ def test_finding_cause_reads_the_rule_then_falls_back_to_the_code():
     assert finding_cause({"code": "C201"}) == "setup"
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rows_that_lead_only_summed_over_hundreds_of_items_are_not_named(seed):
+    """40 rows add a little harm (0.5, a third of the noise's spread) to each of 240 items: summed over all of them
+    they stand out, and a resample of all 240 items repeats most of them, so it agrees (the old check named them);
+    a resample of 40 items, the eval size the thresholds were calibrated at, does not find them. The same rows at a
+    culprit's strength are named on the same 240 items."""
+    S = harm_matrix(PLANTED, items=240, seed=seed, strength=0.5)
+    every_item = verdict(S, policy=CulpritPolicy(resample_items=0))
+    assert every_item["kind"] == "concentrated" and every_item["confidence"]["stability"] >= 0.8
+    v = verdict(S)
+    assert v["kind"] == "spread" and v["drop_rows"] == []
+    assert v["confidence"]["stability"] < CulpritPolicy().min_stability
+    strong = verdict(harm_matrix(PLANTED, items=240, seed=seed, strength=2.0))
+    assert strong["kind"] == "concentrated" and precision_recall(strong["drop_rows"], PLANTED) == (1.0, 1.0)
+
+
 def test_find_culprits_keeps_only_rows_stable_under_resampling():
     """A row that harms one item enormously is in ~63% of the resampled heads (the item's chance of being drawn):
     kept at the calibrated keep_frequency 0.5, dropped at 0.8; the planted rows are kept either way."""

@@ -89,19 +89,20 @@ def test_suite_recipes_are_unique_and_cover_every_kind():
 
 
 def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
-    from scenarios.recipes import HELDOUT_17, HELDOUT_19, HELDOUT_21, SETS, bigger, by_name, heldout, run_set, wide_eval
+    from scenarios import recipes as R
 
-    named = {"heldout": heldout(), "heldout17": heldout(HELDOUT_17), "heldout19": heldout(HELDOUT_19),
-             "heldout21": heldout(HELDOUT_21), "wide_eval": wide_eval(), "smollm2": bigger()}  # fmt: skip
-    everything = [r.name for r in suite() + bigger()]
+    named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
+             "heldout21": R.heldout(R.HELDOUT_21), "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
+             "smollm2": R.bigger()}  # fmt: skip
+    everything = [r.name for r in suite() + R.bigger()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():
-        assert key in SETS and recipes
-        assert {run_set(r.name) for r in recipes} == {key}
-        assert all(by_name(r.name) == r for r in recipes)
-    calibration = [r for r in suite() if run_set(r.name) == "suite"]
+        assert key in R.SETS and recipes
+        assert {R.run_set(r.name) for r in recipes} == {key}
+        assert all(R.by_name(r.name) == r for r in recipes)
+    calibration = [r for r in suite() if R.run_set(r.name) == "suite"]
     assert len(calibration) == len(suite()) - sum(len(v) for k, v in named.items() if k != "smollm2")
-    assert all(r.model == "" for r in calibration) and all(r.name.endswith("_smollm2") for r in bigger())
+    assert all(r.model == "" for r in calibration) and all(r.name.endswith("_smollm2") for r in R.bigger())
 
 
 def test_edits_record_where_the_defect_is_without_changing_the_text():

@@ -92,6 +92,13 @@ def wide_eval() -> list[Recipe]:
     return out + [Recipe(k, 13, 0.0, 240, 120, 120, tag="e240") for k in CONTROL_KINDS]
 
 
+def wide_controls() -> list[Recipe]:
+    """The three controls on 240-item eval sets at three new seeds (14-16, tag "e240"): where no row is to blame, so
+    any row named is a false alarm. Made in session 22 and scored blind with session 21's code, after one such
+    control (control_lr_s13_f00_e240) named 56 rows that verify refuted."""
+    return [Recipe(k, s, 0.0, default_rows(k), 120, 120, tag="e240") for s in (14, 15, 16) for k in CONTROL_KINDS]
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -103,7 +110,7 @@ def bigger() -> list[Recipe]:
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
-        "smollm2": "recipes.bigger()"}  # fmt: skip
+        "wide_controls": "recipes.wide_controls()", "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
 def run_set(name: str) -> str:
@@ -114,7 +121,8 @@ def run_set(name: str) -> str:
         ("heldout19", heldout(HELDOUT_19)),
         ("heldout21", heldout(HELDOUT_21)),
     )
-    for key, recipes in (*held, ("wide_eval", wide_eval()), ("smollm2", bigger())):
+    wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()))
+    for key, recipes in (*held, *wide, ("smollm2", bigger())):
         if name in {r.name for r in recipes}:
             return key
     return "suite"
@@ -129,7 +137,16 @@ def suite() -> list[Recipe]:
     out += [Recipe(k, 0, 0.01) for k in FAULT_KINDS]
     out += [Recipe(k, 2, 0.10) for k in FAULT_KINDS] + [_control(k, 2) for k in CONTROL_KINDS]
     out += [Recipe(k, 1, 0.20) for k in FAULT_KINDS] + [Recipe(k, 1, 0.05) for k in FAULT_KINDS]
-    return out + sized() + heldout() + heldout(HELDOUT_17) + heldout(HELDOUT_19) + heldout(HELDOUT_21) + wide_eval()
+    return (
+        out
+        + sized()
+        + heldout()
+        + heldout(HELDOUT_17)
+        + heldout(HELDOUT_19)
+        + heldout(HELDOUT_21)
+        + wide_eval()
+        + wide_controls()
+    )
 
 
 def by_name(name: str) -> Recipe:

@@ -11,8 +11,9 @@ column sum):
    the positive side is read: in a contradiction (a renamed entity) the rows that still teach the old fact are
    strongly *helpful*, so the negative tail is signal too and is no null for the positive one.
 2. **Concentrated or spread.** The head is a culprit only when it carries at least ``min_head_share`` of the total
-   positive harm and it is *stable*: over ``bootstrap`` resamples of the regressed items (with replacement), the
-   rows that lead each resample (its ``len(head)`` most harmful) agree with the head (mean Jaccard
+   positive harm and it is *stable*: over ``bootstrap`` resamples of the regressed items (with replacement, at most
+   ``resample_items`` of them, so that a large eval set's sums do not make any head look steady), the rows that lead
+   each resample (its ``len(head)`` most harmful) agree with the head (mean Jaccard
    ``>= min_stability``): the same rows lead, whatever the cut would be in the resample. Rows that lead fewer than
    ``keep_frequency`` of the resamples are left out of it. Harm that comes from one or two items, or from whichever
    rows happen to be longest, does not survive that.
@@ -108,6 +109,15 @@ class CulpritPolicy:
         },
     )
     bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
+    resample_items: int = field(
+        default=40,
+        metadata={
+            "help": "Each resample draws this many of the regressed items (with replacement; as many as there are "
+            "when fewer), so that agreement means the same on a large eval set as on the eval sets the thresholds "
+            "were calibrated on: a resample of all of 200 items repeats most of them, and any head agrees with it "
+            "(0: as many as there are)."
+        },
+    )
     min_stability: float = field(
         default=0.6,
         metadata={
@@ -409,11 +419,13 @@ def rank_sum_p(s: np.ndarray, flagged: Sequence[np.ndarray]) -> list[float]:
 
 
 def resampled_sums(S: np.ndarray, policy: CulpritPolicy) -> Iterator[np.ndarray]:
-    """The row harms of ``bootstrap`` resamples of the regressed items (rows of ``S``, with replacement, seeded)."""
+    """The row harms of ``bootstrap`` resamples of the regressed items (rows of ``S``, with replacement, seeded), each
+    of ``resample_items`` items when there are more."""
     rng = np.random.default_rng(policy.seed)
     m = S.shape[0]
+    size = min(m, int(policy.resample_items)) if policy.resample_items else m
     for _ in range(int(policy.bootstrap)):
-        yield np.bincount(rng.integers(0, m, size=m), minlength=m).astype(S.dtype) @ S
+        yield np.bincount(rng.integers(0, m, size=size), minlength=m).astype(S.dtype) @ S
 
 
 def _jaccard(a: np.ndarray, b: np.ndarray) -> float:

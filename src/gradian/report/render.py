@@ -19,7 +19,7 @@ from gradian.numbers import as_float, pct
 from gradian.report import svg
 from gradian.report.schema import TOP_ROWS_SHOWN, EvalItem, Fix, RankedRow, Report
 from gradian.report.svg import esc
-from gradian.report.verdict_schema import Verdict, VerdictGroup
+from gradian.report.verdict_schema import Verdict, VerdictGroup, resample_size
 
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
@@ -369,18 +369,19 @@ def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
     v = v if isinstance(v, Verdict) else Verdict.from_dict(v)
     if v.kind not in ("concentrated", "spread"):
         return ""
-    n = v.policy.get("bootstrap")
+    n, size = v.policy.get("bootstrap"), resample_size(v.policy.get("resample_items"))
     if v.confidence.stability is None:
         return "How sure: unmeasured; fewer than three regressed items to resample."
     if v.confidence.basis == "finding":
         text = (
             f"How sure: {v.confidence.level}; the culprit rows rest on diagnose findings whose flagged rows' harm "
             f"still ranks above the other rows' in {float(v.confidence.stability):.0%} of {n} resamples of the "
-            "regressed items (the least over the findings used)."
+            f"regressed items{size} (the least over the findings used)."
         )
     else:
         text = (
-            f"How sure: {v.confidence.level}; in {n} resamples of the regressed items, the rows that lead each one (as "
+            f"How sure: {v.confidence.level}; in {n} resamples of the regressed items{size}, the rows that lead each "
+            "one (as "
             f"many as stood out) agree {float(v.confidence.stability):.2f} on average with the rows that stood out "
             "(Jaccard overlap)."
         )

@@ -35,7 +35,7 @@ from gradian.numbers import apart, pct
 from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.term_hints import TermHint, term_hints
-from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup
+from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
 
 SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
@@ -242,8 +242,9 @@ def criterion_text(policy: CulpritPolicy) -> str:
     return (
         f"culprit rows are the rows {head_rule} (at most {pct(policy.max_head_fraction)} of the rows) and stable: "
         f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows that lead {policy.bootstrap} resamples "
-        f"of the regressed items; a group is mechanical when a mechanical finding flags >= "
-        f"{pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the file{extension}; "
+        f"of the regressed items{resample_size(policy.resample_items)}; a group is mechanical when a mechanical "
+        f"finding flags >= {pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the "
+        f"file{extension}; "
         f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a mechanical group, so "
         f"must each content group, and hold >= {pct(policy.min_group_share)} of the groups' rows; one that does not "
         "is set aside)"

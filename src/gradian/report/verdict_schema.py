@@ -232,3 +232,8 @@ class Verdict:
             sentences=sentences,
             next_steps=[str(s) for s in data.get("next_steps") or []],
         )
+
+
+def resample_size(items: int | None) -> str:
+    """' (N items each, all of them when fewer)' for a resample size, '' when every resample draws them all."""
+    return f" ({int(items)} items each, all of them when fewer)" if items else ""
