@@ -9,7 +9,8 @@ Each run lands in ``bench/work/scenarios/<name>/``:
 - ``train.jsonl``, ``eval.jsonl``, ``config.yaml`` (the `gradian train` config), ``planted.json`` (kind, cause, rows,
   groups, seed, fraction, n_rows, eval_roles, base, and ``edits``: per planted row the character spans of its edit in
   the completion, ``len(completion)`` standing for the EOS after it),
-- ``run/``: the fine-tune (``gradian.train.train_lora``, 1 CPU thread, deterministic given the seed),
+- ``run/``: the fine-tune (``gradian.train.train_lora``, 1 CPU thread, seeded; rebuilt on another machine, 8 of 188
+  runs' verdicts moved a little: docs/benchmarks.md §8, session 22),
 - ``truth/drop_planted/`` and ``truth/drop_random/``: retrains with the same config and seed without the planted rows
   and without as many random other rows (controls: random only, 10% of the rows),
 - ``truth.json``: per eval item the completion NLL (``gradian.verify.measure``, the code ``gradian attribute`` uses)
