@@ -93,7 +93,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
 
     named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
              "heldout21": R.heldout(R.HELDOUT_21), "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
-             "smollm2": R.bigger()}  # fmt: skip
+             "wide_faults": R.wide_faults(), "smollm2": R.bigger()}  # fmt: skip
     everything = [r.name for r in suite() + R.bigger()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():

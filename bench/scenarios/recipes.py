@@ -99,6 +99,15 @@ def wide_controls() -> list[Recipe]:
     return [Recipe(k, s, 0.0, default_rows(k), 120, 120, tag="e240") for s in (14, 15, 16) for k in CONTROL_KINDS]
 
 
+def wide_faults() -> list[Recipe]:
+    """The fault kinds on a 160-item eval set (80 target and 80 control items) at a new seed (17, 10% planted, tag
+    "e160"): whether resamples of 40 items (session 22's change, chosen on controls) keep the planted groups, among
+    them the kinds ``wide_eval`` did not have (early_stop, mislabel, repetition, two_groups, spread). Not entity: at
+    this seed and size the sample pool has no unused name left to rename. Made and scored in session 22 after that
+    change, with and without it."""
+    return [Recipe(k, 17, 0.10, 240, 80, 80, tag="e160") for k in FAULT_KINDS if k != "entity"]
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -110,7 +119,8 @@ def bigger() -> list[Recipe]:
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
-        "wide_controls": "recipes.wide_controls()", "smollm2": "recipes.bigger()"}  # fmt: skip
+        "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
+        "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
 def run_set(name: str) -> str:
@@ -121,7 +131,7 @@ def run_set(name: str) -> str:
         ("heldout19", heldout(HELDOUT_19)),
         ("heldout21", heldout(HELDOUT_21)),
     )
-    wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()))
+    wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
     for key, recipes in (*held, *wide, ("smollm2", bigger())):
         if name in {r.name for r in recipes}:
             return key
@@ -146,6 +156,7 @@ def suite() -> list[Recipe]:
         + heldout(HELDOUT_21)
         + wide_eval()
         + wide_controls()
+        + wide_faults()
     )
 
 
