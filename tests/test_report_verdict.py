@@ -432,6 +432,20 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rows_an_info_note_flags_make_no_group(seed):
+    """The same rows and harm as above, flagged by an info finding (a note on what rows share, as diagnose's generic
+    opening reused by the eval prompts is): rows that share a topic carry harm as any topic's rows do, so the note
+    makes no group, and the verdict is spread; as a warning, the same flags make the group."""
+    S = harm_matrix(WIDE, seed=seed, strength=1.5)
+    note = {"code": "D105", "name": "train_eval_overlap", "severity": "info", "cause": "content",
+            "evidence": {"rows": WIDE[:150], "kind": "generic_prompt"}, "fix": "drop or rewrite them"}  # fmt: skip
+    v = verdict(S, [note])
+    assert v["kind"] == "spread" and v["drop_rows"] == [] and not v["how"]["findings"]
+    warned = verdict(S, [{**note, "severity": "warning"}])
+    assert warned["kind"] == "concentrated" and min(precision_recall(warned["drop_rows"], WIDE[:150])) >= 0.9
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_mechanical_group_holds_every_row_its_finding_flags(seed):
     """A loop defect in 30 rows: 22 harm every regressed item, 8 help them (the looped sentence is one these items
     need). The finding flags all 30 and its rows carry the harm, so the group is the finding's rows, the 8 that help

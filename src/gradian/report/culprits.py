@@ -22,13 +22,14 @@ column sum):
    there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
    remaining head rows form a content group, described by their distinctive terms and by the content findings that
    flag at least ``flag_share`` of them.
-4. **Findings that carry the harm.** A finding's flagged rows are also tested as a group, whether or not they stand
-   out one by one: when their positive harm is at least ``enrichment`` x their share of the rows and their harm ranks
-   above the other rows' (one-sided Mann-Whitney rank-sum test at ``finding_alpha`` over the number of findings
-   tested, Bonferroni), in the full set and in ``keep_frequency`` of the resamples, the flagged rows with harm above
-   the median join the head. This finds a defect that a fifth of the file shares, where the planted rows inflate
-   the bulk's spread so much that no head stands out, and a group whose head is unstable while its finding's rows
-   clearly carry the harm.
+4. **Findings that carry the harm.** The flagged rows of a finding that reports a problem (a warning or an error; an
+   info finding is a note on what rows share, such as a generic opening the eval prompts reuse) are also tested as a
+   group, whether or not they stand out one by one: when their positive harm is at least ``enrichment`` x their share
+   of the rows and their harm ranks above the other rows' (one-sided Mann-Whitney rank-sum test at ``finding_alpha``
+   over the number of findings tested, Bonferroni), in the full set and in ``keep_frequency`` of the resamples, the
+   flagged rows with harm above the median join the head. This finds a defect that a fifth of the file shares, where
+   the planted rows inflate the bulk's spread so much that no head stands out, and a group whose head is unstable
+   while its finding's rows clearly carry the harm.
 5. **Extension.** A content group's weaker rows point the way its strongest do: it takes the rows with harm above
    the median whose gradient direction (the attribution's row embeddings) is ``extend_z`` robust spreads closer to
    the group's mean direction than the low-harm rows are. A mechanical group is its finding's rows: it takes the
@@ -719,10 +720,14 @@ def harmful_findings(
     on_rest: bool = False,
 ) -> list[FindingTest]:
     """The diagnose findings whose flagged rows carry the harm (:func:`carrying_sets` over each finding's flagged
-    rows); ``on_rest`` marks the tests as read on the rest."""
+    rows); ``on_rest`` marks the tests as read on the rest. Only findings that report a problem are tested: an info
+    finding is a note on what rows have in common (a generic opening shared with the eval prompts, near duplicates),
+    and rows that share it carry harm as any topic's rows do, which makes them no defect."""
     col = {int(r): j for j, r in enumerate(rows)}
     tested = []
     for f in findings:
+        if is_note(f):
+            continue
         fm = np.zeros(len(s), dtype=bool)
         fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
         tested.append((f, fm))
@@ -730,6 +735,11 @@ def harmful_findings(
         FindingTest(tested[k][0], tested[k][1], p, freq, on_rest=on_rest)
         for k, p, freq in carrying_sets(S, s, [fm for _, fm in tested], policy, family)
     ]
+
+
+def is_note(f: Mapping[str, Any]) -> bool:
+    """Whether a finding is an info note (what rows share) rather than a problem (a warning or an error)."""
+    return str(f.get("severity") or "").lower() == "info"
 
 
 def carrying_sets(
