@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.token_profiles import TokenProfiles
+from gradian.diagnose.types import Severity
 from gradian.numbers import apart
 from gradian.options.verify import VerifyOptions
 from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
@@ -739,7 +740,7 @@ def harmful_findings(
 
 def is_note(f: Mapping[str, Any]) -> bool:
     """Whether a finding is an info note (what rows share) rather than a problem (a warning or an error)."""
-    return str(f.get("severity") or "").lower() == "info"
+    return str(f.get("severity") or "").lower() == Severity.INFO.value
 
 
 def carrying_sets(

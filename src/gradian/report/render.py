@@ -381,9 +381,8 @@ def confidence_text(v: Verdict | Mapping[str, Any]) -> str:
     else:
         text = (
             f"How sure: {v.confidence.level}; in {n} resamples of the regressed items{size}, the rows that lead each "
-            "one (as "
-            f"many as stood out) agree {float(v.confidence.stability):.2f} on average with the rows that stood out "
-            "(Jaccard overlap)."
+            f"one (as many as stood out) agree {float(v.confidence.stability):.2f} on average with the rows that stood "
+            "out (Jaccard overlap)."
         )
     return text + (f" Decision: {v.how.reason}." if v.how is not None and v.how.reason else "")
 

@@ -244,10 +244,9 @@ def criterion_text(policy: CulpritPolicy) -> str:
         f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows that lead {policy.bootstrap} resamples "
         f"of the regressed items{resample_size(policy.resample_items)}; a group is mechanical when a mechanical "
         f"finding flags >= {pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the "
-        f"file{extension}; "
-        f"the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a mechanical group, so "
-        f"must each content group, and hold >= {pct(policy.min_group_share)} of the groups' rows; one that does not "
-        "is set aside)"
+        f"file{extension}; the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a "
+        f"mechanical group, so must each content group, and hold >= {pct(policy.min_group_share)} of the groups' "
+        "rows; one that does not is set aside)"
         + (
             f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
@@ -281,9 +280,8 @@ def _no_regression(draft: _Draft, regression: Mapping[str, Any] | None, setup_ca
         draft.sentences.append(
             f"{reg['rose']} eval item{'s' if reg['rose'] != 1 else ''} got worse, but by no more than the "
             f"fine-tune's ordinary drift{drift}{_by_chance(reg)}{_as_a_set(reg)}: the change is within noise, so "
-            "there is no "
-            "regression to attribute. If those items matter (they share a label or a skill the fine-tune should "
-            "keep), the drift may be the fine-tune's purpose rather than noise: rerun gradian attribute with "
+            "there is no regression to attribute. If those items matter (they share a label or a skill the fine-tune "
+            "should keep), the drift may be the fine-tune's purpose rather than noise: rerun gradian attribute with "
             "--noise-multiple 0 to attribute every item that rose past --threshold."
         )
         return draft.done("no_regression", setup_cause, "The change is within ordinary drift; no regression.")
