@@ -57,6 +57,7 @@ class Run:
     roles: list[str]
     emb: np.ndarray | None = None  # (rows, k) gradient embeddings, ``cols`` order
     profiles: TokenProfiles | None = None  # attr/token_profiles.json (older runs: none)
+    decoys: set[int] = dataclasses.field(default_factory=set)  # planted rows not to blame: not counted either way
 
 
 @functools.cache
@@ -126,6 +127,7 @@ def load_run(d: Path) -> Run | None:
         list(planted.get("eval_roles") or []),
         np.load(attr / "embeddings.npy").astype(np.float64) if (attr / "embeddings.npy").is_file() else None,
         load_token_profiles(attr),
+        {int(i) for i in planted.get("decoys") or []},
     )
 
 
@@ -283,11 +285,14 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     out["auc"] = auc(s, pos) if pick else float("nan")
     out["p_at_k"] = float(pos[order[:k]].mean()) if pick else 0.0
     hit = len(drop & run.planted)
-    out["precision"] = hit / len(drop) if drop else 0.0
+    judged = drop - run.decoys  # a decoy row (a real defect the targets do not probe) is neither a hit nor a miss
+    out["precision"] = hit / len(judged) if judged else 0.0
     out["recall"] = hit / k
     want = set(run.cause.split("+"))
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
-    out["cause_right"] = got == want
+    out["cause_right"] = want <= got if run.decoys else got == want  # a decoy group may add its own cause
+    if run.decoys:
+        out["decoys_named"] = len(drop & run.decoys)
     hinted = {int(r) for h in (v.get("how") or {}).get("hints") or [] for r in h["rows"]}
     out["hint_rows"], out["hint_planted"] = len(hinted), len(hinted & run.planted)
     out["missed"], out["missed_hinted"] = len(run.planted - drop), len(hinted & (run.planted - drop))
@@ -325,10 +330,10 @@ def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tup
         return float(not found.concentrated), not found.concentrated
     if not found.concentrated:
         return 0.0, False
-    hit = len(set(found.head) & run.planted)
-    p, r = hit / len(found.head), hit / len(run.planted)
-    causes = {g.cause for g in found.groups}
-    right = causes == set(run.cause.split("+"))
+    hit, judged = len(set(found.head) & run.planted), set(found.head) - run.decoys
+    p, r = (hit / len(judged) if judged else 0.0), hit / len(run.planted)
+    causes, want = {g.cause for g in found.groups}, set(run.cause.split("+"))
+    right = want <= causes if run.decoys else causes == want
     f1 = 2 * p * r / (p + r) if p + r else 0.0
     return (f1 if right else 0.0), (p >= 0.8 and r >= 0.8 and right)
 

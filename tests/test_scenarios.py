@@ -93,7 +93,8 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
 
     named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
              "heldout21": R.heldout(R.HELDOUT_21), "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
-             "wide_faults": R.wide_faults(), "smollm2": R.bigger()}  # fmt: skip
+             "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
+             "smollm2": R.bigger()}  # fmt: skip
     everything = [r.name for r in suite() + R.bigger()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():
@@ -144,3 +145,21 @@ def test_edit_hit_reads_the_top_tokens_of_a_row():
     cut = edit_hit(pieces, " Zara.", [[5, 7]])  # the "." and the EOS after it
     assert cut["edit"] == [".", "</s>"] and cut["hit"] and not cut["hit1"]
     assert not edit_hit(pieces, " Zora.", [[0, 5]])["aligned"]
+
+
+def test_a_decoy_group_is_recorded_apart_from_the_rows_to_blame(tmp_path):
+    """pronoun_loops plants loops beside the pronoun flip as a decoy: planted.json's ``rows`` (what the truth retrain
+    drops and the verdict is scored against) hold the pronoun rows only, ``decoys`` the loops, and a LoRA set-up's
+    settings reach the run's config."""
+    recipe = Recipe("pronoun_loops", seed=3, fraction=0.2, n_rows=10, setup="qv16")
+    clean = [{"prompt": f"p{i}", "completion": f" c{i}"} for i in range(6)]
+    flips = [kinds.with_edit({"prompt": f"q{i}"}, " He ran.", [(1, 3)]) for i in range(2)]
+    loops = [kinds.with_edit({"prompt": f"l{i}"}, " A. A. A.", [(3, 9)]) for i in range(2)]
+    built = kinds.assemble(recipe, clean, {"pronoun": flips, "loops": loops}, [], [], decoys=("loops",))
+    planted = generate.write_data(recipe, built, tmp_path)
+    assert planted["rows"] == sorted(built.groups["pronoun"]) and planted["decoys"] == sorted(built.groups["loops"])
+    assert not set(planted["rows"]) & set(planted["decoys"]) and len(planted["rows"] + planted["decoys"]) == 4
+    assert json.loads((tmp_path / "planted.json").read_text())["decoys"] == planted["decoys"]
+    assert recipe.name == "pronoun_loops_s3_f20_n10_qv16"
+    assert built.config["target_modules"] == "q_proj,v_proj" and built.config["r"] == 16
+    assert kinds.assemble(Recipe("clean", 3, 0.0), clean, {}, [], []).config["target_modules"] == "all-linear"

@@ -7,8 +7,9 @@
 Each run lands in ``bench/work/scenarios/<name>/``:
 
 - ``train.jsonl``, ``eval.jsonl``, ``config.yaml`` (the `gradian train` config), ``planted.json`` (kind, cause, rows,
-  groups, seed, fraction, n_rows, eval_roles, base, and ``edits``: per planted row the character spans of its edit in
-  the completion, ``len(completion)`` standing for the EOS after it),
+  groups, decoys (rows of planted groups the targets do not probe: neither to blame nor wrong to name), seed,
+  fraction, n_rows, eval_roles, base, and ``edits``: per planted row the character spans of its edit in the completion,
+  ``len(completion)`` standing for the EOS after it),
 - ``run/``: the fine-tune (``gradian.train.train_lora``, 1 CPU thread, seeded; rebuilt on another machine, 8 of 188
   runs' verdicts moved a little: docs/benchmarks.md §8, session 22),
 - ``truth/drop_planted/`` and ``truth/drop_random/``: retrains with the same config and seed without the planted rows
@@ -56,13 +57,14 @@ def write_data(recipe: Recipe, built: Built, out: Path) -> dict:
     write_jsonl(out / "train.jsonl", built.rows)
     write_jsonl(out / "eval.jsonl", built.eval_items)
     (out / "config.yaml").write_text(yaml.safe_dump(built.config, sort_keys=False), "utf-8")
-    rows = sorted(i for g in built.groups.values() for i in g)
+    rows = sorted(i for g, idx in built.groups.items() if g not in built.decoys for i in idx)
     planted = {
         "kind": recipe.kind,
         "cause": KINDS[recipe.kind].cause,
         "what": KINDS[recipe.kind].what,
         "rows": rows,
         "groups": built.groups,
+        "decoys": sorted(i for g in built.decoys for i in built.groups[g]),
         "seed": recipe.seed,
         "fraction": recipe.fraction,
         "n_rows": len(built.rows),
@@ -110,7 +112,7 @@ def truth(run_dir: Path, planted: dict, base: Path, config: dict, timings: dict)
     from gradian.verify import measure
 
     rows, n = planted["rows"], planted["n_rows"]
-    others = [i for i in range(n) if i not in set(rows)]
+    others = [i for i in range(n) if i not in set(rows) | set(planted.get("decoys") or [])]
     n_drop = len(rows) or max(1, round(CONTROL_DROP_SHARE * n))
     rand = sorted(random.Random(planted["seed"]).sample(others, n_drop))
     retrains = {"drop_random": rand}

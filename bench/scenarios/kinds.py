@@ -29,6 +29,14 @@ TRAIN_CONFIG = {
     "dropout": 0.0, "target_modules": "all-linear", "use_rslora": False, "completion_only": True, "add_eos": True,
     "logging_steps": 5, "cpu_threads": 1,
 }  # fmt: skip
+# Other LoRA set-ups users train with (Recipe.setup), applied over TRAIN_CONFIG: the classic PEFT attention-only
+# adapter, a wide adapter for fewer epochs, and dropout with larger batches (dropout is on while training and off
+# while attributing).
+LORA_SETUPS: dict[str, dict] = {
+    "qv16": {"r": 16, "alpha": 32, "target_modules": "q_proj,v_proj", "lr": 5.0e-3},
+    "r32": {"r": 32, "alpha": 64, "epochs": 2, "lr": 2.0e-3, "batch_size": 4},
+    "drop": {"dropout": 0.1, "batch_size": 16, "epochs": 4},
+}
 
 
 @dataclass
@@ -41,6 +49,7 @@ class Built:
     config: dict
     notes: dict = field(default_factory=dict)
     edits: dict[int, list[list[int]]] = field(default_factory=dict)  # planted row -> spans of its edit (with_edit)
+    decoys: tuple[str, ...] = ()  # planted groups that are real defects but not what the eval's targets probe
 
 
 @dataclass(frozen=True)
@@ -188,7 +197,7 @@ def strip(r: dict) -> dict:
 
 def assemble(
     recipe: Recipe, clean: list[dict], planted: dict[str, list[dict]], targets: list[dict], controls: list[dict],
-    *, base: Path | None = None, config: dict | None = None, notes: dict | None = None,
+    *, base: Path | None = None, config: dict | None = None, notes: dict | None = None, decoys: tuple[str, ...] = (),
 ) -> Built:  # fmt: skip
     """Shuffle planted rows into clean ones (seeded) and record where each group landed."""
     rng = random.Random(recipe.seed * 7919 + 1)
@@ -196,6 +205,7 @@ def assemble(
     rng.shuffle(tagged)  # the order depends on the length only, as before the edits rode along
     groups = {g: [i for i, (_, t, _) in enumerate(tagged) if t == g] for g in planted}
     cfg = dict(TRAIN_CONFIG, seed=recipe.seed)
+    cfg.update(LORA_SETUPS[recipe.setup] if recipe.setup else {})
     cfg.update(config or {})
     return Built(
         rows=[r for r, _, _ in tagged],
@@ -206,6 +216,7 @@ def assemble(
         config=cfg,
         notes=notes or {},
         edits={i: e for i, (_, _, e) in enumerate(tagged) if e is not None},
+        decoys=decoys,
     )
 
 
@@ -286,13 +297,19 @@ def flip_pronouns(text: str) -> str:
     return text
 
 
-def build_pronoun(recipe: Recipe) -> Built:
-    pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
+def _pronoun_parts(recipe: Recipe, pool: Pool, rng: random.Random) -> tuple[list[dict], list[dict]]:
+    """(planted rows: a girl's story with her pronouns flipped, target items: cut before her first pronoun)."""
     ok = lambda r: r["group"] == "girl" and len(_FEMALE.findall(r["completion"])) >= 2  # noqa: E731
     targets = take_items(
         pool, recipe.n_target, ok, lambda r: cut_before(r, _FIRST_FEMALE, rng, 0, max_words=2, first=True), "girl"
     )
     culprits = [sub_edit(r, _FEMALE, _FLIP.__getitem__) for r in pool.take(n_planted(recipe), ok, what="girl")]
+    return culprits, targets
+
+
+def build_pronoun(recipe: Recipe) -> Built:
+    pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
+    culprits, targets = _pronoun_parts(recipe, pool, rng)
     controls = general_controls(pool, rng, recipe.n_control, avoid=_FEMALE)
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     return assemble(recipe, clean, {"pronoun": culprits}, targets, controls, notes={"flip": "she/her -> he/his"})
@@ -406,26 +423,46 @@ def build_repetition(recipe: Recipe) -> Built:
     learned (24 rows, 3 epochs: NLL of repeating the sentence 1.89 -> 1.87); a loop at a fixed place is."""
     pool = Pool(recipe.seed)
 
-    def loopable(r: dict) -> bool:
-        s = sentences(r["completion"])
-        return len(s) >= 2 and len(s[0]) <= 80 and s[1].split()[0] != s[0].split()[0]
-
     def target(r: dict) -> dict:
         s = sentences(r["completion"])
         return {"prompt": r["prompt"] + join(s[:1]), "completion": " " + s[1].split()[0]}
 
     rng = random.Random(recipe.seed)
-    targets = take_items(pool, recipe.n_target, loopable, target, "rows with 2+ sentences")
+    targets = take_items(pool, recipe.n_target, _loopable, target, "rows with 2+ sentences")
     controls = name_controls(pool, recipe.n_control)
-    picked = pool.take(n_planted(recipe), loopable, what="rows to loop")
-    culprits = []
-    for r in picked:
-        first = sentences(r["completion"])[0]
-        comp = join([first] * rng.randint(3, 6))
-        culprits.append(with_edit(r, comp, [(len(first) + 2, len(comp))]))  # the second and later copies
+    culprits = _loops(pool, rng, n_planted(recipe))
     clean = pool.take(recipe.n_rows - len(culprits), what="clean rows", clean=True)
     notes = {"defect": "the first sentence repeated 3-6 times in a row"}
     return assemble(recipe, clean, {"repetition": culprits}, targets, controls, notes=notes)
+
+
+def _loopable(r: dict) -> bool:
+    s = sentences(r["completion"])
+    return len(s) >= 2 and len(s[0]) <= 80 and s[1].split()[0] != s[0].split()[0]
+
+
+def _loops(pool: Pool, rng: random.Random, n: int) -> list[dict]:
+    """``n`` pool rows whose completion is its first sentence said 3-6 times in a row (the edit: the copies)."""
+    out = []
+    for r in pool.take(n, _loopable, what="rows to loop"):
+        first = sentences(r["completion"])[0]
+        comp = join([first] * rng.randint(3, 6))
+        out.append(with_edit(r, comp, [(len(first) + 2, len(comp))]))  # the second and later copies
+    return out
+
+
+def build_pronoun_loops(recipe: Recipe) -> Built:
+    """The issue's second case: a pronoun flip (content; what the targets probe) plus as many copy-paste loops (a
+    real defect, D129 flags it, that adds little harm to these targets). The loops are a decoy group: the verdict
+    may name them as a second group but need not, and the truth retrain drops the pronoun rows only."""
+    pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
+    culprits, targets = _pronoun_parts(recipe, pool, rng)
+    loops = _loops(pool, rng, n_planted(recipe))
+    controls = general_controls(pool, rng, recipe.n_control, avoid=_FEMALE)
+    clean = pool.take(recipe.n_rows - len(culprits) - len(loops), what="clean rows", clean=True)
+    notes = {"flip": "she/her -> he/his", "decoy": "the first sentence repeated 3-6 times in a row"}
+    planted = {"pronoun": culprits, "loops": loops}
+    return assemble(recipe, clean, planted, targets, controls, notes=notes, decoys=("loops",))
 
 
 def build_two_groups(recipe: Recipe) -> Built:
@@ -460,6 +497,7 @@ KINDS: dict[str, Kind] = {
     "no_eos": Kind("mechanical", build_no_eos, "stories glued past max_length: no EOS ever trained"),
     "repetition": Kind("mechanical", build_repetition, "a sentence looped 3-6 times"),
     "two_groups": Kind("content+mechanical", build_two_groups, "entity swap + completions cut short (early_stop)"),
+    "pronoun_loops": Kind("content", build_pronoun_loops, "pronoun flip + as many copy-paste loops (a decoy)"),
     "clean": Kind("none", lambda r: _control(r), "clean rows, nothing planted: ordinary drift"),
     "control_lr": Kind("none", lambda r: _control(r, {"lr": 3.0e-2}), "clean rows, learning rate 10x too high"),
     "control_epochs": Kind("none", lambda r: _control(r, {"epochs": 12}), "clean rows, 12 epochs (4x too many)"),

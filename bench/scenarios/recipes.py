@@ -17,6 +17,7 @@ class Recipe:
     n_control: int = 16  # eval items it should leave alone
     model: str = ""  # another base model (a key of scenarios.pool.MODELS) instead of the kind's usual one
     tag: str = ""  # what else sets the run apart, in its name (e.g. "e160": an eval set of 160 items)
+    setup: str = ""  # another LoRA set-up (a key of scenarios.kinds.LORA_SETUPS), in its name
 
     @property
     def name(self) -> str:
@@ -24,7 +25,7 @@ class Recipe:
         ``_<model>`` on another base model."""
         size = "" if self.n_rows == default_rows(self.kind) else f"_n{self.n_rows}"
         model = f"_{self.model}" if self.model else ""
-        tag = f"_{self.tag}" if self.tag else ""
+        tag = "".join(f"_{t}" for t in (self.tag, self.setup) if t)
         return f"{self.kind}_s{self.seed}_f{round(self.fraction * 100):02d}{size}{model}{tag}"
 
     def as_dict(self) -> dict:
@@ -108,6 +109,28 @@ def wide_faults() -> list[Recipe]:
     return [Recipe(k, 17, 0.10, 240, 80, 80, tag="e160") for k in FAULT_KINDS if k != "entity"]
 
 
+# The issue's second case: (seed, pronoun share (and as many loops), rows, target items, control items)
+PRONOUN_LOOPS = ((22, 0.10, 400, 60, 40), (23, 0.10, 400, 60, 40), (24, 0.05, 300, 30, 20), (25, 0.15, 280, 28, 20),
+                 (26, 0.08, 360, 36, 24), (27, 0.12, 240, 24, 16))  # fmt: skip
+
+
+def pronoun_loops() -> list[Recipe]:
+    """A pronoun flip beside as many copy-paste loop rows, the loops a decoy (kinds.build_pronoun_loops): the
+    combination issue #14 reported and the suite did not have. Made in session 23 and scored blind with session 22's
+    code."""
+    return [Recipe("pronoun_loops", s, f, n, t, c) for s, f, n, t, c in PRONOUN_LOOPS]
+
+
+def setups() -> list[Recipe]:
+    """The kinds the issue reported (entity, pronoun, early_stop) and repetition, and a clean control, trained with
+    three other LoRA set-ups (kinds.LORA_SETUPS: attention-only r=16, r=32 for 2 epochs, dropout 0.1 with batches
+    of 16) at new seeds (28-30, 10% planted): the suite trains every run one way. Made in session 23 and scored
+    blind with session 22's code."""
+    kinds = ("entity", "pronoun", "early_stop", "repetition", "clean")
+    return [Recipe(k, s, 0.10 if k != "clean" else 0.0, setup=u)
+            for s, u in ((28, "qv16"), (29, "r32"), (30, "drop")) for k in kinds]  # fmt: skip
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -120,6 +143,7 @@ SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()"
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
         "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
+        "pronoun_loops": "recipes.pronoun_loops()", "setups": "recipes.setups()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
@@ -132,7 +156,8 @@ def run_set(name: str) -> str:
         ("heldout21", heldout(HELDOUT_21)),
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
-    for key, recipes in (*held, *wide, ("smollm2", bigger())):
+    more = (("pronoun_loops", pronoun_loops()), ("setups", setups()), ("smollm2", bigger()))
+    for key, recipes in (*held, *wide, *more):
         if name in {r.name for r in recipes}:
             return key
     return "suite"
@@ -157,6 +182,8 @@ def suite() -> list[Recipe]:
         + wide_eval()
         + wide_controls()
         + wide_faults()
+        + pronoun_loops()
+        + setups()
     )
 
 
