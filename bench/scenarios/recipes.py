@@ -112,13 +112,17 @@ def wide_faults() -> list[Recipe]:
 # The issue's second case: (seed, pronoun share (and as many loops), rows, target items, control items)
 PRONOUN_LOOPS = ((22, 0.10, 400, 60, 40), (23, 0.10, 400, 60, 40), (24, 0.05, 300, 30, 20), (25, 0.15, 280, 28, 20),
                  (26, 0.08, 360, 36, 24), (27, 0.12, 240, 24, 16))  # fmt: skip
+# A second such set at new seeds, made after a rule was drawn from the first set's misses, to score it on runs it was
+# not drawn from
+PRONOUN_LOOPS_2 = ((31, 0.10, 300, 30, 20), (32, 0.15, 360, 36, 24), (33, 0.12, 320, 32, 20),
+                   (34, 0.08, 400, 40, 26), (35, 0.18, 260, 26, 18), (36, 0.06, 280, 28, 18))  # fmt: skip
 
 
-def pronoun_loops() -> list[Recipe]:
+def pronoun_loops(spec: tuple = PRONOUN_LOOPS) -> list[Recipe]:
     """A pronoun flip beside as many copy-paste loop rows, the loops a decoy (kinds.build_pronoun_loops): the
-    combination issue #14 reported and the suite did not have. Made in session 23 and scored blind with session 22's
-    code."""
-    return [Recipe("pronoun_loops", s, f, n, t, c) for s, f, n, t, c in PRONOUN_LOOPS]
+    combination issue #14 reported and the suite did not have. The first set was made in session 23 and scored blind
+    with session 22's code."""
+    return [Recipe("pronoun_loops", s, f, n, t, c) for s, f, n, t, c in spec]
 
 
 def setups() -> list[Recipe]:
@@ -143,7 +147,8 @@ SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()"
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
         "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
-        "pronoun_loops": "recipes.pronoun_loops()", "setups": "recipes.setups()",
+        "pronoun_loops": "recipes.pronoun_loops()", "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)",
+        "setups": "recipes.setups()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
@@ -156,7 +161,8 @@ def run_set(name: str) -> str:
         ("heldout21", heldout(HELDOUT_21)),
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
-    more = (("pronoun_loops", pronoun_loops()), ("setups", setups()), ("smollm2", bigger()))
+    loops = (("pronoun_loops", pronoun_loops()), ("pronoun_loops2", pronoun_loops(PRONOUN_LOOPS_2)))
+    more = (*loops, ("setups", setups()), ("smollm2", bigger()))
     for key, recipes in (*held, *wide, *more):
         if name in {r.name for r in recipes}:
             return key
@@ -183,6 +189,7 @@ def suite() -> list[Recipe]:
         + wide_controls()
         + wide_faults()
         + pronoun_loops()
+        + pronoun_loops(PRONOUN_LOOPS_2)
         + setups()
     )
 
