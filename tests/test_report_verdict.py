@@ -766,3 +766,26 @@ def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():
     )
     assert harm_tokens(range(6), spread, 0.5) == []  # half the harm takes 24 keys
     assert harm_tokens(range(1), spread, 0.5) == [f"w0_{k}" for k in range(KEYS_PER_ROW // 2)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_findings_rows_that_carry_the_harm_need_no_share_of_a_large_files_harm(seed):
+    """1,200 rows, 60 of them (5%) looping, each adding a little harm to every regressed item: together they carry
+    12-16% of the positive harm, under ``min_head_share``, because the other 1,140 rows' noise adds positive harm too.
+    The finding test finds them carrying it (3x their share, by rank, in the resamples), and that is the evidence the
+    share bar stands for: the group is named. The same harm with no finding, or the finding on 60 innocent rows, names
+    nobody."""
+    n, loops = 1200, list(range(0, 1200, 20))
+    rng = np.random.default_rng(seed)
+    S = rng.standard_t(3, size=(30, n))
+    S[:, loops] += 0.4
+    s = S.sum(0)
+    pos = s.clip(min=0)
+    assert pos[loops].sum() / pos.sum() < CulpritPolicy().min_head_share
+    flag = {"code": "D129", "name": "repetition", "severity": "error", "cause": "mechanical", "fix": "drop them"}
+    found = find_culprits(S, s, list(range(n)), findings=[{**flag, "evidence": {"rows": loops}}])
+    assert found.concentrated and sorted(found.head) == loops and found.groups[0].cause == "mechanical"
+    assert found.head_share < CulpritPolicy().min_head_share and "D129 flags rank above the others" in found.reason
+    assert not find_culprits(S, s, list(range(n))).concentrated
+    innocent = sorted(rng.choice([r for r in range(n) if r % 20], 60, replace=False).tolist())
+    assert not find_culprits(S, s, list(range(n)), findings=[{**flag, "evidence": {"rows": innocent}}]).concentrated

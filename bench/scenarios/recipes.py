@@ -135,6 +135,14 @@ def setups() -> list[Recipe]:
             for s, u in ((28, "qv16"), (29, "r32"), (30, "drop")) for k in kinds]  # fmt: skip
 
 
+def large() -> list[Recipe]:
+    """Five times the suite's rows (1,200; seed 37, 5% planted, 48 target and 32 control items): whether what was
+    calibrated on 120-480 rows holds where a planted group is 60 rows among 1,140 and the bulk is wider. Made in
+    session 23 and scored blind with session 22's code."""
+    kinds = ("entity", "pronoun", "early_stop", "no_eos", "repetition", "clean", "control_lr")
+    return [Recipe(k, 37, 0.05 if k not in CONTROL_KINDS else 0.0, 1200, 48, 32) for k in kinds]
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -148,7 +156,7 @@ SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()"
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
         "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
         "pronoun_loops": "recipes.pronoun_loops()", "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)",
-        "setups": "recipes.setups()",
+        "setups": "recipes.setups()", "large": "recipes.large()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
@@ -162,7 +170,7 @@ def run_set(name: str) -> str:
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
     loops = (("pronoun_loops", pronoun_loops()), ("pronoun_loops2", pronoun_loops(PRONOUN_LOOPS_2)))
-    more = (*loops, ("setups", setups()), ("smollm2", bigger()))
+    more = (*loops, ("setups", setups()), ("large", large()), ("smollm2", bigger()))
     for key, recipes in (*held, *wide, *more):
         if name in {r.name for r in recipes}:
             return key
@@ -191,6 +199,7 @@ def suite() -> list[Recipe]:
         + pronoun_loops()
         + pronoun_loops(PRONOUN_LOOPS_2)
         + setups()
+        + large()
     )
 
 

@@ -16,7 +16,10 @@ column sum):
    each resample (its ``len(head)`` most harmful) agree with the head (mean Jaccard
    ``>= min_stability``): the same rows lead, whatever the cut would be in the resample. Rows that lead fewer than
    ``keep_frequency`` of the resamples are left out of it. Harm that comes from one or two items, or from whichever
-   rows happen to be longest, does not survive that.
+   rows happen to be longest, does not survive that. The share bar is waived when every group is a finding's rows
+   that the finding test (step 4) found carrying the harm: that test already weighs their harm against their share of
+   the rows, and the bulk's positive harm grows with the file, so a fixed share would call a defect in 5% of 1,200
+   rows that carries 3x its share of the harm spread.
 3. **Groups.** The head rows are grouped by what they share: a *mechanical* diagnose finding (one that declares how
    rows became tokens: truncation, EOS, cut completions, loops) that flags a sizeable part of the head and is enriched
    there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
@@ -106,8 +109,9 @@ class CulpritPolicy:
     min_head_share: float = field(
         default=0.2,
         metadata={
-            "help": "A culprit head carries at least this share of the positive harm; beside a mechanical group, so "
-            "does each content group (a lighter one is set aside: listed to read, not named)."
+            "help": "A culprit head carries at least this share of the positive harm, unless every group is a "
+            "finding's rows that the finding test found carrying the harm; beside a mechanical group, so does each "
+            "content group (a lighter one is set aside: listed to read, not named)."
         },
     )
     bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
@@ -474,14 +478,14 @@ def find_culprits(
     undriven = _explain_away(rd, groups, harmful, carriers)
     groups, set_aside = minor(groups, policy)
     culprit_rows, head_share = rd.named(groups, head.kept)
-    concentrated, reason = _decision(head, bool(groups), culprit_rows, head_share, harmful, basis, policy)
+    concentrated, reason = _decision(head, groups, culprit_rows, head_share, harmful, basis, policy)
     if concentrated and groups and token_profiles is not None:  # the tokens never undo the decision
         before = [replace(g, rows=list(g.rows)) for g in groups]
         extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share, [r for g in set_aside for r in g.rows])
         _reorder(groups, s, rd.rows, rd.pos_total)
         groups, lighter = minor(groups, policy)  # rows that left by their tokens can leave a group too light
         named, share = rd.named(groups, head.kept)
-        still, why = _decision(head, bool(groups), named, share, harmful, basis, policy)
+        still, why = _decision(head, groups, named, share, harmful, basis, policy)
         if still:
             culprit_rows, head_share, reason = named, share, why
             set_aside += lighter
@@ -644,14 +648,18 @@ def undriven_head(
 
 def _decision(
     head: Head,
-    grouped: bool,
+    groups: Sequence[Group],
     culprit_rows: Sequence[int],
     head_share: float,
     harmful: Sequence[FindingTest],
     basis: str,
     policy: CulpritPolicy,
 ) -> tuple[bool, str]:
-    """Whether the culprit rows make a concentrated verdict, and why or why not, in words."""
+    """Whether the culprit rows make a concentrated verdict, and why or why not, in words. The share bar is for rows
+    that stand out one by one; groups that are each a finding's rows the finding test found carrying the harm (at
+    ``enrichment`` x their share of the rows, by rank and in the resamples) need no other: in a large file the bulk's
+    positive harm grows with its rows, and a fixed share would call a defect that 5% of 1,200 rows share spread."""
+    grouped = bool(groups)
     if not grouped and head.raw and not head.stable:
         got, need = apart(head.stability or 0.0, policy.min_stability)
         return False, (
@@ -660,7 +668,9 @@ def _decision(
         )
     if not culprit_rows:
         return False, "no row's harm stands out from the rest of the rows"
-    if head_share < policy.min_head_share:
+    carriers = [t.finding for t in harmful]
+    by_findings = grouped and all(g.cause == "mechanical" and any(g.finding is f for f in carriers) for g in groups)
+    if head_share < policy.min_head_share and not by_findings:
         got, need = apart(head_share, policy.min_head_share, percent=True)
         return False, (
             f"the {len(culprit_rows)} rows that stand out carry {got} of the harm, under the {need} a culprit "

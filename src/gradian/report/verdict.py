@@ -244,9 +244,10 @@ def criterion_text(policy: CulpritPolicy) -> str:
         f"they agree >= {policy.min_stability:g} (mean Jaccard) with the rows that lead {policy.bootstrap} resamples "
         f"of the regressed items{resample_size(policy.resample_items)}; a group is mechanical when a mechanical "
         f"finding flags >= {pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the "
-        f"file{extension}; the groups must carry >= {pct(policy.min_head_share)} of the positive harm (beside a "
-        f"mechanical group, so must each content group, and hold >= {pct(policy.min_group_share)} of the groups' "
-        "rows; one that does not is set aside)"
+        f"file{extension}; the groups must carry >= {pct(policy.min_head_share)} of the positive harm, unless each "
+        f"is a finding's rows the finding test below found carrying it (beside a mechanical group, each content group "
+        f"must carry that share and hold >= {pct(policy.min_group_share)} of the groups' rows; one that does not is "
+        "set aside)"
         + (
             f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
