@@ -94,7 +94,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
     named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
              "heldout21": R.heldout(R.HELDOUT_21), "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
              "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
-             "pronoun_loops2": R.pronoun_loops(R.PRONOUN_LOOPS_2), "large": R.large(),
+             "pronoun_loops2": R.pronoun_loops(R.PRONOUN_LOOPS_2), "large": R.large(), "larger": R.larger(),
              "smollm2": R.bigger()}  # fmt: skip
     everything = [r.name for r in suite() + R.bigger()]
     assert len(everything) == len(set(everything))

@@ -143,6 +143,14 @@ def large() -> list[Recipe]:
     return [Recipe(k, 37, 0.05 if k not in CONTROL_KINDS else 0.0, 1200, 48, 32) for k in kinds]
 
 
+def larger() -> list[Recipe]:
+    """2,500 rows (seed 38; pronoun 3%, entity 2%, a clean control; 48 target and 32 control items): past `large`,
+    where the bulk's positive harm is ten times a 240-row file's, whether a head found by harm alone still carries the
+    share the verdict asks of it. Made in session 23 after its one change, scored with it."""
+    return [Recipe("pronoun", 38, 0.03, 2500, 48, 32), Recipe("entity", 38, 0.02, 2500, 48, 32),
+            Recipe("clean", 38, 0.0, 2500, 48, 32)]  # fmt: skip
+
+
 def bigger() -> list[Recipe]:
     """The kinds stories260K ranks worst, and a clean control, on SmolLM2-135M-Instruct (500x the parameters; a
     real instruct model): whether what falls short there is the method or the tiny model. CPU-slow, so apart from
@@ -156,7 +164,7 @@ SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()"
         "heldout21": "recipes.heldout(HELDOUT_21)", "wide_eval": "recipes.wide_eval()",
         "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
         "pronoun_loops": "recipes.pronoun_loops()", "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)",
-        "setups": "recipes.setups()", "large": "recipes.large()",
+        "setups": "recipes.setups()", "large": "recipes.large()", "larger": "recipes.larger()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
 
@@ -170,7 +178,7 @@ def run_set(name: str) -> str:
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
     loops = (("pronoun_loops", pronoun_loops()), ("pronoun_loops2", pronoun_loops(PRONOUN_LOOPS_2)))
-    more = (*loops, ("setups", setups()), ("large", large()), ("smollm2", bigger()))
+    more = (*loops, ("setups", setups()), ("large", large()), ("larger", larger()), ("smollm2", bigger()))
     for key, recipes in (*held, *wide, *more):
         if name in {r.name for r in recipes}:
             return key
@@ -200,6 +208,7 @@ def suite() -> list[Recipe]:
         + pronoun_loops(PRONOUN_LOOPS_2)
         + setups()
         + large()
+        + larger()
     )
 
 
