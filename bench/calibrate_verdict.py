@@ -284,13 +284,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     order = np.argsort(-s, kind="stable")
     out["auc"] = auc(s, pos) if pick else float("nan")
     out["p_at_k"] = float(pos[order[:k]].mean()) if pick else 0.0
-    hit = len(drop & run.planted)
-    judged = drop - run.decoys  # a decoy row (a real defect the targets do not probe) is neither a hit nor a miss
-    out["precision"] = hit / len(judged) if judged else 0.0
-    out["recall"] = hit / k
-    want = set(run.cause.split("+"))
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
-    out["cause_right"] = want <= got if run.decoys else got == want  # a decoy group may add its own cause
+    out["precision"], out["recall"], out["cause_right"] = judge(run, drop, got)
     if run.decoys:
         out["decoys_named"] = len(drop & run.decoys)
     hinted = {int(r) for h in (v.get("how") or {}).get("hints") or [] for r in h["rows"]}
@@ -315,6 +310,16 @@ def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_veri
     return sum(r["pass"] for r in rows), rows
 
 
+def judge(run: Run, named: set[int], causes: set[str]) -> tuple[float, float, bool]:
+    """(precision and recall of the ``named`` rows against the planted ones, whether ``causes`` are the run's). A
+    decoy row (a real defect the targets do not probe) is neither a hit nor a miss, and a decoy group may add its own
+    cause."""
+    hit, judged = len(named & run.planted), named - run.decoys
+    want = set(run.cause.split("+"))
+    right = want <= causes if run.decoys else causes == want
+    return (hit / len(judged) if judged else 0.0), hit / len(run.planted), right
+
+
 def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tuple[float, bool]:
     """(F1 of the culprit rows with the cause right, or 1/0 on a control; pass) straight from
     :func:`find_culprits` (no texts, no sentences): what --search optimises."""
@@ -330,10 +335,7 @@ def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tup
         return float(not found.concentrated), not found.concentrated
     if not found.concentrated:
         return 0.0, False
-    hit, judged = len(set(found.head) & run.planted), set(found.head) - run.decoys
-    p, r = (hit / len(judged) if judged else 0.0), hit / len(run.planted)
-    causes, want = {g.cause for g in found.groups}, set(run.cause.split("+"))
-    right = want <= causes if run.decoys else causes == want
+    p, r, right = judge(run, set(found.head), {g.cause for g in found.groups})
     f1 = 2 * p * r / (p + r) if p + r else 0.0
     return (f1 if right else 0.0), (p >= 0.8 and r >= 0.8 and right)
 

@@ -112,7 +112,8 @@ def truth(run_dir: Path, planted: dict, base: Path, config: dict, timings: dict)
     from gradian.verify import measure
 
     rows, n = planted["rows"], planted["n_rows"]
-    others = [i for i in range(n) if i not in set(rows) | set(planted.get("decoys") or [])]
+    skip = set(rows) | set(planted.get("decoys") or [])
+    others = [i for i in range(n) if i not in skip]
     n_drop = len(rows) or max(1, round(CONTROL_DROP_SHARE * n))
     rand = sorted(random.Random(planted["seed"]).sample(others, n_drop))
     retrains = {"drop_random": rand}
