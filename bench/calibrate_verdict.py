@@ -139,6 +139,19 @@ def auc(scores: np.ndarray, pos: np.ndarray) -> float:
     return float(mannwhitneyu(scores[pos], scores[~pos]).statistic / (pos.sum() * (~pos).sum()))
 
 
+def best_cut(scores: np.ndarray, pos: np.ndarray, bar: float = 0.8) -> tuple[bool, float]:
+    """The ranking's ceiling for any verdict that names its top rows: (whether some cut of ``scores``, most harmful
+    first, names the ``pos`` rows at precision and recall >= ``bar``, the best min(precision, recall) over all cuts).
+    The cut is chosen knowing the answer, so no verdict drawn from this ranking does better."""
+    n = int(pos.sum())
+    if not n:
+        return False, 0.0
+    tp = np.cumsum(pos[np.argsort(-scores, kind="stable")])
+    m = np.arange(1, len(tp) + 1)
+    worst = np.minimum(tp / m, tp / n)
+    return bool((worst >= bar).any()), float(worst.max())
+
+
 def verify_default(run_dir: Path, verdict: dict, reg_items: list[int], seeds: int = 1) -> dict:
     """`gradian verify --seeds N` on the default verdict: a copy of the run's report.json whose regressed items and
     drop_rows are the ones the default `gradian attribute` gives, beside the attribution's per-item harm (two real
@@ -284,6 +297,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     order = np.argsort(-s, kind="stable")
     out["auc"] = auc(s, pos) if pick else float("nan")
     out["p_at_k"] = float(pos[order[:k]].mean()) if pick else 0.0
+    judged = np.array([c not in run.decoys for c in run.cols])  # decoy rows are neither hit nor miss
+    out["cut_can_pass"], out["best_cut"] = best_cut(s[judged], pos[judged]) if pick else (False, 0.0)
     got = set(v["cause"].split("+")) if v["kind"] == "concentrated" else set()
     out["precision"], out["recall"], out["cause_right"] = judge(run, drop, got)
     if run.decoys:
@@ -377,10 +392,12 @@ def _mean(xs: list) -> float | None:
 def markdown_table(rows: list[dict]) -> str:
     """Two per-kind tables. The verdict: runs and how many of them the planted rows really explain (truth.json); on
     the explained runs the ranking's AUC and P@K, the verdict's drop_rows precision and recall, and whether the cause
-    is right; runs that pass; the truth's recoveries. Then, where `gradian verify` ran, on the explained runs: its
-    recoveries for the verdict's rows and random rows on every regressed item and on the items the verdict's rows
-    drive (:mod:`gradian.report.driven`), on how many runs each met the bar (:func:`verify_bar`), and on how many of
-    those same runs the planted rows themselves meet it (:func:`truth_recoveries`)."""
+    is right; runs that pass, and among the explained runs those that pass and those where some cut of the ranking
+    would (:func:`best_cut`: the ceiling of any verdict that names the top rows); the truth's recoveries. Then,
+    where `gradian verify` ran, on the explained runs: its recoveries for the verdict's rows and random rows on every
+    regressed item and on the items the verdict's rows drive (:mod:`gradian.report.driven`), on how many runs each
+    met the bar (:func:`verify_bar`), and on how many of those same runs the planted rows themselves meet it
+    (:func:`truth_recoveries`)."""
 
     def f(x: float | None, pct: bool = False) -> str:
         return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
@@ -393,9 +410,9 @@ def markdown_table(rows: list[dict]) -> str:
         return f(_mean([r.get(key) for r in group]), pct)
 
     verdict = [
-        "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass | truth: planted-drop "
-        "| random-drop |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| kind | runs | explained | AUC | P@K | precision | recall | cause right | pass | explained: pass "
+        "| explained: a cut of the ranking passes | truth: planted-drop | random-drop |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     check = [
         "| kind | verified | all regressed items: verdict rows | random rows | bar | bar, planted rows "
@@ -408,12 +425,12 @@ def markdown_table(rows: list[dict]) -> str:
         ex = [r for r in rs if r.get("explained")]
         if ctl:
             verdict.append(f"| {kind} | {len(rs)} | – | – | – | – | – | – | {sum(r['pass'] for r in rs)} of {len(rs)} "
-                           f"| – | {mean(rs, 'truth_drop_random', True)} |")  # fmt: skip
+                           f"| – | – | – | {mean(rs, 'truth_drop_random', True)} |")  # fmt: skip
             continue
         verdict.append(
             f"| {kind} | {len(rs)} | {len(ex)} | {mean(ex, 'auc')} | {mean(ex, 'p_at_k')} | {mean(ex, 'precision')} "
             f"| {mean(ex, 'recall')} | {sum(bool(r.get('cause_right')) for r in ex)} "
-            f"| {sum(r['pass'] for r in rs)} of {len(rs)} "
+            f"| {sum(r['pass'] for r in rs)} of {len(rs)} | {count(ex, 'pass')} | {count(ex, 'cut_can_pass')} "
             f"| {mean(rs, 'truth_drop_planted', True)} | {mean(rs, 'truth_drop_random', True)} |"
         )
         vx = [r for r in ex if r.get("verify_bar") is not None]
@@ -429,6 +446,33 @@ def markdown_table(rows: list[dict]) -> str:
             f"| {count(drv, 'verify_bar_driven')} | {count(drv, 'truth_drv_bar')} | {count(vx, 'verify_judged_bar')} |"
         )
     return "\n".join(verdict) + "\n\n" + "\n".join(check) + "\n\n" + hints_table(rows)
+
+
+def ceiling_table(rows: list[dict]) -> str:
+    """Per kind, on the runs whose planted rows explain the regression: how many the verdict passes, and how many some
+    cut of its ranking passes (:func:`best_cut`, chosen knowing the answer). A verdict past the ceiling used what
+    the ranking does not hold (a diagnose finding's rows); a run under it, where the cut passes and the verdict does
+    not, is the verdict's own miss. The controls: runs, and how many name no rows."""
+    out = [
+        "| kind | runs | explained | verdict passes | a cut of the ranking passes | verdict passes, no cut does "
+        "| a cut passes, the verdict does not |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    ctl = [r for r in rows if r["expected"] == "none"]
+    for kind in sorted({r["kind"] for r in rows if r["expected"] != "none"}):
+        ex = [r for r in rows if r["kind"] == kind and r.get("explained")]
+        n_all = sum(r["kind"] == kind for r in rows)
+        cut = [r for r in ex if r.get("cut_can_pass")]
+        own = ", ".join(r["name"] for r in cut if not r["pass"]) or "–"
+        past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
+        out.append(f"| {kind} | {n_all} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own} |")
+    ex = [r for r in rows if r["expected"] != "none" and r.get("explained")]
+    past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
+    out.append(f"| all faults | {len(rows) - len(ctl)} | {len(ex)} | {sum(r['pass'] for r in ex)} "
+               f"| {sum(bool(r.get('cut_can_pass')) for r in ex)} | {past} "
+               f"| {sum(bool(r.get('cut_can_pass')) and not r['pass'] for r in ex)} |")  # fmt: skip
+    out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – |")
+    return "\n".join(out) + "\n"
 
 
 def hints_table(rows: list[dict]) -> str:
@@ -501,9 +545,11 @@ def main() -> None:
         help="score this policy instead of the default, e.g. --policy min_stability=0.55 (a number)",
     )
     ap.add_argument("--heldout", action="store_true", help="the same as --set heldout")
-    ap.add_argument("--set", choices=sorted(SETS), default="suite",
-                    help="which runs to score: " + "; ".join(f"{k}: {v}" for k, v in SETS.items()) + ". Only the "
-                    "suite chooses thresholds; the others measure them")  # fmt: skip
+    ap.add_argument("--set", choices=sorted(SETS), nargs="+", default=["suite"],
+                    help="which runs to score (one set or more): " + "; ".join(f"{k}: {v}" for k, v in SETS.items())
+                    + ". Only the suite chooses thresholds; the others measure them")  # fmt: skip
+    ap.add_argument("--ceiling", type=Path, help="write the per-kind table of the verdict against its ranking's "
+                    "ceiling (ceiling_table) here")  # fmt: skip
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
@@ -514,8 +560,10 @@ def main() -> None:
     if args.policy_only:
         for k in RULE_GRID:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
-    want = "heldout" if args.heldout else args.set  # never scored with the rest: they measure the rule, not choose it
-    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and run_set(d.name) == want]
+    want = {"heldout"} if args.heldout else set(args.set)  # the held-out sets measure the rule, never choose it
+    if args.search and want != {"suite"}:
+        ap.error("--search chooses thresholds on the suite only")
+    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and run_set(d.name) in want]
     dirs = [d for d in dirs if not args.only or d.name in args.only]
     runs = [r for d in dirs if (r := load_run(d)) is not None]
     print(f"{len(runs)} runs: " + ", ".join(sorted({r.kind for r in runs})))
@@ -553,6 +601,9 @@ def main() -> None:
     if args.table:
         args.table.write_text(markdown_table(rows))
         print(args.table.read_text())
+    if args.ceiling:
+        args.ceiling.write_text(ceiling_table(rows))
+        print(args.ceiling.read_text())
 
 
 if __name__ == "__main__":

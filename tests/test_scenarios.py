@@ -9,6 +9,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +93,8 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
     from scenarios import recipes as R
 
     named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
-             "heldout21": R.heldout(R.HELDOUT_21), "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
+             "heldout21": R.heldout(R.HELDOUT_21), "heldout24": R.heldout(R.HELDOUT_24),
+             "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
              "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
              "pronoun_loops2": R.pronoun_loops(R.PRONOUN_LOOPS_2), "large": R.large(), "larger": R.larger(),
              "smollm2": R.bigger()}  # fmt: skip
@@ -164,3 +166,23 @@ def test_a_decoy_group_is_recorded_apart_from_the_rows_to_blame(tmp_path):
     assert recipe.name == "pronoun_loops_s3_f20_n10_qv16"
     assert built.config["target_modules"] == "q_proj,v_proj" and built.config["r"] == 16
     assert kinds.assemble(Recipe("clean", 3, 0.0), clean, {}, [], []).config["target_modules"] == "all-linear"
+
+
+def test_the_rankings_ceiling_is_the_best_cut_and_needs_p_at_k_of_three_quarters():
+    """best_cut: no verdict that names a ranking's top rows does better than the best cut chosen knowing the answer;
+    a cut at precision and recall >= 0.8 needs P@K >= 0.75, which is how the peers' rankings are judged by P@K."""
+    from calibrate_verdict import best_cut
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, k = int(rng.integers(20, 120)), int(rng.integers(2, 20))
+        pos = np.zeros(n, dtype=bool)
+        pos[rng.choice(n, k, replace=False)] = True
+        s = rng.normal(size=n) + rng.uniform(0, 4) * pos
+        ok, best = best_cut(s, pos)
+        order = np.argsort(-s, kind="stable")
+        cuts = [(pos[order[:m]].sum() / m, pos[order[:m]].sum() / k) for m in range(1, n + 1)]
+        assert best == pytest.approx(max(min(p, r) for p, r in cuts))
+        assert ok == any(p >= 0.8 and r >= 0.8 for p, r in cuts)
+        if ok:
+            assert pos[order[:k]].mean() >= 0.75
