@@ -209,6 +209,13 @@ def describe_change(x: float, scale: str) -> str:
     return f"{x:.0%} of the base NLL" if scale == "relative" else f"{x:.3f} nats/token"
 
 
+def by_chance_clause(k: int, n: int, count_p: float | None, top: str) -> str:
+    """Why ``k`` items past the drift cut-off are noise, in words shared by the log line and the verdict: as many of
+    ``n`` drifting items can pass it by chance, and none passed ``top``, the largest rise ``n`` of them reach."""
+    p = "" if count_p is None else f" (binomial p = {count_p:.2g})"
+    return f"as {k} of {n} drifting items can by chance{p}, none past {top}, the largest rise {n} drifting items reach"
+
+
 def regression_summary(call: RegressionCall) -> str:
     """One clause saying what the rule found: how many rose, the drift and the cut-off."""
     drift = (
@@ -226,9 +233,9 @@ def regression_summary(call: RegressionCall) -> str:
         if call.beyond and call.top_cutoff is not None:
             n, top = len(call.regressed), describe_change(call.top_cutoff, call.scale)
             return (
-                f"{call.rose} rose, {call.beyond} by more than +{need} ({drift}), as {call.beyond} of {n} drifting "
-                f"items can by chance (binomial p = {call.count_p:.2g}), none past +{top}, the largest rise {n} "
-                f"drifting items reach, and the set does not lean up (signed-rank p = {call.rank_p:.2g}){chance}"
+                f"{call.rose} rose, {call.beyond} by more than +{need} ({drift}), "
+                f"{by_chance_clause(call.beyond, n, call.count_p, '+' + top)}, and the set does not lean up "
+                f"(signed-rank p = {call.rank_p:.2g}){chance}"
             )
         return (
             f"{call.rose} rose, but none by more than the fine-tune's ordinary drift ({drift}; an item needed "

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gradian.attribute.regression import describe_change
+from gradian.attribute.regression import by_chance_clause, describe_change
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import apart, pct
@@ -296,11 +296,15 @@ def _by_chance(reg: Mapping[str, Any]) -> str:
     if not k or top is None:
         return ""
     scale = str(reg.get("scale", "absolute"))
-    n, cut, most = reg.get("n_items"), describe_change(float(reg["cutoff"]), scale), describe_change(float(top), scale)
+    n, cut, most = (
+        int(reg.get("n_items") or 0),
+        describe_change(float(reg["cutoff"]), scale),
+        describe_change(float(top), scale),
+    )
     return (
-        f": {k} rose past {reg.get('noise_multiple', 2):g} x that drift ({cut}), as {k} of {n} drifting items can "
-        f"by chance (binomial p = {float(reg['count_p']):.2g}), none past {most}, the largest rise {n} drifting "
-        f"items reach (at {float(reg.get('family_alpha', 0.05)):.0%}); the set does not lean up"
+        f": {k} rose past {reg.get('noise_multiple', 2):g} x that drift ({cut}), "
+        f"{by_chance_clause(k, n, float(reg['count_p']), most)} (at {float(reg.get('family_alpha', 0.05)):.0%}); "
+        "the set does not lean up"
         + ("" if reg.get("rank_p") is None else f" (signed-rank p = {float(reg['rank_p']):.2g})")
     )
 
