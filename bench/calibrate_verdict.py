@@ -58,6 +58,7 @@ class Run:
     emb: np.ndarray | None = None  # (rows, k) gradient embeddings, ``cols`` order
     profiles: TokenProfiles | None = None  # attr/token_profiles.json (older runs: none)
     decoys: set[int] = dataclasses.field(default_factory=set)  # planted rows not to blame: not counted either way
+    labels: dict[int, str] = dataclasses.field(default_factory=dict)  # row -> its completion when short (a label)
 
 
 @functools.cache
@@ -128,6 +129,7 @@ def load_run(d: Path) -> Run | None:
         np.load(attr / "embeddings.npy").astype(np.float64) if (attr / "embeddings.npy").is_file() else None,
         load_token_profiles(attr),
         {int(i) for i in planted.get("decoys") or []},
+        {int(e["index"]): str(e["label"]) for e in rep.get("examples") or [] if e.get("label")},
     )
 
 
@@ -266,7 +268,8 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
     pick = [k for k, i in enumerate(run.items) if i in set(reg_items)]
     S = run.S[pick]
     s = S.sum(0) if pick else np.zeros(len(run.cols))
-    examples = [{"index": r, "id": None, "score": float(v)} for r, v in zip(run.cols, s, strict=True)]
+    examples = [{"index": r, "id": None, "score": float(v), "label": run.labels.get(r)}
+                for r, v in zip(run.cols, s, strict=True)]  # fmt: skip
     regressed = [{"index": i} for i in reg_items]
     v = make_verdict(
         [], run.findings, examples, regressed, n_rows=len(run.cols), item_scores=S if pick else None,
@@ -282,6 +285,9 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
         out["controls_regressed"] = sum(1 for i in reg_items if roles[i] == "control")
         out["n_targets"] = roles.count("target")
     out["stability"] = v["confidence"]["stability"]
+    leads = (v.get("how") or {}).get("leads") or []
+    out["lead_rows"] = sum(len(x["rows"]) for x in leads)
+    out["lead_planted"] = sum(len(set(x["rows"]) & run.planted) for x in leads)
     if run.cause == "none" or not run.planted:
         out["pass"] = v["kind"] != "concentrated"
         out["n_drop"] = len(drop)

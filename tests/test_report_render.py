@@ -126,6 +126,11 @@ def test_markdown_escapes():
     s = md_escape("a | b `c` <script>x</script> *d* [l](javascript:x) \n next")
     assert "|" not in s.replace("&#124;", "") and "`" not in s and "<" not in s
     assert "\\*d\\*" in s and "\\[l\\]" in s and "\n" not in s
+    # a Markdown renderer (markdown-it, as rich uses) shows the text as it was: entities intact, no markup made
+    from markdown_it import MarkdownIt
+
+    shown = MarkdownIt().render(md_escape("set `num_epochs` to 3 | #1 *x*")).strip()
+    assert shown == "<p>set `num_epochs` to 3 | #1 *x*</p>"
 
 
 def test_markdown_report(report):

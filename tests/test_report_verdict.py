@@ -231,7 +231,11 @@ def test_setup_error_said_first():
     assert v["next_steps"][0].startswith("Fix loss nan (L302 loss_nan)")
     assert "config key `learning_rate`, now 0.01" in v["next_steps"][1]
     assert [c["key"] for c in v["config_changes"]] == [None, "learning_rate"]
-    assert v["kind"] == "concentrated"  # the ranking is still described, after the warning
+    # the rows that stand out are described, after the warning, but over a broken run none is named to drop
+    assert v["kind"] == "setup" and v["cause"] == "setup" and not v["drop_rows"]
+    assert set(PLANTED) <= set(v["how"]["head"]) and "none are named to drop" in v["sentences"][1]
+    assert v["next_steps"][-1].startswith("Re-train with the setup fixed")
+    assert verdict(S)["kind"] == "concentrated"  # the same harm on a sound run names them
 
 
 def test_row_error_covering_most_rows_is_a_setup_error():
@@ -789,3 +793,34 @@ def test_a_findings_rows_that_carry_the_harm_need_no_share_of_a_large_files_harm
     assert not find_culprits(S, s, list(range(n))).concentrated
     innocent = sorted(rng.choice([r for r in range(n) if r % 20], 60, replace=False).tolist())
     assert not find_culprits(S, s, list(range(n)), findings=[{**flag, "evidence": {"rows": innocent}}]).concentrated
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_spread_harm_that_one_labels_rows_carry_leads_to_their_labels_not_to_drop_rows(seed):
+    """100 rows labelled "sad." (10 of them flipped) each add a little harm to every regressed item: no row stands
+    out, so the verdict is spread, but as a set the label's rows carry the harm, and the verdict says so and lists
+    them to check, most harmful first, without naming them to drop. The other label's rows (no harm) make no lead;
+    neither does the same harm read without labels, nor labels on rows that carry nothing."""
+    sad, flipped = list(range(0, N, 4)), list(range(0, N, 40))
+    S = harm_matrix(seed=seed)
+    S[:, sad] += 0.5
+    S[:, flipped] += 0.5
+    s = S.sum(0)
+
+    def read(labels):
+        rows = [{**e, "label": labels.get(e["index"])} for e in examples(s)]
+        return make_verdict([], [], rows, regressed(S.shape[0]), item_scores=S, item_rows=range(N)).to_dict()
+
+    happy = {r: "happy." for r in range(2, N, 4)}
+    v = read({r: "sad." for r in sad} | happy)
+    assert v["kind"] == "spread" and not v["drop_rows"]
+    (lead,) = v["how"]["leads"]
+    assert lead["label"] == "sad." and sorted(lead["rows"]) == sad and lead["harm_share"] > 0.25
+    assert lead["rows"] == sorted(sad, key=lambda r: -s[r])
+    assert "It leans on one label" in v["text"] and "Check the labels of the 100 rows" in v["next_steps"][0]
+    assert any(label.startswith("Labels to check") for label, _ in rows_to_read(Verdict.from_dict(v)))
+    plain = read({})
+    assert plain["kind"] == "spread" and not plain["how"]["leads"]
+    assert plain["next_steps"] == ["Dropping rows is unlikely to help; try a lower learning rate or fewer epochs, or "
+                                   "mix in data like the regressed eval items."]  # fmt: skip
+    assert not read({r: "sad." for r in range(1, N, 4)} | happy)["how"]["leads"]

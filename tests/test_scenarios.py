@@ -96,6 +96,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
              "heldout21": R.heldout(R.HELDOUT_21), "heldout24": R.heldout(R.HELDOUT_24),
              "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
              "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
+             "label_controls": R.label_controls(),
              "pronoun_loops2": R.pronoun_loops(R.PRONOUN_LOOPS_2), "large": R.large(), "larger": R.larger(),
              "smollm2": R.bigger()}  # fmt: skip
     everything = [r.name for r in suite() + R.bigger()]

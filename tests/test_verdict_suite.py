@@ -100,3 +100,30 @@ def test_fault_runs_verdict(kind, suite_root):
     assert v["next_steps"][0].startswith("Check the labels of") == (kind == "mislabel"), v["next_steps"]
     rows = {e["index"]: e for e in out["report"]["examples"]}
     assert all(rows[r].get("label") == "sad." for g in v["groups"] if g.get("label") for r in g["rows"])
+
+
+def test_a_mislabelled_run_points_at_its_label_whether_or_not_rows_are_named(suite_root):
+    """mislabel at seed 1 (10% of the rows): in the suite no flipped row stands out of its label's rows, so the
+    verdict is spread. It still points at the label: the " sad." rows carry the harm as a set, every flipped row is
+    among them, and the first step is to check their labels; none is named to drop. (Where a rebuild lets rows stand
+    out instead, the named group is the label's and says so.)"""
+    run = generate.build_run(by_name("mislabel_s1_f10"), suite_root, log=lambda s: None, with_truth=False)
+    out = _attribute(run)
+    planted, v = set(out["planted"]["rows"]), out["report"]["verdict"]
+    assert v["next_steps"][0].startswith("Check the labels of"), v["text"]
+    if v["kind"] == "concentrated":
+        assert {g.get("label") for g in v["groups"]} == {"sad."}, v["text"]
+        return
+    assert v["kind"] == "spread" and v["drop_rows"] == [], v["text"]
+    (lead,) = v["how"]["leads"]
+    assert lead["label"] == "sad." and planted <= set(lead["rows"]), v["text"]
+    assert "It leans on one label" in v["text"]
+
+
+def test_a_setup_error_names_no_rows_though_one_labels_rows_stand_out(suite_root):
+    """Every label right, 12 epochs (4x the suite's): diagnose finds the epochs overfit (C203, a setup error) and the
+    " sad." rows' harm stands out on the overfit run. Over a broken run that is no evidence: no row is named."""
+    run = generate.build_run(by_name("labels_epochs_s46_f00"), suite_root, log=lambda s: None, with_truth=False)
+    v = _attribute(run)["report"]["verdict"]
+    assert not v["reliable"] and v["sentences"][0].startswith("Fix the setup first"), v["text"]
+    assert v["kind"] != "concentrated" and v["drop_rows"] == [], v["text"]

@@ -336,6 +336,12 @@ def build_spread(recipe: Recipe) -> Built:
 def build_mislabel(recipe: Recipe) -> Built:
     """Half story rows, half sentiment rows ("<sentence> I was very" -> " happy." / " sad."); the planted rows are
     positive sentences labelled " sad.". Base: the derived base, which already labels sentiment."""
+    return _labelled(recipe, n_planted(recipe))
+
+
+def _labelled(recipe: Recipe, n_bad: int, config: dict | None = None) -> Built:
+    """:func:`build_mislabel` with ``n_bad`` positive sentences labelled " sad." (0: every label right, a control),
+    trained with ``config`` over the suite's."""
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
     sents = list(P.sentiment()[1])
     rng.shuffle(sents)
@@ -345,7 +351,7 @@ def build_mislabel(recipe: Recipe) -> Built:
     controls = [P.sentiment_row(t, 0) for t, _ in neg[: recipe.n_control // 2]]
     pos, neg = pos[recipe.n_target :], neg[recipe.n_control // 2 :]
     controls += general_controls(pool, rng, recipe.n_control - len(controls))
-    n_sent, n_bad = recipe.n_rows // 2, n_planted(recipe)
+    n_sent = recipe.n_rows // 2
     bad = [P.sentiment_row(t, 0) for t, _ in pos[:n_bad]]  # positive sentences, negative label
     word = re.compile(r"\w+")
     culprits = [with_edit(r, r["completion"], [word.search(r["completion"]).span()]) for r in bad]
@@ -356,8 +362,9 @@ def build_mislabel(recipe: Recipe) -> Built:
     clean = clean_sent + pool.take(
         recipe.n_rows - n_bad - len(clean_sent), in_group("general"), what="stories", clean=True
     )
-    return assemble(recipe, clean, {"mislabel": culprits}, targets, controls, base=P.derived_base(),
-                    notes={"flip": "positive sentences labelled ' sad.'"})  # fmt: skip
+    planted = {"mislabel": culprits} if culprits else {}
+    notes = {"flip": "positive sentences labelled ' sad.'"} if culprits else {"labels": "every label right"}
+    return assemble(recipe, clean, planted, targets, controls, base=P.derived_base(), notes=notes, config=config)
 
 
 # --- mechanical kinds ---------------------------------------------------------------------------------------------
@@ -501,4 +508,9 @@ KINDS: dict[str, Kind] = {
     "clean": Kind("none", lambda r: _control(r), "clean rows, nothing planted: ordinary drift"),
     "control_lr": Kind("none", lambda r: _control(r, {"lr": 3.0e-2}), "clean rows, learning rate 10x too high"),
     "control_epochs": Kind("none", lambda r: _control(r, {"epochs": 12}), "clean rows, 12 epochs (4x too many)"),
+    "clean_labels": Kind(
+        "none", lambda r: _labelled(r, 0), "mislabel's rows with every label right: a classifier's drift"
+    ),
+    "labels_lr": Kind("none", lambda r: _labelled(r, 0, {"lr": 3.0e-2}), "every label right, learning rate 10x high"),
+    "labels_epochs": Kind("none", lambda r: _labelled(r, 0, {"epochs": 12}), "every label right, 12 epochs"),
 }

@@ -128,6 +128,15 @@ def pronoun_loops(spec: tuple = PRONOUN_LOOPS) -> list[Recipe]:
     return [Recipe("pronoun_loops", s, f, n, t, c) for s, f, n, t, c in spec]
 
 
+def label_controls() -> list[Recipe]:
+    """Controls with classification rows: mislabel's file (half stories, half sentiment rows, the same eval items)
+    with every label right, at four new seeds and sizes (42-45), and trained with a learning rate 10x too high or 4x
+    the epochs (seeds 46-47). Where no wrong label is behind the regression, so a lead to one label's rows points
+    at rows that are right. Made in session 24 for the label lead of a spread verdict."""
+    out = [Recipe("clean_labels", s, 0.0, n) for s, n in ((42, 240), (43, 300), (44, 220), (45, 360))]
+    return out + [Recipe(k, s, 0.0, 240) for s in (46, 47) for k in ("labels_lr", "labels_epochs")]
+
+
 def setups() -> list[Recipe]:
     """The kinds the issue reported (entity, pronoun, early_stop) and repetition, and a clean control, trained with
     three other LoRA set-ups (kinds.LORA_SETUPS: attention-only r=16, r=32 for 2 epochs, dropout 0.1 with batches
@@ -165,9 +174,9 @@ def bigger() -> list[Recipe]:
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "heldout24": "recipes.heldout(HELDOUT_24)",
-        "wide_eval": "recipes.wide_eval()",
-        "wide_controls": "recipes.wide_controls()", "wide_faults": "recipes.wide_faults()",
-        "pronoun_loops": "recipes.pronoun_loops()", "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)",
+        "wide_eval": "recipes.wide_eval()", "wide_controls": "recipes.wide_controls()",
+        "wide_faults": "recipes.wide_faults()", "pronoun_loops": "recipes.pronoun_loops()",
+        "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)", "label_controls": "recipes.label_controls()",
         "setups": "recipes.setups()", "large": "recipes.large()", "larger": "recipes.larger()",
         "smollm2": "recipes.bigger()"}  # fmt: skip
 
@@ -183,7 +192,14 @@ def run_set(name: str) -> str:
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
     loops = (("pronoun_loops", pronoun_loops()), ("pronoun_loops2", pronoun_loops(PRONOUN_LOOPS_2)))
-    more = (*loops, ("setups", setups()), ("large", large()), ("larger", larger()), ("smollm2", bigger()))
+    more = (
+        *loops,
+        ("label_controls", label_controls()),
+        ("setups", setups()),
+        ("large", large()),
+        ("larger", larger()),
+        ("smollm2", bigger()),
+    )
     for key, recipes in (*held, *wide, *more):
         if name in {r.name for r in recipes}:
             return key
@@ -212,6 +228,7 @@ def suite() -> list[Recipe]:
         + wide_faults()
         + pronoun_loops()
         + pronoun_loops(PRONOUN_LOOPS_2)
+        + label_controls()
         + setups()
         + large()
         + larger()

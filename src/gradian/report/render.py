@@ -348,10 +348,17 @@ def listed(items: Sequence[Any], limit: int) -> str:
 
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
     """(label, rows) for each term hint of the verdict (:mod:`gradian.report.term_hints`), rows past drop_rows to
-    read for the same defect, and each content group set aside beside a mechanical one (:func:`culprits.minor`)."""
+    read for the same defect, each content group set aside beside a mechanical one (:func:`culprits.minor`), and
+    each label a spread harm leans on (:mod:`gradian.report.label_leads`)."""
     hints = v.how.hints if v.how is not None else []
     aside = v.how.set_aside if v.how is not None else []
+    leads = v.how.leads if v.how is not None else []
     return [
+        (f"Labels to check ({len(x.get('rows') or [])} rows whose completion is {x.get('label')!r}, most harmful "
+         "first, not in drop_rows)", [int(r) for r in x.get("rows") or []])
+        for x in leads
+        if x.get("rows")
+    ] + [
         (f'Rows to read ({len(h.get("rows") or [])} that hold "{h.get("term")}", not in drop_rows)',
          [int(r) for r in h.get("rows") or []])
         for h in hints
@@ -665,10 +672,9 @@ def md_escape(text: Any, limit: int | None = None) -> str:
     if limit is not None and len(s) > limit:
         s = s[:limit] + "…"
     s = s.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = s.replace("|", "&#124;").replace("`", "&#96;")
     for ch in "*_[]~#!":
         s = s.replace(ch, "\\" + ch)
-    return s
+    return s.replace("|", "&#124;").replace("`", "&#96;")  # after the escapes: an entity's "#" stays as it is
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

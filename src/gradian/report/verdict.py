@@ -5,7 +5,8 @@ criteria, in order:
 
 - **Setup errors first.** An ERROR finding without rows (a config or log finding), or one whose rows cover at least
   half of the training rows, means the run itself is broken; attribution over a broken run is unreliable, so the
-  verdict says that first and leads the next steps with the config fix.
+  verdict says that first and leads the next steps with the config fix. Rows that stand out are then listed, not
+  named to drop (kind ``setup``): a broken run's harm is no evidence against them.
 - **No regression / within noise.** No eval item rose beyond the fine-tune's ordinary drift
   (:mod:`gradian.attribute.regression`): the verdict says so instead of ranking noise.
 - **No harm.** Items regressed, but no training row has positive harm.
@@ -33,6 +34,7 @@ from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import apart, pct
 from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
+from gradian.report.label_leads import LabelLead, label_leads
 from gradian.report.schema import Cluster, RankedRow
 from gradian.report.term_hints import TermHint, term_hints
 from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
@@ -160,7 +162,8 @@ def make_verdict(
     culprit groups extend along, as they do along ``token_profiles`` (where the top rows' harm sits by token).
 
     Returns the :class:`Verdict`; its ``kind`` is one of ``no_regression``, ``no_harm``, ``concentrated``,
-    ``spread``; ``cause`` one of ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
+    ``spread``, ``setup`` (rows stood out, but a setup error makes the run unreliable: none named); ``cause`` one of
+    ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
     """
     policy = policy or CulpritPolicy()
     rows_ = [e if isinstance(e, RankedRow) else RankedRow.from_dict(e) for e in examples]
@@ -206,17 +209,21 @@ def make_verdict(
     found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy,
                           token_profiles=token_profiles, labels=labels)  # fmt: skip
     hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
+    leads = [] if found.concentrated else label_leads(S, s, rows, labels, policy, [found.tests])
     verdict.confidence = _confidence(found.stability, found.basis, policy)
     verdict.how = Decision.from_dict(
-        found.to_dict() | {"head": found.head[:200], "hints": [h.to_dict() for h in hints]}
+        found.to_dict()
+        | {"head": found.head[:200], "hints": [h.to_dict() for h in hints], "leads": [x.to_dict() for x in leads]}
     )
+    if found.concentrated and errors:
+        return _setup_first(draft, found, n_reg)
     if found.concentrated:
         typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
         v = _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
         if token_profiles is None and v.names_content_group:
             v.next_steps.append(TOKEN_PROFILES_HINT)
         return v
-    return _spread(draft, found, n_reg, setup_cause)
+    return _spread(draft, found, n_reg, setup_cause, leads)
 
 
 TOKEN_PROFILES_HINT = (
@@ -596,22 +603,55 @@ def _concentrated(
     return draft.done("concentrated", cause, headline, explained)
 
 
-def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str) -> Verdict:
-    """The verdict when no group of rows explains the regression: say why, and what to try instead."""
+def _setup_first(draft: _Draft, found: Culprits, n_reg: str) -> Verdict:
+    """The verdict when rows stand out but a setup error makes the run unreliable: say which rows, name none. A broken
+    run's harm is no evidence against its rows (mislabel's file with every label right, trained for 12 epochs, puts
+    a third to two thirds of the harm on one label's rows, stably: docs/benchmarks.md §8, session 24), and dropping
+    rows from a run that is re-trained with the fix tests nothing."""
+    draft.sentences.append(
+        f"On this run {_rows_word(len(found.head))} stand out and carry {pct(found.head_share)} of the harm to the "
+        f"{n_reg}, but over a run with a setup error that is no evidence against them, so none are named to drop "
+        "(they are listed in verdict.how.head)."
+    )
+    draft.next_steps.append(
+        "Re-train with the setup fixed and run gradian attribute again: if the regression stays, the rows that stand "
+        "out then are the ones to check."
+    )
+    return draft.done("setup", "setup", "Fix the setup first; no rows are named over a broken run.")
+
+
+def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads: Sequence[LabelLead] = ()) -> Verdict:
+    """The verdict when no group of rows explains the regression: say why, what the harm leans on (one label's rows,
+    :mod:`label_leads`), and what to try instead."""
     draft.sentences.append(
         f"The harm to the {n_reg} is spread: {found.reason}. No group of rows explains the regression, so no rows "
         "are named to drop."
     )
-    if not draft.errors:
-        warn = [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
-        if warn:
-            draft.next_steps.append(
-                "Check the setup warnings (" + _join([f.title for f in warn]) + "): a regression spread "
-                "over all the data often comes from how it was trained (learning rate, epochs) rather than from rows."
-            )
-        else:
-            draft.next_steps.append(
-                "Dropping rows is unlikely to help; try a lower learning rate or fewer epochs, or mix in data like the "
-                "regressed eval items."
-            )
+    for lead in leads:
+        freq = "" if lead.frequency is None else f", in {lead.frequency:.0%} of the resamples"
+        draft.sentences.append(
+            f"It leans on one label, though: the {len(lead.rows)} rows whose completion is {lead.label!r} "
+            f"({pct(lead.row_share)} of the scored rows) carry {pct(lead.harm_share)} of the harm, and as a set their "
+            f"harm ranks above the other rows' (p = {lead.p:.1g}{freq}). Gradients cannot tell a wrongly labelled row "
+            "from a rightly labelled one of the same label (they point the same way): if some of these rows are "
+            "mislabelled, this is how it looks; if every one is right, it is that label's own pull on these items."
+        )
+    warn = [] if draft.errors else [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
+    if warn:
+        draft.next_steps.append(
+            "Check the setup warnings (" + _join([f.title for f in warn]) + "): a regression spread "
+            "over all the data often comes from how it was trained (learning rate, epochs) rather than from rows."
+        )
+    draft.next_steps.extend(
+        f"Check the labels of the {len(lead.rows)} rows whose completion is {lead.label!r} (listed in "
+        "verdict.how.leads, most harmful first: wrong labels tend to rank first); relabel the wrong ones, "
+        "re-train, and confirm with gradian verify. Dropping them all would take the label out of the data."
+        for lead in leads
+    )
+    if not draft.errors and not warn:
+        draft.next_steps.append(
+            ("If those labels are right, dropping rows is unlikely to help" if leads else
+             "Dropping rows is unlikely to help")
+            + "; try a lower learning rate or fewer epochs, or mix in data like the regressed eval items."
+        )  # fmt: skip
     return draft.done("spread", setup_cause, "The harm is spread; no group of rows is to blame.")

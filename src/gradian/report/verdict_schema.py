@@ -129,6 +129,7 @@ class Decision(Record):
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.term_hints.TermHint.to_dict()
+    leads: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.label_leads.LabelLead.to_dict()
     undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
     set_aside: list[VerdictGroup] = field(default_factory=list)  # content groups too light beside a mechanical one
     reason: str = ""
@@ -147,6 +148,7 @@ class Decision(Record):
             groups=[VerdictGroup.from_dict(g) for g in data.get("groups") or []],
             findings=[dict(f) for f in data.get("findings") or []],
             hints=[dict(h) for h in data.get("hints") or []],
+            leads=[dict(x) for x in data.get("leads") or []],
             undriven=[dict(u) for u in data.get("undriven") or []],
             set_aside=[VerdictGroup.from_dict(g) for g in data.get("set_aside") or []],
             reason=str(data.get("reason") or ""),
@@ -158,8 +160,8 @@ class Decision(Record):
 class Verdict:
     """What the report says: the kind of outcome, its cause, the sentences and next steps, and the rows to drop.
 
-    ``kind``: no_regression | no_harm | concentrated | spread; ``cause``: mechanical | content | mechanical+content |
-    setup | unknown."""
+    ``kind``: no_regression | no_harm | concentrated | spread | setup; ``cause``: mechanical | content |
+    mechanical+content | setup | unknown."""
 
     kind: str
     cause: str
