@@ -98,8 +98,8 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
              "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
              "label_controls": R.label_controls(),
              "pronoun_loops2": R.pronoun_loops(R.PRONOUN_LOOPS_2), "large": R.large(), "larger": R.larger(),
-             "smollm2": R.bigger()}  # fmt: skip
-    everything = [r.name for r in suite() + R.bigger()]
+             "smollm2": R.bigger(), "smollm2_lr": R.bigger_sound()}  # fmt: skip
+    everything = [r.name for r in suite() + R.bigger() + R.bigger_sound()]
     assert len(everything) == len(set(everything))
     for key, recipes in named.items():
         assert key in R.SETS and recipes

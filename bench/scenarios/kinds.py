@@ -36,6 +36,7 @@ LORA_SETUPS: dict[str, dict] = {
     "qv16": {"r": 16, "alpha": 32, "target_modules": "q_proj,v_proj", "lr": 5.0e-3},
     "r32": {"r": 32, "alpha": 64, "epochs": 2, "lr": 2.0e-3, "batch_size": 4},
     "drop": {"dropout": 0.1, "batch_size": 16, "epochs": 4},
+    "lr8e4": {"lr": 8.0e-4},  # under the 1e-3 diagnose flags as too high for a real-size model (C202)
 }
 
 
