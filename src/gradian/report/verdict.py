@@ -636,18 +636,18 @@ def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads:
             "from a rightly labelled one of the same label (they point the same way): if some of these rows are "
             "mislabelled, this is how it looks; if every one is right, it is that label's own pull on these items."
         )
+    draft.next_steps.extend(
+        f"Check the labels of the {len(lead.rows)} rows whose completion is {lead.label!r} (listed in "
+        "verdict.how.leads, most harmful first: wrong labels tend to rank first), relabel the wrong ones and re-train: "
+        "if they were the cause, the regressed items come back. Dropping them all would take the label out of the data."
+        for lead in leads
+    )
     warn = [] if draft.errors else [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
     if warn:
         draft.next_steps.append(
             "Check the setup warnings (" + _join([f.title for f in warn]) + "): a regression spread "
             "over all the data often comes from how it was trained (learning rate, epochs) rather than from rows."
         )
-    draft.next_steps.extend(
-        f"Check the labels of the {len(lead.rows)} rows whose completion is {lead.label!r} (listed in "
-        "verdict.how.leads, most harmful first: wrong labels tend to rank first); relabel the wrong ones, "
-        "re-train, and confirm with gradian verify. Dropping them all would take the label out of the data."
-        for lead in leads
-    )
     if not draft.errors and not warn:
         draft.next_steps.append(
             ("If those labels are right, dropping rows is unlikely to help" if leads else
