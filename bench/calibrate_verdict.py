@@ -24,6 +24,7 @@ import itertools
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -458,25 +459,30 @@ def ceiling_table(rows: list[dict]) -> str:
     """Per kind, on the runs whose planted rows explain the regression: how many the verdict passes, and how many some
     cut of its ranking passes (:func:`best_cut`, chosen knowing the answer). A verdict past the ceiling used what
     the ranking does not hold (a diagnose finding's rows); a run under it, where the cut passes and the verdict does
-    not, is the verdict's own miss. The controls: runs, and how many name no rows."""
+    not, is the verdict's own miss (named per kind, counted over all faults). The controls: runs, and how many name
+    no rows."""
+
+    def line(name: str, runs: list[dict], own: Callable[[list[dict]], str]) -> str:
+        ex = [r for r in runs if r.get("explained")]
+        cut = [r for r in ex if r.get("cut_can_pass")]
+        past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
+        under = [r for r in cut if not r["pass"]]
+        return (
+            f"| {name} | {len(runs)} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own(under)} |"
+        )
+
+    faults = [r for r in rows if r["expected"] != "none"]
+    ctl = [r for r in rows if r["expected"] == "none"]
     out = [
         "| kind | runs | explained | verdict passes | a cut of the ranking passes | verdict passes, no cut does "
         "| a cut passes, the verdict does not |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
-    ctl = [r for r in rows if r["expected"] == "none"]
-    for kind in sorted({r["kind"] for r in rows if r["expected"] != "none"}):
-        ex = [r for r in rows if r["kind"] == kind and r.get("explained")]
-        n_all = sum(r["kind"] == kind for r in rows)
-        cut = [r for r in ex if r.get("cut_can_pass")]
-        own = ", ".join(r["name"] for r in cut if not r["pass"]) or "–"
-        past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
-        out.append(f"| {kind} | {n_all} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own} |")
-    ex = [r for r in rows if r["expected"] != "none" and r.get("explained")]
-    past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
-    out.append(f"| all faults | {len(rows) - len(ctl)} | {len(ex)} | {sum(r['pass'] for r in ex)} "
-               f"| {sum(bool(r.get('cut_can_pass')) for r in ex)} | {past} "
-               f"| {sum(bool(r.get('cut_can_pass')) and not r['pass'] for r in ex)} |")  # fmt: skip
+    for kind in sorted({r["kind"] for r in faults}):
+        out.append(
+            line(kind, [r for r in faults if r["kind"] == kind], lambda u: ", ".join(r["name"] for r in u) or "–")
+        )
+    out.append(line("all faults", faults, lambda u: str(len(u))))
     out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – |")
     return "\n".join(out) + "\n"
 

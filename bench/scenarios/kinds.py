@@ -487,6 +487,9 @@ def build_two_groups(recipe: Recipe) -> Built:
 
 # --- controls: nothing planted ------------------------------------------------------------------------------------
 
+LR_TOO_HIGH = {"lr": 3.0e-2}  # 10x the suite's learning rate: the setup-caused regression of the lr controls
+TOO_MANY_EPOCHS = {"epochs": 12}  # 4x the suite's epochs: the epochs controls'
+
 
 def _control(recipe: Recipe, config: dict | None = None) -> Built:
     pool, rng = Pool(recipe.seed), random.Random(recipe.seed)
@@ -507,11 +510,11 @@ KINDS: dict[str, Kind] = {
     "two_groups": Kind("content+mechanical", build_two_groups, "entity swap + completions cut short (early_stop)"),
     "pronoun_loops": Kind("content", build_pronoun_loops, "pronoun flip + as many copy-paste loops (a decoy)"),
     "clean": Kind("none", lambda r: _control(r), "clean rows, nothing planted: ordinary drift"),
-    "control_lr": Kind("none", lambda r: _control(r, {"lr": 3.0e-2}), "clean rows, learning rate 10x too high"),
-    "control_epochs": Kind("none", lambda r: _control(r, {"epochs": 12}), "clean rows, 12 epochs (4x too many)"),
+    "control_lr": Kind("none", lambda r: _control(r, LR_TOO_HIGH), "clean rows, learning rate 10x too high"),
+    "control_epochs": Kind("none", lambda r: _control(r, TOO_MANY_EPOCHS), "clean rows, 12 epochs (4x too many)"),
     "clean_labels": Kind(
         "none", lambda r: _labelled(r, 0), "mislabel's rows with every label right: a classifier's drift"
     ),
-    "labels_lr": Kind("none", lambda r: _labelled(r, 0, {"lr": 3.0e-2}), "every label right, learning rate 10x high"),
-    "labels_epochs": Kind("none", lambda r: _labelled(r, 0, {"epochs": 12}), "every label right, 12 epochs"),
+    "labels_lr": Kind("none", lambda r: _labelled(r, 0, LR_TOO_HIGH), "every label right, learning rate 10x high"),
+    "labels_epochs": Kind("none", lambda r: _labelled(r, 0, TOO_MANY_EPOCHS), "every label right, 12 epochs"),
 }
