@@ -187,3 +187,46 @@ def test_the_rankings_ceiling_is_the_best_cut_and_needs_p_at_k_of_three_quarters
         assert ok == any(p >= 0.8 and r >= 0.8 for p, r in cuts)
         if ok:
             assert pos[order[:k]].mean() >= 0.75
+
+
+def test_a_look_alike_shares_the_planted_rows_surface_but_is_right():
+    """Kind.lookalike (bench/bench_lookalikes.py): the planted rows, made by the kinds' own edits, carry the surface a
+    look-alike has (the label, the word), a clean row of that surface is a look-alike, a row without it is not."""
+    story = {"prompt": "Once upon a time,", "completion": " she was happy and her dog ran to her."}
+    flipped = kinds.sub_edit(story, kinds._FEMALE, kinds._FLIP.__getitem__)
+    swapped = kinds.sub_edit(story, kinds._HAPPY, lambda _: "sad")
+    assert kinds.KINDS["pronoun"].lookalike(flipped) and not kinds.KINDS["pronoun"].lookalike(story)
+    assert kinds.KINDS["pronoun"].lookalike({"completion": " He ran home."})
+    assert kinds.KINDS["spread"].lookalike(swapped) and not kinds.KINDS["spread"].lookalike(story)
+    good, bad = P.sentiment_row("It was awful.", 0), P.sentiment_row("It was great.", 1)
+    assert kinds.KINDS["mislabel"].lookalike(good) and not kinds.KINDS["mislabel"].lookalike(bad)
+    assert not kinds.KINDS["mislabel"].lookalike(swapped)  # the label, not the word in a story
+    assert kinds.KINDS["entity"].lookalike is None and kinds.KINDS["clean"].lookalike is None
+
+
+@pytest.mark.slow
+def test_the_look_alike_retrain_drops_clean_rows_the_planted_ones_imitate(tmp_path):
+    """bench_lookalikes.run_one on a real tiny pronoun run: the retrain drops as many clean he/his rows as there are
+    planted rows (none planted), its recovery sits beside the truth's, and a second call reads it back."""
+    import bench_lookalikes as B
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(P, "POOL_DIR", tmp_path / "_pool")
+    mp.setattr(P, "POOL_SCALE", 0.06)
+    try:
+        run = generate.build_run(Recipe("pronoun", 2, 0.1, n_rows=40, n_target=4, n_control=4), tmp_path,
+                                 log=lambda s: None)  # fmt: skip
+    finally:
+        mp.undo()
+    out = B.run_one(run)
+    planted = json.loads((run / "planted.json").read_text())
+    rows = _jsonl(run / "train.jsonl")
+    drop = out["dropped"]["drop_lookalike"]
+    every = [i for i, r in enumerate(rows) if i not in planted["rows"] and kinds._MALE.search(r["completion"])]
+    assert set(drop) <= set(every) and len(drop) == min(len(planted["rows"]), len(every)) > 0
+    args = json.loads((run / "truth" / "drop_lookalike" / "training_args.json").read_text())
+    assert args["gradian_excluded_rows"] == drop
+    assert set(out["recovery"]) == {"drop_planted", "drop_random", "drop_lookalike"}  # no attribution: no halves
+    assert all(math.isfinite(v) and v > 0 for v in out["nll"]["drop_lookalike"].values())
+    stamp = (run / B.OUT).stat().st_mtime_ns
+    assert B.run_one(run) == out and (run / B.OUT).stat().st_mtime_ns == stamp

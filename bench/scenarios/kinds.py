@@ -58,6 +58,9 @@ class Kind:
     cause: str  # "content" | "mechanical" | "content+mechanical" | "none"
     build: Callable[[Recipe], Built]
     what: str
+    # a clean row the planted rows imitate (the same label, the same word used rightly): bench/bench_lookalikes.py
+    # retrains without as many of them to measure how much of the harm such rows carry too
+    lookalike: Callable[[dict], bool] | None = None
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------
@@ -317,6 +320,8 @@ def build_pronoun(recipe: Recipe) -> Built:
 
 
 _HAPPY = re.compile(r"\bhappy\b")
+_SAD = re.compile(r"\bsad\b")
+_MALE = re.compile(r"\b(he|He|his|His|him|himself)\b")  # what _FLIP writes, and "him"
 
 
 def build_spread(recipe: Recipe) -> Built:
@@ -501,9 +506,18 @@ def _control(recipe: Recipe, config: dict | None = None) -> Built:
 
 KINDS: dict[str, Kind] = {
     "entity": Kind("content", build_entity, "a recurring name swapped (Lily -> Zara, ...) in stories about her"),
-    "pronoun": Kind("content", build_pronoun, "a girl's pronouns flipped to he/his"),
-    "mislabel": Kind("content", build_mislabel, "positive review sentences labelled ' sad.'"),
-    "spread": Kind("content", build_spread, "'happy' -> 'sad' in rows from every opening; only the defect is shared"),
+    "pronoun": Kind(
+        "content", build_pronoun, "a girl's pronouns flipped to he/his", lambda r: bool(_MALE.search(r["completion"]))
+    ),
+    "mislabel": Kind(
+        "content", build_mislabel, "positive review sentences labelled ' sad.'", lambda r: r["completion"] == " sad."
+    ),
+    "spread": Kind(
+        "content",
+        build_spread,
+        "'happy' -> 'sad' in rows from every opening; only the defect is shared",
+        lambda r: bool(_SAD.search(r["completion"])),
+    ),  # fmt: skip
     "early_stop": Kind("mechanical", build_early_stop, "completions cut after their first sentence, trained with EOS"),
     "no_eos": Kind("mechanical", build_no_eos, "stories glued past max_length: no EOS ever trained"),
     "repetition": Kind("mechanical", build_repetition, "a sentence looped 3-6 times"),

@@ -1,0 +1,230 @@
+"""How much of a planted-fault run's harm its look-alike rows carry: the counterfactual behind the ranking's ceiling.
+
+    python bench/bench_lookalikes.py run --set suite heldout     # retrain each run without its look-alike rows
+    python bench/bench_lookalikes.py run --only mislabel_s0_f10  # one run
+    python bench/bench_lookalikes.py table --set suite heldout heldout17 heldout19 heldout21 heldout24
+
+A look-alike is a clean row the planted rows imitate (``scenarios.kinds.Kind.lookalike``): a right " sad." label for
+mislabel, "sad" used rightly for spread, he/his in a boy's story for pronoun. ``run`` retrains a run (same config and
+seed as its truth, :mod:`scenarios.generate`) without as many look-alikes as it has planted rows (fewer when the file
+has fewer; a seeded sample), measures the eval items as the truth's retrains were measured, and writes
+``truth_lookalike.json`` beside truth.json. ``table`` puts, per run, the share of the target regression each retrain
+removes (planted, look-alike, random rows) and the ratio per dropped row, look-alike over planted, both as the
+retrains measure it and as Gradian's scores predict it (the summed harm of the dropped rows on the regressed targets);
+and how the ranking orders the planted rows among the look-alikes (ROC-AUC). If a look-alike carries much of a planted
+row's harm in the retrains, no ranking that follows the harm can cut the planted rows out of their look-alikes.
+Writes bench/results/lookalikes.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT / "src", ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import calibrate_verdict as C  # noqa: E402
+from scenarios import generate as G  # noqa: E402
+from scenarios import pool as P  # noqa: E402
+from scenarios.kinds import KINDS  # noqa: E402
+from scenarios.recipes import SETS, run_set  # noqa: E402
+
+from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+OUT = "truth_lookalike.json"
+SCHEMA = "gradian.bench.lookalike_truth/2"
+
+
+def lookalikes(d: Path) -> tuple[dict, list[int], list[int]] | None:
+    """(planted.json, every look-alike row, the ones the retrain drops) of a run whose kind has look-alikes."""
+    planted = json.loads((d / "planted.json").read_text())
+    look = KINDS[planted["kind"]].lookalike
+    if look is None or not planted["rows"]:
+        return None
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text("utf-8").splitlines()]
+    skip = set(planted["rows"]) | set(planted.get("decoys") or [])
+    every = [i for i, r in enumerate(rows) if i not in skip and look(r)]
+    n = min(len(planted["rows"]), len(every))
+    return (planted, every, sorted(random.Random(planted["seed"]).sample(every, n))) if n else None
+
+
+def target_harm(run: C.Run) -> dict[int, float] | None:
+    """Each row's summed harm on the regressed target items (the regression rule's default), by row index."""
+    call = call_regressions(run.base, run.ft, RegressionRule())
+    pick = [k for k, i in enumerate(run.items) if call.regressed[i] and run.roles[i] == "target"]
+    return dict(zip(run.cols, run.S[pick].sum(0).tolist(), strict=True)) if pick else None
+
+
+def halves(d: Path, every: list[int], n: int) -> dict[str, list[int]]:
+    """The look-alikes Gradian scores most and least harmful, ``n`` each (at most half of them)."""
+    run = C.load_run(d)
+    harm = target_harm(run) if run else None
+    if harm is None:
+        return {}
+    k = min(n, len(every) // 2)
+    order = sorted((i for i in every if i in harm), key=lambda i: -harm[i])
+    return {"drop_lookalike_top": sorted(order[:k]), "drop_lookalike_bottom": sorted(order[-k:])} if k else {}
+
+
+def retrain(d: Path, name: str, drop: list[int], planted: dict) -> dict[int, float]:
+    """Each eval item's completion NLL after retraining ``d`` without ``drop`` (a finished retrain of the same rows
+    under truth/<name> is kept), measured as the truth's retrains were."""
+    import yaml
+
+    from gradian.verify import measure
+
+    base = ROOT / planted["base"]
+    done = d / "truth" / name / "dropped.json"
+    if not done.is_file() or json.loads(done.read_text()) != drop:
+        config = yaml.safe_load((d / "config.yaml").read_text())
+        G.train(base, done.parent, d, config, drop, False)
+        done.write_text(json.dumps(drop))
+    return measure(str(base), done.parent, G.nll_settings(d))[0]
+
+
+def run_one(d: Path) -> dict | None:
+    """Retrain ``d`` without its look-alikes (a seeded sample, then the halves Gradian scores most and least harmful)
+    and write truth_lookalike.json; retrains already in it are read back."""
+    found = lookalikes(d)
+    if found is None or not (d / "truth.json").is_file():
+        return None
+    planted, every, drop = found
+    out = json.loads((d / OUT).read_text()) if (d / OUT).is_file() else {}
+    if out.get("schema") != SCHEMA:
+        out = {}
+    dropped = {"drop_lookalike": drop, **halves(d, every, len(drop))}
+    if out.get("dropped") == dropped:
+        return out
+    t0 = time.time()
+    items = json.loads((d / "truth.json").read_text())["items"]
+    nll = {}
+    for name, rows in dropped.items():
+        nll[name] = {int(i): v for i, v in (out.get("nll") or {}).get(name, {}).items()}
+        if (out.get("dropped") or {}).get(name) != rows or not nll[name]:
+            nll[name] = retrain(d, name, rows, planted)
+        for x in items:
+            x[f"{name}_nll"] = nll[name][x["index"]]
+    out = {
+        "schema": SCHEMA,
+        "kind": planted["kind"],
+        "n_planted": len(planted["rows"]),
+        "n_lookalikes": len(every),
+        "dropped": dropped,
+        "nll": {name: {str(i): v for i, v in m.items()} for name, m in nll.items()},
+        "recovery": {k: G.recovery(items, f"{k}_nll") for k in ("drop_planted", "drop_random", *dropped)},
+        "seconds": round(time.time() - t0, 1),
+    }
+    (d / OUT).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def per_row(rec_a: float | None, n_a: int, rec_b: float | None, n_b: int) -> float | None:
+    """(recovery per dropped row of a) / (per dropped row of b)."""
+    if rec_a is None or rec_b is None or not n_a or not n_b or rec_b == 0:
+        return None
+    return (rec_a / n_a) / (rec_b / n_b)
+
+
+def score_one(d: Path) -> dict | None:
+    """One run's row of the table (None when it has no look-alike retrain or no attribution)."""
+    if not (d / OUT).is_file() or (run := C.load_run(d)) is None:
+        return None
+    got = json.loads((d / OUT).read_text())
+    _, every, _ = lookalikes(d)  # type: ignore[misc]
+    drop = got["dropped"]["drop_lookalike"]
+    rec = {k: v["recovered_total"] for k, v in got["recovery"].items()}
+    harm_of = target_harm(run)
+    planted = sorted(run.planted)
+    harm = lambda rows: sum(harm_of.get(i, 0.0) for i in rows) if harm_of else None  # noqa: E731
+    pool = [i for i in planted + every if harm_of and i in harm_of]
+    pos = np.array([i in run.planted for i in pool])
+    return {
+        "name": d.name,
+        "kind": got["kind"],
+        "explained": C.explained(d),
+        "n_planted": len(planted),
+        "n_dropped": len(drop),
+        "n_lookalikes": len(every),
+        "recovered_planted": rec["drop_planted"],
+        "recovered_lookalike": rec["drop_lookalike"],
+        "recovered_random": rec["drop_random"],
+        "per_row_retrain": per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
+        "recovered_top_half": rec.get("drop_lookalike_top"),
+        "recovered_bottom_half": rec.get("drop_lookalike_bottom"),
+        "n_half": len(got["dropped"].get("drop_lookalike_top") or []),
+        "per_row_scores": per_row(harm(drop), len(drop), harm(planted), len(planted)),
+        "auc_among_lookalikes": C.auc(np.array([harm_of[i] for i in pool]), pos) if harm_of else None,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    def f(x: float | None, pct: bool = False) -> str:
+        return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
+
+    def med(rs: list[dict], key: str) -> float | None:
+        xs = [r[key] for r in rs if r[key] is not None]
+        return float(np.median(xs)) if xs else None
+
+    out = [
+        "| kind | explained runs | planted-drop recovery | look-alike drop | random drop | look-alike / planted "
+        "per row: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among the look-alikes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind in sorted({r["kind"] for r in rows}):
+        rs = [r for r in rows if r["kind"] == kind and r["explained"]]
+        out.append(
+            f"| {kind} | {len(rs)} | {f(med(rs, 'recovered_planted'), True)} | "
+            f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_random'), True)} | "
+            f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | {f(med(rs, 'auc_among_lookalikes'))} |"
+        )
+    out += ["", "Medians over the explained runs. Per run (E: explained):", "",
+            "| run | planted / dropped / look-alikes | recovery: planted, look-alike, random | per row: retrains, "
+            "scores | AUC among look-alikes |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows:
+        out.append(
+            f"| {r['name']}{' (E)' if r['explained'] else ''} | {r['n_planted']} / {r['n_dropped']} / "
+            f"{r['n_lookalikes']} | {f(r['recovered_planted'], True)}, {f(r['recovered_lookalike'], True)}, "
+            f"{f(r['recovered_random'], True)} | {f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
+            f"{f(r['auc_among_lookalikes'])} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["run", "table"])
+    ap.add_argument("--runs", type=Path, default=P.WORK)
+    ap.add_argument("--set", choices=sorted(SETS), nargs="+", default=["suite"], help="which runs (recipes.SETS)")
+    ap.add_argument("--only", nargs="+", help="these runs (names under --runs) instead of --set")
+    ap.add_argument("--out", default="lookalikes", help="table: bench/results/<out>.{json,md}")
+    args = ap.parse_args()
+    C.RUNS_ROOT.append(args.runs)
+    dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d / "planted.json").is_file()]
+    dirs = [d for d in dirs if (d.name in args.only if args.only else run_set(d.name) in args.set)]
+    if args.what == "run":
+        import torch
+
+        torch.set_num_threads(1)
+        for d in dirs:
+            if (got := run_one(d)) is not None:
+                rec = {k: v["recovered_total"] for k, v in got["recovery"].items()}
+                print(d.name, ", ".join(f"{k} {G._pct(v)}" for k, v in rec.items()), f"{got['seconds']}s", flush=True)
+        return
+    rows = [r for d in dirs if (r := score_one(d)) is not None]
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (RESULTS / f"{args.out}.md").write_text(table(rows))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
