@@ -177,25 +177,32 @@ def table(rows: list[dict]) -> str:
 
     out = [
         "| kind | explained runs | planted-drop recovery | look-alike drop | random drop | look-alike / planted "
-        "per row: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among the look-alikes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "per row: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among the look-alikes | "
+        "look-alikes Gradian scores most harmful: drop | least harmful: drop | most > least |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind and r["explained"]]
+        halves = [r for r in rs if r["recovered_top_half"] is not None and r["recovered_bottom_half"] is not None]
         out.append(
             f"| {kind} | {len(rs)} | {f(med(rs, 'recovered_planted'), True)} | "
             f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_random'), True)} | "
-            f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | {f(med(rs, 'auc_among_lookalikes'))} |"
+            f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | "
+            f"{f(med(rs, 'auc_among_lookalikes'))} | {f(med(rs, 'recovered_top_half'), True)} | "
+            f"{f(med(rs, 'recovered_bottom_half'), True)} | "
+            f"{sum(r['recovered_top_half'] > r['recovered_bottom_half'] for r in halves)} of {len(halves)} |"
         )
     out += ["", "Medians over the explained runs. Per run (E: explained):", "",
             "| run | planted / dropped / look-alikes | recovery: planted, look-alike, random | per row: retrains, "
-            "scores | AUC among look-alikes |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+            "scores | AUC among look-alikes | recovery: the n most / least harmful look-alikes |",
+            "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         out.append(
             f"| {r['name']}{' (E)' if r['explained'] else ''} | {r['n_planted']} / {r['n_dropped']} / "
             f"{r['n_lookalikes']} | {f(r['recovered_planted'], True)}, {f(r['recovered_lookalike'], True)}, "
             f"{f(r['recovered_random'], True)} | {f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
-            f"{f(r['auc_among_lookalikes'])} |"
+            f"{f(r['auc_among_lookalikes'])} | {r['n_half']}: {f(r['recovered_top_half'], True)} / "
+            f"{f(r['recovered_bottom_half'], True)} |"
         )
     return "\n".join(out) + "\n"
 
