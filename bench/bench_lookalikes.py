@@ -128,13 +128,6 @@ def run_one(d: Path) -> dict | None:
     return out
 
 
-def per_row(rec_a: float | None, n_a: int, rec_b: float | None, n_b: int) -> float | None:
-    """(recovery per dropped row of a) / (per dropped row of b)."""
-    if rec_a is None or rec_b is None or not n_a or not n_b or rec_b == 0:
-        return None
-    return (rec_a / n_a) / (rec_b / n_b)
-
-
 def score_one(d: Path) -> dict | None:
     """One run's row of the table (None when it has no look-alike retrain or no attribution)."""
     if not (d / OUT).is_file() or (run := C.load_run(d)) is None:
@@ -158,11 +151,11 @@ def score_one(d: Path) -> dict | None:
         "recovered_planted": rec["drop_planted"],
         "recovered_lookalike": rec["drop_lookalike"],
         "recovered_random": rec["drop_random"],
-        "per_row_retrain": per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
+        "per_row_retrain": C.per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
         "recovered_top_half": rec.get("drop_lookalike_top"),
         "recovered_bottom_half": rec.get("drop_lookalike_bottom"),
         "n_half": len(got["dropped"].get("drop_lookalike_top") or []),
-        "per_row_scores": per_row(harm(drop), len(drop), harm(planted), len(planted)),
+        "per_row_scores": C.per_row(harm(drop), len(drop), harm(planted), len(planted)),
         "auc_among_lookalikes": C.auc(np.array([harm_of[i] for i in pool]), pos) if harm_of else None,
     }
 

@@ -297,6 +297,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
             out.update(verify_default(RUNS_ROOT[0] / run.name, v, reg_items, seeds=run_verify))
         return out
     out["explained"] = explained(RUNS_ROOT[0] / run.name) if RUNS_ROOT else True
+    out["lookalike_per_row"] = lookalike_per_row(RUNS_ROOT[0] / run.name) if RUNS_ROOT else None
     if RUNS_ROOT:
         out.update(truth_recoveries(RUNS_ROOT[0] / run.name, run, S, [run.items[k] for k in pick]))
     pos = np.array([c in run.planted for c in run.cols])
@@ -391,6 +392,24 @@ def truth_recovery(d: Path) -> dict:
     return {f"truth_{k}": v.get("recovered_total") for k, v in rec.items()}
 
 
+def per_row(rec_a: float | None, n_a: int, rec_b: float | None, n_b: int) -> float | None:
+    """(recovery per dropped row of a) / (per dropped row of b)."""
+    if rec_a is None or rec_b is None or not n_a or not n_b or rec_b == 0:
+        return None
+    return (rec_a / n_a) / (rec_b / n_b)
+
+
+def lookalike_per_row(d: Path) -> float | None:
+    """How much of a planted row's harm one of its look-alikes carries, per row, in the retrains of
+    ``bench/bench_lookalikes.py`` (truth_lookalike.json; None where it did not run)."""
+    f = d / "truth_lookalike.json"
+    if not f.is_file():
+        return None
+    t = json.loads(f.read_text())
+    rec = {k: v["recovered_total"] for k, v in t["recovery"].items()}
+    return per_row(rec["drop_lookalike"], len(t["dropped"]["drop_lookalike"]), rec["drop_planted"], t["n_planted"])
+
+
 def _mean(xs: list) -> float | None:
     xs = [x for x in xs if x is not None and x == x]
     return sum(xs) / len(xs) if xs else None
@@ -459,31 +478,36 @@ def ceiling_table(rows: list[dict]) -> str:
     """Per kind, on the runs whose planted rows explain the regression: how many the verdict passes, and how many some
     cut of its ranking passes (:func:`best_cut`, chosen knowing the answer). A verdict past the ceiling used what
     the ranking does not hold (a diagnose finding's rows); a run under it, where the cut passes and the verdict does
-    not, is the verdict's own miss (named per kind, counted over all faults). The controls: runs, and how many name
-    no rows."""
+    not, is the verdict's own miss (named per kind, counted over all faults). Where the look-alike retrains ran
+    (:func:`lookalike_per_row`), how much harm the rows the planted ones imitate carry: near 1, no ranking that follows
+    the harm can cut the planted rows out. The controls: runs, and how many name no rows."""
 
     def line(name: str, runs: list[dict], own: Callable[[list[dict]], str]) -> str:
         ex = [r for r in runs if r.get("explained")]
         cut = [r for r in ex if r.get("cut_can_pass")]
         past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
         under = [r for r in cut if not r["pass"]]
+        look = [x for r in ex if (x := r.get("lookalike_per_row")) is not None]
+        la = f"{np.median(look):.2f} ({len(look)})" if look else "–"
         return (
-            f"| {name} | {len(runs)} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own(under)} |"
+            f"| {name} | {len(runs)} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own(under)} "
+            f"| {la} |"
         )
 
     faults = [r for r in rows if r["expected"] != "none"]
     ctl = [r for r in rows if r["expected"] == "none"]
     out = [
         "| kind | runs | explained | verdict passes | a cut of the ranking passes | verdict passes, no cut does "
-        "| a cut passes, the verdict does not |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| a cut passes, the verdict does not | a look-alike's harm per row, over a planted row's, in retrains "
+        "(median, runs) |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     for kind in sorted({r["kind"] for r in faults}):
         out.append(
             line(kind, [r for r in faults if r["kind"] == kind], lambda u: ", ".join(r["name"] for r in u) or "–")
         )
     out.append(line("all faults", faults, lambda u: str(len(u))))
-    out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – |")
+    out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – | – |")
     return "\n".join(out) + "\n"
 
 
