@@ -92,9 +92,21 @@ def retrain(d: Path, name: str, drop: list[int], planted: dict) -> dict[int, flo
     return measure(str(base), done.parent, G.nll_settings(d))[0]
 
 
-def run_one(d: Path) -> dict | None:
+def random_like(planted: dict, every: list[int], n: int, draws: int) -> dict[str, list[int]]:
+    """``draws`` seeded sets of ``n`` rows that are neither planted nor look-alikes: what dropping as many rows as the
+    look-alike retrain does anyway (fewer steps, a larger planted share), and how much one retrain moves by chance."""
+    skip = set(planted["rows"]) | set(planted.get("decoys") or []) | set(every)
+    others = [i for i in range(planted["n_rows"]) if i not in skip]
+    return {
+        f"drop_random_like_{j}": sorted(random.Random(f"{planted['seed']}-{j}").sample(others, min(n, len(others))))
+        for j in range(1, draws + 1)
+    }
+
+
+def run_one(d: Path, draws: int = 0) -> dict | None:
     """Retrain ``d`` without its look-alikes (a seeded sample, then the halves Gradian scores most and least harmful)
-    and write truth_lookalike.json; retrains already in it are read back."""
+    and, with ``draws``, without as many other rows, ``draws`` times; write truth_lookalike.json. Retrains already
+    in it are read back (and kept, draws included)."""
     found = lookalikes(d)
     if found is None or not (d / "truth.json").is_file():
         return None
@@ -102,7 +114,9 @@ def run_one(d: Path) -> dict | None:
     out = json.loads((d / OUT).read_text()) if (d / OUT).is_file() else {}
     if out.get("schema") != SCHEMA:
         out = {}
-    dropped = {"drop_lookalike": drop, **halves(d, every, len(drop))}
+    kept = {k: v for k, v in (out.get("dropped") or {}).items() if k.startswith("drop_random_like_")}
+    dropped = {"drop_lookalike": drop, **halves(d, every, len(drop)), **kept}
+    dropped.update(random_like(planted, every, len(drop), draws))
     if out.get("dropped") == dropped:
         return out
     t0 = time.time()
@@ -129,18 +143,27 @@ def run_one(d: Path) -> dict | None:
 
 
 def score_one(d: Path) -> dict | None:
-    """One run's row of the table (None when it has no look-alike retrain or no attribution)."""
+    """One run's row of the table (None when it has no look-alike retrain or no attribution). Every per-row ratio is
+    net of dropping as many other rows (:func:`calibrate_verdict.other_rows_recovery`), for the scores as for the
+    retrains (the truth's random rows' summed harm, scaled)."""
     if not (d / OUT).is_file() or (run := C.load_run(d)) is None:
         return None
     got = json.loads((d / OUT).read_text())
     _, every, _ = lookalikes(d)  # type: ignore[misc]
     drop = got["dropped"]["drop_lookalike"]
     rec = {k: v["recovered_total"] for k, v in got["recovery"].items()}
+    other, spread = C.other_rows_recovery(got)
     harm_of = target_harm(run)
     planted = sorted(run.planted)
-    harm = lambda rows: sum(harm_of.get(i, 0.0) for i in rows) if harm_of else None  # noqa: E731
+    rand = json.loads((d / "truth.json").read_text())["dropped"]["drop_random"]
     pool = [i for i in planted + every if harm_of and i in harm_of]
     pos = np.array([i in run.planted for i in pool])
+    scores = None
+    if harm_of:
+        harm = lambda rows: sum(harm_of.get(i, 0.0) for i in rows)  # noqa: E731
+        h_rand = harm(rand)
+        scores = C.per_row(harm(drop) - h_rand * len(drop) / len(rand), len(drop), harm(planted) - h_rand, len(planted))
+    draws = sum(k.startswith("drop_random_like_") for k in rec)
     return {
         "name": d.name,
         "kind": got["kind"],
@@ -151,11 +174,16 @@ def score_one(d: Path) -> dict | None:
         "recovered_planted": rec["drop_planted"],
         "recovered_lookalike": rec["drop_lookalike"],
         "recovered_random": rec["drop_random"],
-        "per_row_retrain": C.per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
+        "recovered_other": other,  # as many other rows as the look-alike drop: mean of the draws, or scaled
+        "other_draws": draws,
+        "other_spread": spread,
+        "lookalike_z": (rec["drop_lookalike"] - other) / spread if spread and other is not None else None,
+        "per_row_raw": C.per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
+        "per_row_retrain": C.lookalike_per_row(d),
+        "per_row_scores": scores,
         "recovered_top_half": rec.get("drop_lookalike_top"),
         "recovered_bottom_half": rec.get("drop_lookalike_bottom"),
         "n_half": len(got["dropped"].get("drop_lookalike_top") or []),
-        "per_row_scores": C.per_row(harm(drop), len(drop), harm(planted), len(planted)),
         "auc_among_lookalikes": C.auc(np.array([harm_of[i] for i in pool]), pos) if harm_of else None,
     }
 
@@ -169,9 +197,9 @@ def table(rows: list[dict]) -> str:
         return float(np.median(xs)) if xs else None
 
     out = [
-        "| kind | explained runs | planted-drop recovery | look-alike drop | random drop | look-alike / planted "
-        "per row: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among the look-alikes | "
-        "look-alikes Gradian scores most harmful: drop | least harmful: drop | most > least |",
+        "| kind | explained runs | planted rows dropped | as many look-alikes | as many other rows | look-alike / "
+        "planted per row, net of other rows: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among "
+        "the look-alikes | look-alikes Gradian scores most harmful, dropped | least harmful | most > least |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in sorted({r["kind"] for r in rows}):
@@ -179,21 +207,23 @@ def table(rows: list[dict]) -> str:
         halves = [r for r in rs if r["recovered_top_half"] is not None and r["recovered_bottom_half"] is not None]
         out.append(
             f"| {kind} | {len(rs)} | {f(med(rs, 'recovered_planted'), True)} | "
-            f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_random'), True)} | "
+            f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_other'), True)} | "
             f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | "
             f"{f(med(rs, 'auc_among_lookalikes'))} | {f(med(rs, 'recovered_top_half'), True)} | "
             f"{f(med(rs, 'recovered_bottom_half'), True)} | "
             f"{sum(r['recovered_top_half'] > r['recovered_bottom_half'] for r in halves)} of {len(halves)} |"
         )
-    out += ["", "Medians over the explained runs. Per run (E: explained):", "",
-            "| run | planted / dropped / look-alikes | recovery: planted, look-alike, random | per row: retrains, "
-            "scores | AUC among look-alikes | recovery: the n most / least harmful look-alikes |",
-            "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    out += ["", "Medians over the explained runs. Per run (E: explained; other rows: the mean of k seeded draws ± "
+            "their spread, or the truth's random drop scaled to as many rows):", "",
+            "| run | planted / dropped / look-alikes | recovery: planted, look-alike, other rows (draws) | per row net "
+            "of other rows: retrains, scores | AUC among look-alikes | recovery: the n most / least harmful "
+            "look-alikes |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
+        other = f(r["recovered_other"], True) + (f" ± {f(r['other_spread'], True)}" if r["other_spread"] else "")
         out.append(
             f"| {r['name']}{' (E)' if r['explained'] else ''} | {r['n_planted']} / {r['n_dropped']} / "
             f"{r['n_lookalikes']} | {f(r['recovered_planted'], True)}, {f(r['recovered_lookalike'], True)}, "
-            f"{f(r['recovered_random'], True)} | {f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
+            f"{other} ({r['other_draws'] or 'scaled'}) | {f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
             f"{f(r['auc_among_lookalikes'])} | {r['n_half']}: {f(r['recovered_top_half'], True)} / "
             f"{f(r['recovered_bottom_half'], True)} |"
         )
@@ -207,16 +237,21 @@ def main() -> None:
     ap.add_argument("--set", choices=sorted(SETS), nargs="+", default=["suite"], help="which runs (recipes.SETS)")
     ap.add_argument("--only", nargs="+", help="these runs (names under --runs) instead of --set")
     ap.add_argument("--out", default="lookalikes", help="table: bench/results/<out>.{json,md}")
+    ap.add_argument("--draws", type=int, default=0, help="run: also retrain without as many other rows, this many "
+                    "seeded draws (the noise a look-alike retrain is read against)")  # fmt: skip
+    ap.add_argument("--explained", action="store_true", help="run: only the runs whose planted rows explain the "
+                    "regression (truth.json)")  # fmt: skip
     args = ap.parse_args()
     C.RUNS_ROOT.append(args.runs)
     dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d / "planted.json").is_file()]
     dirs = [d for d in dirs if (d.name in args.only if args.only else run_set(d.name) in args.set)]
+    dirs = [d for d in dirs if not args.explained or C.explained(d)]
     if args.what == "run":
         import torch
 
         torch.set_num_threads(1)
         for d in dirs:
-            if (got := run_one(d)) is not None:
+            if (got := run_one(d, args.draws)) is not None:
                 rec = {k: v["recovered_total"] for k, v in got["recovery"].items()}
                 print(d.name, ", ".join(f"{k} {G._pct(v)}" for k, v in rec.items()), f"{got['seconds']}s", flush=True)
         return
