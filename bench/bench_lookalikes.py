@@ -2,6 +2,7 @@
 
     python bench/bench_lookalikes.py run --set suite heldout     # retrain each run without its look-alike rows
     python bench/bench_lookalikes.py run --only mislabel_s0_f10  # one run
+    python bench/bench_lookalikes.py run --set suite --explained --kind spread --draws 3  # + 3 other-row retrains
     python bench/bench_lookalikes.py table --set suite heldout heldout17 heldout19 heldout21 heldout24
 
 A look-alike is a clean row the planted rows imitate (``scenarios.kinds.Kind.lookalike``): a right " sad." label for
@@ -239,6 +240,8 @@ def main() -> None:
     ap.add_argument("--out", default="lookalikes", help="table: bench/results/<out>.{json,md}")
     ap.add_argument("--draws", type=int, default=0, help="run: also retrain without as many other rows, this many "
                     "seeded draws (the noise a look-alike retrain is read against)")  # fmt: skip
+    ap.add_argument("--kind", nargs="+", choices=sorted(k for k, v in KINDS.items() if v.lookalike),
+                    help="only runs of these kinds")  # fmt: skip
     ap.add_argument("--explained", action="store_true", help="run: only the runs whose planted rows explain the "
                     "regression (truth.json)")  # fmt: skip
     args = ap.parse_args()
@@ -246,6 +249,8 @@ def main() -> None:
     dirs = [d for d in sorted(args.runs.iterdir()) if d.is_dir() and (d / "planted.json").is_file()]
     dirs = [d for d in dirs if (d.name in args.only if args.only else run_set(d.name) in args.set)]
     dirs = [d for d in dirs if not args.explained or C.explained(d)]
+    if args.kind:
+        dirs = [d for d in dirs if json.loads((d / "planted.json").read_text())["kind"] in args.kind]
     if args.what == "run":
         import torch
 
