@@ -104,10 +104,17 @@ def random_like(planted: dict, every: list[int], n: int, draws: int) -> dict[str
     }
 
 
+def planted_like(planted: dict, n: int) -> dict[str, list[int]]:
+    """As many planted rows as the look-alike drop (a seeded subset): the look-alikes' size-matched comparison, since
+    dropping most of a defect's rows need not do what dropping a few does, times as many."""
+    rows = planted["rows"]
+    return {"drop_planted_like": sorted(random.Random(f"{planted['seed']}-planted").sample(rows, min(n, len(rows))))}
+
+
 def run_one(d: Path, draws: int = 0) -> dict | None:
     """Retrain ``d`` without its look-alikes (a seeded sample, then the halves Gradian scores most and least harmful)
-    and, with ``draws``, without as many other rows, ``draws`` times; write truth_lookalike.json. Retrains already
-    in it are read back (and kept, draws included)."""
+    and, with ``draws``, without as many other rows, ``draws`` times, and without as many planted rows; write
+    truth_lookalike.json. Retrains already in it are read back (and kept, draws included)."""
     found = lookalikes(d)
     if found is None or not (d / "truth.json").is_file():
         return None
@@ -115,9 +122,10 @@ def run_one(d: Path, draws: int = 0) -> dict | None:
     out = json.loads((d / OUT).read_text()) if (d / OUT).is_file() else {}
     if out.get("schema") != SCHEMA:
         out = {}
-    kept = {k: v for k, v in (out.get("dropped") or {}).items() if k.startswith("drop_random_like_")}
+    kept = {k: v for k, v in (out.get("dropped") or {}).items() if k.startswith(("drop_random_like_", "drop_planted_"))}
     dropped = {"drop_lookalike": drop, **halves(d, every, len(drop)), **kept}
-    dropped.update(random_like(planted, every, len(drop), draws))
+    if draws:
+        dropped.update(random_like(planted, every, len(drop), draws) | planted_like(planted, len(drop)))
     if out.get("dropped") == dropped:
         return out
     t0 = time.time()
@@ -176,6 +184,7 @@ def score_one(d: Path) -> dict | None:
         "recovered_lookalike": rec["drop_lookalike"],
         "recovered_random": rec["drop_random"],
         "recovered_other": other,  # as many other rows as the look-alike drop: mean of the draws, or scaled
+        "recovered_planted_like": rec.get("drop_planted_like"),  # as many planted rows as the look-alike drop
         "other_draws": draws,
         "other_spread": spread,
         "lookalike_z": (rec["drop_lookalike"] - other) / spread if spread and other is not None else None,
@@ -198,10 +207,11 @@ def table(rows: list[dict]) -> str:
         return float(np.median(xs)) if xs else None
 
     out = [
-        "| kind | explained runs | planted rows dropped | as many look-alikes | as many other rows | look-alike / "
+        "| kind | explained runs | planted rows dropped | as many look-alikes | as many other rows | as many planted "
+        "rows as look-alikes | look-alike / "
         "planted per row, net of other rows: retrains | the same: Gradian's scores | ROC-AUC of the planted rows among "
         "the look-alikes | look-alikes Gradian scores most harmful, dropped | least harmful | most > least |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in sorted({r["kind"] for r in rows}):
         rs = [r for r in rows if r["kind"] == kind and r["explained"]]
@@ -209,6 +219,7 @@ def table(rows: list[dict]) -> str:
         out.append(
             f"| {kind} | {len(rs)} | {f(med(rs, 'recovered_planted'), True)} | "
             f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_other'), True)} | "
+            f"{f(med(rs, 'recovered_planted_like'), True)} | "
             f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | "
             f"{f(med(rs, 'auc_among_lookalikes'))} | {f(med(rs, 'recovered_top_half'), True)} | "
             f"{f(med(rs, 'recovered_bottom_half'), True)} | "
@@ -216,7 +227,8 @@ def table(rows: list[dict]) -> str:
         )
     out += ["", "Medians over the explained runs. Per run (E: explained; other rows: the mean of k seeded draws ± "
             "their spread, or the truth's random drop scaled to as many rows):", "",
-            "| run | planted / dropped / look-alikes | recovery: planted, look-alike, other rows (draws) | per row net "
+            "| run | planted / dropped / look-alikes | recovery: planted, look-alike, other rows (draws), as many "
+            "planted rows | per row net "
             "of other rows: retrains, scores | AUC among look-alikes | recovery: the n most / least harmful "
             "look-alikes |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
@@ -224,7 +236,8 @@ def table(rows: list[dict]) -> str:
         out.append(
             f"| {r['name']}{' (E)' if r['explained'] else ''} | {r['n_planted']} / {r['n_dropped']} / "
             f"{r['n_lookalikes']} | {f(r['recovered_planted'], True)}, {f(r['recovered_lookalike'], True)}, "
-            f"{other} ({r['other_draws'] or 'scaled'}) | {f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
+            f"{other} ({r['other_draws'] or 'scaled'}), {f(r['recovered_planted_like'], True)} | "
+            f"{f(r['per_row_retrain'])}, {f(r['per_row_scores'])} | "
             f"{f(r['auc_among_lookalikes'])} | {r['n_half']}: {f(r['recovered_top_half'], True)} / "
             f"{f(r['recovered_bottom_half'], True)} |"
         )
