@@ -6,15 +6,17 @@
     python bench/bench_lookalikes.py table --set suite heldout heldout17 heldout19 heldout21 heldout24
 
 A look-alike is a clean row the planted rows imitate (``scenarios.kinds.Kind.lookalike``): a right " sad." label for
-mislabel, "sad" used rightly for spread, he/his in a boy's story for pronoun. ``run`` retrains a run (same config and
+mislabel, "sad" used rightly for spread, he/his/him in a story for pronoun. ``run`` retrains a run (same config and
 seed as its truth, :mod:`scenarios.generate`) without as many look-alikes as it has planted rows (fewer when the file
-has fewer; a seeded sample), measures the eval items as the truth's retrains were measured, and writes
-``truth_lookalike.json`` beside truth.json. ``table`` puts, per run, the share of the target regression each retrain
-removes (planted, look-alike, random rows) and the ratio per dropped row, look-alike over planted, both as the
-retrains measure it and as Gradian's scores predict it (the summed harm of the dropped rows on the regressed targets);
-and how the ranking orders the planted rows among the look-alikes (ROC-AUC). If a look-alike carries much of a planted
-row's harm in the retrains, no ranking that follows the harm can cut the planted rows out of their look-alikes.
-Writes bench/results/lookalikes.{json,md}.
+has fewer; a seeded sample) and without the look-alikes Gradian scores most and least harmful; with ``--draws k``
+also without as many other rows (neither planted nor look-alikes), k seeded draws, and without as many planted rows
+as look-alikes (the same-size comparison). It measures the eval items as the truth's retrains were measured and
+writes ``truth_lookalike.json`` beside truth.json. ``table`` puts, per run, the share of the target regression each
+retrain removes and the ratio per dropped row, look-alike over planted, net of dropping as many other rows, both as
+the retrains measure it and as Gradian's scores predict it (the summed harm of the dropped rows on the regressed
+targets); and how the ranking orders the planted rows among the look-alikes (ROC-AUC). If a look-alike carries much
+of a planted row's harm in the retrains, no ranking that follows the harm can cut the planted rows out of their
+look-alikes. Writes bench/results/lookalikes.{json,md}.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ for p in (ROOT / "src", ROOT / "bench"):
         sys.path.insert(0, str(p))
 
 import calibrate_verdict as C  # noqa: E402
+from bench_verdict import _median  # noqa: E402
 from scenarios import generate as G  # noqa: E402
 from scenarios import pool as P  # noqa: E402
 from scenarios.kinds import KINDS  # noqa: E402
@@ -122,7 +125,8 @@ def run_one(d: Path, draws: int = 0) -> dict | None:
     out = json.loads((d / OUT).read_text()) if (d / OUT).is_file() else {}
     if out.get("schema") != SCHEMA:
         out = {}
-    kept = {k: v for k, v in (out.get("dropped") or {}).items() if k.startswith(("drop_random_like_", "drop_planted_"))}
+    kept = {k: v for k, v in (out.get("dropped") or {}).items()
+            if k.startswith("drop_random_like_") or k == "drop_planted_like"}  # fmt: skip
     dropped = {"drop_lookalike": drop, **halves(d, every, len(drop)), **kept}
     if draws:
         dropped.update(random_like(planted, every, len(drop), draws) | planted_like(planted, len(drop)))
@@ -187,9 +191,8 @@ def score_one(d: Path) -> dict | None:
         "recovered_planted_like": rec.get("drop_planted_like"),  # as many planted rows as the look-alike drop
         "other_draws": draws,
         "other_spread": spread,
-        "lookalike_z": (rec["drop_lookalike"] - other) / spread if spread and other is not None else None,
         "per_row_raw": C.per_row(rec["drop_lookalike"], len(drop), rec["drop_planted"], len(planted)),
-        "per_row_retrain": C.lookalike_per_row(d),
+        "per_row_retrain": C.net_per_row(got),
         "per_row_scores": scores,
         "recovered_top_half": rec.get("drop_lookalike_top"),
         "recovered_bottom_half": rec.get("drop_lookalike_bottom"),
@@ -202,10 +205,6 @@ def table(rows: list[dict]) -> str:
     def f(x: float | None, pct: bool = False) -> str:
         return "–" if x is None else (f"{100 * x:.0f}%" if pct else f"{x:.2f}")
 
-    def med(rs: list[dict], key: str) -> float | None:
-        xs = [r[key] for r in rs if r[key] is not None]
-        return float(np.median(xs)) if xs else None
-
     out = [
         "| kind | explained runs | planted rows dropped | as many look-alikes | as many other rows | as many planted "
         "rows as look-alikes | look-alike / "
@@ -217,12 +216,12 @@ def table(rows: list[dict]) -> str:
         rs = [r for r in rows if r["kind"] == kind and r["explained"]]
         halves = [r for r in rs if r["recovered_top_half"] is not None and r["recovered_bottom_half"] is not None]
         out.append(
-            f"| {kind} | {len(rs)} | {f(med(rs, 'recovered_planted'), True)} | "
-            f"{f(med(rs, 'recovered_lookalike'), True)} | {f(med(rs, 'recovered_other'), True)} | "
-            f"{f(med(rs, 'recovered_planted_like'), True)} | "
-            f"{f(med(rs, 'per_row_retrain'))} | {f(med(rs, 'per_row_scores'))} | "
-            f"{f(med(rs, 'auc_among_lookalikes'))} | {f(med(rs, 'recovered_top_half'), True)} | "
-            f"{f(med(rs, 'recovered_bottom_half'), True)} | "
+            f"| {kind} | {len(rs)} | {f(_median(rs, 'recovered_planted'), True)} | "
+            f"{f(_median(rs, 'recovered_lookalike'), True)} | {f(_median(rs, 'recovered_other'), True)} | "
+            f"{f(_median(rs, 'recovered_planted_like'), True)} | "
+            f"{f(_median(rs, 'per_row_retrain'))} | {f(_median(rs, 'per_row_scores'))} | "
+            f"{f(_median(rs, 'auc_among_lookalikes'))} | {f(_median(rs, 'recovered_top_half'), True)} | "
+            f"{f(_median(rs, 'recovered_bottom_half'), True)} | "
             f"{sum(r['recovered_top_half'] > r['recovered_bottom_half'] for r in halves)} of {len(halves)} |"
         )
     out += ["", "Medians over the explained runs. Per run (E: explained; other rows: the mean of k seeded draws ± "

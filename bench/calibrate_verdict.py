@@ -412,21 +412,23 @@ def other_rows_recovery(t: dict) -> tuple[float | None, float | None]:
     return rec["drop_random"] * len(t["dropped"]["drop_lookalike"]) / t["n_planted"], None
 
 
-def lookalike_per_row(d: Path) -> float | None:
-    """How much of a planted row's harm one of its look-alikes carries, per row, in the retrains of
-    ``bench/bench_lookalikes.py`` (truth_lookalike.json; None where it did not run). Each drop is read net of dropping
-    as many other rows (:func:`other_rows_recovery`; the truth's random drop for the planted rows), since dropping
-    any rows moves the regression too."""
-    f = d / "truth_lookalike.json"
-    if not f.is_file():
-        return None
-    t = json.loads(f.read_text())
+def net_per_row(t: dict) -> float | None:
+    """How much of a planted row's harm one of its look-alikes carries, per row, in the retrains of truth_lookalike.json
+    ``t`` (``bench/bench_lookalikes.py``). Each drop is read net of dropping as many other rows
+    (:func:`other_rows_recovery`; the truth's random drop for the planted rows), since dropping any rows moves the
+    regression too."""
     rec = {k: v["recovered_total"] for k, v in t["recovery"].items()}
     other, _ = other_rows_recovery(t)
     if None in (rec["drop_lookalike"], rec["drop_planted"], rec["drop_random"], other):
         return None
     n = len(t["dropped"]["drop_lookalike"])
     return per_row(rec["drop_lookalike"] - other, n, rec["drop_planted"] - rec["drop_random"], t["n_planted"])
+
+
+def lookalike_per_row(d: Path) -> float | None:
+    """:func:`net_per_row` of run ``d`` (None where the look-alike retrains did not run)."""
+    f = d / "truth_lookalike.json"
+    return net_per_row(json.loads(f.read_text())) if f.is_file() else None
 
 
 def _mean(xs: list) -> float | None:
