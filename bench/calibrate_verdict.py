@@ -607,6 +607,9 @@ def main() -> None:
                     + ". Only the suite chooses thresholds; the others measure them")  # fmt: skip
     ap.add_argument("--ceiling", type=Path, help="write the per-kind table of the verdict against its ranking's "
                     "ceiling (ceiling_table) here")  # fmt: skip
+    ap.add_argument("--compare", type=Path, metavar="JSON", help="check each scored run against a committed --json "
+                    "file (e.g. bench/results/verdict_ceiling.json): the runs that differ and the passes before and "
+                    "now, so a rebuild from a clean checkout shows whether the tables reproduce")  # fmt: skip
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
@@ -661,6 +664,34 @@ def main() -> None:
     if args.ceiling:
         args.ceiling.write_text(ceiling_table(rows))
         print(args.ceiling.read_text())
+    if args.compare:
+        print(compare_rows(rows, json.loads(args.compare.read_text())))
+
+
+COMPARED = ("verdict", "cause", "pass", "n_drop", "n_regressed", "precision", "recall", "stability")
+
+
+def compare_rows(rows: list[dict], before: list[dict], tol: float = 2e-3) -> str:
+    """How the scored ``rows`` differ from ``before`` (an earlier --json), run by run on :data:`COMPARED`: numbers
+    within ``tol`` count as the same (retrains on another machine move the NLLs in the 4th decimal)."""
+    old = {r["name"]: r for r in before}
+
+    def same(a: object, b: object) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return abs(a - b) <= tol or (a != a and b != b)
+        return a == b
+
+    both = [r for r in rows if r["name"] in old]
+    lines = []
+    for r in both:
+        diff = [f"{k} {old[r['name']].get(k)!r} -> {r.get(k)!r}" for k in COMPARED
+                if not same(old[r["name"]].get(k), r.get(k))]  # fmt: skip
+        if diff:
+            lines.append(f"  {r['name']}: " + "; ".join(diff))
+    head = (f"compared with {len(both)} of the {len(rows)} runs scored: {len(both) - len(lines)} the same, "
+            f"{len(lines)} differ; passes {sum(bool(old[r['name']]['pass']) for r in both)} before, "
+            f"{sum(bool(r['pass']) for r in both)} now")  # fmt: skip
+    return "\n".join([head, *lines])
 
 
 if __name__ == "__main__":

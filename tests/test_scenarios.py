@@ -94,6 +94,7 @@ def test_each_run_belongs_to_one_set_and_only_the_suite_calibrates():
 
     named = {"heldout": R.heldout(), "heldout17": R.heldout(R.HELDOUT_17), "heldout19": R.heldout(R.HELDOUT_19),
              "heldout21": R.heldout(R.HELDOUT_21), "heldout24": R.heldout(R.HELDOUT_24),
+             "heldout26": R.heldout(R.HELDOUT_26),
              "wide_eval": R.wide_eval(), "wide_controls": R.wide_controls(),
              "wide_faults": R.wide_faults(), "pronoun_loops": R.pronoun_loops(), "setups": R.setups(),
              "label_controls": R.label_controls(),
@@ -167,6 +168,26 @@ def test_a_decoy_group_is_recorded_apart_from_the_rows_to_blame(tmp_path):
     assert recipe.name == "pronoun_loops_s3_f20_n10_qv16"
     assert built.config["target_modules"] == "q_proj,v_proj" and built.config["r"] == 16
     assert kinds.assemble(Recipe("clean", 3, 0.0), clean, {}, [], []).config["target_modules"] == "all-linear"
+
+
+def test_a_rebuild_is_compared_run_by_run_with_the_committed_rows():
+    """compare_rows: a run whose verdict or pass changed is listed; NLL noise in the 4th decimal is not a change."""
+    from calibrate_verdict import compare_rows
+
+    before = [
+        {"name": "a", "verdict": "concentrated", "pass": True, "precision": 0.9, "stability": 0.7412},
+        {"name": "b", "verdict": "spread", "pass": False, "precision": 0.0, "stability": 0.5963},
+        {"name": "c", "verdict": "spread", "pass": True, "precision": None, "stability": None},
+    ]
+    now = [
+        dict(before[0], stability=0.7415),
+        dict(before[1], verdict="concentrated", stability=0.61, **{"pass": True}),
+        {"name": "d", "verdict": "spread", "pass": True},
+    ]
+    out = compare_rows(now, before).splitlines()
+    assert out[0] == "compared with 2 of the 3 runs scored: 1 the same, 1 differ; passes 1 before, 2 now"
+    assert len(out) == 2 and out[1].startswith("  b: verdict 'spread' -> 'concentrated'; pass False -> True")
+    assert "stability 0.5963 -> 0.61" in out[1]
 
 
 def test_the_rankings_ceiling_is_the_best_cut_and_needs_p_at_k_of_three_quarters():

@@ -68,6 +68,9 @@ HELDOUT_21 = ((10, 0.04, 380, 38, 26), (11, 0.14, 260, 26, 18))
 # A fifth, made and scored in session 24 before any change that session: shares and sizes no set had (7% of 340 rows,
 # 16% of 220)
 HELDOUT_24 = ((40, 0.07, 340, 34, 22), (41, 0.16, 220, 22, 16))
+# A sixth, made and scored in session 26 before any change that session: shares and sizes no set had (9% of 440 rows,
+# 11% of 180)
+HELDOUT_26 = ((50, 0.09, 440, 44, 28), (51, 0.11, 180, 18, 12))
 
 
 def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> list[Recipe]:
@@ -75,7 +78,7 @@ def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> lis
     culprit shares the suite never plants (15% and 8%; two_groups doubles them), other sizes with the eval set scaled
     alike; the controls too (control_epochs at 240 rows, over its usual 160). ``HELDOUT_17``: the same for session
     17's second set (12% and 3%), ``HELDOUT_19`` for session 19's third (6% and 18%), ``HELDOUT_21`` for session
-    21's fourth (4% and 14%), ``HELDOUT_24`` for session 24's fifth (7% and 16%)."""
+    21's fourth (4% and 14%), ``HELDOUT_24`` for session 24's fifth (7% and 16%), ``HELDOUT_26`` for session 26's sixth (9% and 11%)."""
     out = []
     for seed, share, n, t, c in sets:
         out += [Recipe(k, seed, share, n, t, c) for k in FAULT_KINDS]
@@ -182,6 +185,7 @@ def bigger_sound() -> list[Recipe]:
 SETS = {"suite": "the calibration and size runs", "heldout": "recipes.heldout()",
         "heldout17": "recipes.heldout(HELDOUT_17)", "heldout19": "recipes.heldout(HELDOUT_19)",
         "heldout21": "recipes.heldout(HELDOUT_21)", "heldout24": "recipes.heldout(HELDOUT_24)",
+        "heldout26": "recipes.heldout(HELDOUT_26)",
         "wide_eval": "recipes.wide_eval()", "wide_controls": "recipes.wide_controls()",
         "wide_faults": "recipes.wide_faults()", "pronoun_loops": "recipes.pronoun_loops()",
         "pronoun_loops2": "recipes.pronoun_loops(PRONOUN_LOOPS_2)", "label_controls": "recipes.label_controls()",
@@ -197,6 +201,7 @@ def run_set(name: str) -> str:
         ("heldout19", heldout(HELDOUT_19)),
         ("heldout21", heldout(HELDOUT_21)),
         ("heldout24", heldout(HELDOUT_24)),
+        ("heldout26", heldout(HELDOUT_26)),
     )
     wide = (("wide_eval", wide_eval()), ("wide_controls", wide_controls()), ("wide_faults", wide_faults()))
     loops = (("pronoun_loops", pronoun_loops()), ("pronoun_loops2", pronoun_loops(PRONOUN_LOOPS_2)))
@@ -232,6 +237,7 @@ def suite() -> list[Recipe]:
         + heldout(HELDOUT_19)
         + heldout(HELDOUT_21)
         + heldout(HELDOUT_24)
+        + heldout(HELDOUT_26)
         + wide_eval()
         + wide_controls()
         + wide_faults()
