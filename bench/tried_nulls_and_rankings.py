@@ -3,7 +3,8 @@
     python bench/tried_nulls_and_rankings.py null clip [--heldout]   # head's null refitted without the head
     python bench/tried_nulls_and_rankings.py null peak [--heldout]   # null fitted at the harm density's peak
     python bench/tried_nulls_and_rankings.py ranking                 # unit-norm gradients, per-item query weights
-    python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token
+    python bench/tried_nulls_and_rankings.py tokens spread_s0_f10 …  # rows ranked by their most harmful token,
+                                                                     # or by token harm x base NLL
     python bench/tried_nulls_and_rankings.py query-tokens spread_s0_f10 …  # query tokens weighted by their regression
     python bench/tried_nulls_and_rankings.py label-disagreement mislabel_s0_f20 …  # head rows the model relabels
     python bench/tried_nulls_and_rankings.py group-token spread_s0_f10 …  # rows ranked by harm on the group's token
@@ -143,8 +144,30 @@ def run_ranking() -> None:
         print(f"| {kind} | {len(rows)} | {cells} |")
 
 
+def base_token_nll(base: str, tokens_dir: Path) -> dict[int, np.ndarray]:
+    """Each row's per-label-token NLL under the base model, over the rows as attribution tokenized them (the order
+    of ``token_harm``'s label tokens)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from gradian.data.tokenized import TokenizedRows
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    out: dict[int, np.ndarray] = {}
+    with torch.no_grad():
+        for fx in TokenizedRows(tokens_dir):
+            ids = torch.tensor(np.asarray(fx.input_ids, dtype=np.int64))[None]
+            lp = torch.log_softmax(model(ids).logits[0].double(), -1)
+            ts = [t for t in range(1, ids.shape[1]) if fx.loss_mask[t]]
+            out[int(fx.index)] = np.array([-float(lp[t - 1, ids[0, t]]) for t in ts])
+    return out
+
+
 def run_tokens(names: list[str]) -> None:
-    print("| run | row sum AUC / P@K | max token | top-3 tokens |\n|---|---:|---:|---:|")
+    """Rows ranked by their whole harm, their most harmful token, their three most harmful, and their positive token
+    harm weighted by how surprising the base model found each token (a defect's token is one the base did not
+    expect there)."""
+    print("| run | row sum AUC / P@K | max token | top-3 tokens | harm x base NLL |\n|---|---:|---:|---:|---:|")
     for name in names:
         d, out = RUNS / name, cal.REPO / "bench" / "work" / "tokens" / name
         base = json.loads((d / "attr" / "report.json").read_text())["settings"]["base"]
@@ -156,9 +179,12 @@ def run_tokens(names: list[str]) -> None:
         ex = [e for e in json.loads((out / "report.json").read_text())["examples"] if e.get("token_harm")]
         pos = np.array([e["index"] in planted for e in ex])
         tok = [np.array([h for _, h in e["token_harm"] if h is not None] or [0.0]) for e in ex]
+        nll = base_token_nll(base, out / "tokens")
+        surprise = [float((np.clip(t, 0, None) * nll[e["index"]]).sum()) if len(nll[e["index"]]) == len(t) else 0.0
+                    for e, t in zip(ex, tok, strict=True)]  # fmt: skip
         cells = [auc_pk(np.array(v), pos) for v in ([e["score"] for e in ex], [t.max() for t in tok],
-                                                    [np.sort(t)[-3:].sum() for t in tok])]  # fmt: skip
-        print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |")
+                                                    [np.sort(t)[-3:].sum() for t in tok], surprise)]  # fmt: skip
+        print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |", flush=True)
 
 
 def run_group_token(names: list[str]) -> None:

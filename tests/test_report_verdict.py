@@ -15,7 +15,7 @@ from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
 from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
 from gradian.report.render import rows_to_read
-from gradian.report.verdict import TOKEN_PROFILES_HINT, make_verdict, setup_errors
+from gradian.report.verdict import SPREAD_THIN, TOKEN_PROFILES_HINT, make_verdict, setup_errors
 from gradian.report.verdict_schema import Verdict
 
 N = 400
@@ -821,6 +821,6 @@ def test_a_spread_harm_that_one_labels_rows_carry_leads_to_their_labels_not_to_d
     assert any(label.startswith("Labels to check") for label, _ in rows_to_read(Verdict.from_dict(v)))
     plain = read({})
     assert plain["kind"] == "spread" and not plain["how"]["leads"]
-    assert plain["next_steps"] == ["Dropping rows is unlikely to help; try a lower learning rate or fewer epochs, or "
-                                   "mix in data like the regressed eval items."]  # fmt: skip
+    assert plain["next_steps"] == ["No rows stand out to drop; try a lower learning rate or fewer epochs, or mix in "
+                                   "data like the regressed eval items.", SPREAD_THIN]  # fmt: skip
     assert not read({r: "sad." for r in range(1, N, 4)} | happy)["how"]["leads"]
