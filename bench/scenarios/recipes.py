@@ -78,7 +78,8 @@ def heldout(sets: tuple[tuple[int, float, int, int, int], ...] = HELDOUT) -> lis
     culprit shares the suite never plants (15% and 8%; two_groups doubles them), other sizes with the eval set scaled
     alike; the controls too (control_epochs at 240 rows, over its usual 160). ``HELDOUT_17``: the same for session
     17's second set (12% and 3%), ``HELDOUT_19`` for session 19's third (6% and 18%), ``HELDOUT_21`` for session
-    21's fourth (4% and 14%), ``HELDOUT_24`` for session 24's fifth (7% and 16%), ``HELDOUT_26`` for session 26's sixth (9% and 11%)."""
+    21's fourth (4% and 14%), ``HELDOUT_24`` for session 24's fifth (7% and 16%), ``HELDOUT_26`` for session 26's
+    sixth (9% and 11%)."""
     out = []
     for seed, share, n, t, c in sets:
         out += [Recipe(k, seed, share, n, t, c) for k in FAULT_KINDS]
