@@ -156,10 +156,9 @@ def base_token_nll(base: str, tokens_dir: Path) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     with torch.no_grad():
         for fx in TokenizedRows(tokens_dir):
-            ids = torch.tensor(np.asarray(fx.input_ids, dtype=np.int64))[None]
-            lp = torch.log_softmax(model(ids).logits[0].double(), -1)
-            ts = [t for t in range(1, ids.shape[1]) if fx.loss_mask[t]]
-            out[int(fx.index)] = np.array([-float(lp[t - 1, ids[0, t]]) for t in ts])
+            ids = torch.tensor(np.asarray(fx.input_ids, dtype=np.int64))
+            nll = torch.nn.functional.cross_entropy(model(ids[None]).logits[0, :-1].double(), ids[1:], reduction="none")
+            out[int(fx.index)] = nll.numpy()[np.asarray(fx.loss_mask[1:], dtype=bool)]  # logits at t-1 predict t
     return out
 
 
@@ -180,8 +179,7 @@ def run_tokens(names: list[str]) -> None:
         pos = np.array([e["index"] in planted for e in ex])
         tok = [np.array([h for _, h in e["token_harm"] if h is not None] or [0.0]) for e in ex]
         nll = base_token_nll(base, out / "tokens")
-        surprise = [float((np.clip(t, 0, None) * nll[e["index"]]).sum()) if len(nll[e["index"]]) == len(t) else 0.0
-                    for e, t in zip(ex, tok, strict=True)]  # fmt: skip
+        surprise = [float((np.clip(t, 0, None) * nll[e["index"]]).sum()) for e, t in zip(ex, tok, strict=True)]
         cells = [auc_pk(np.array(v), pos) for v in ([e["score"] for e in ex], [t.max() for t in tok],
                                                     [np.sort(t)[-3:].sum() for t in tok], surprise)]  # fmt: skip
         print(f"| {name} | " + " | ".join(f"{a:.2f} / {p:.2f}" for a, p in cells) + " |", flush=True)
