@@ -48,15 +48,15 @@ def attribute_command(
 def print_attribution(output, top: int = 20) -> bool:
     """The terminal summary of a pipeline run (notes, the most harmful rows, the verdict, the files written); False
     when there was nothing to attribute. Prints nothing on a torchrun rank other than 0."""
-    from rich.console import Console
     from rich.table import Table
 
+    from gradian.console import make_console, rule
     from gradian.report.render import confidence_text, listed, rows_to_read
 
     res = output.attribution
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
         return True
-    con = Console()
+    con = make_console()
     for note in res.notes:
         con.print(f"[dim]note:[/] {note}", highlight=False)
     written = ", ".join(str(p) for p in output.paths.values())
@@ -93,7 +93,7 @@ def print_attribution(output, top: int = 20) -> bool:
     con.print(t)
     verdict = output.report.verdict if output.report is not None else None
     if verdict is not None:
-        con.rule("Verdict")
+        rule(con, "Verdict")
         con.print(verdict.text or verdict.headline, highlight=False)
         conf = confidence_text(verdict)
         if conf:

@@ -45,17 +45,16 @@ def demo_command(
     example: Path | None = typer.Option(None, "--example", help="Example dir (default: the bundled one)."),
 ) -> None:
     """Run doctor, then attribute + diagnose, on the bundled example and write the report."""
-    from rich.console import Console
-
     from gradian.attribute_command import print_attribution
+    from gradian.console import make_console, rule
     from gradian.doctor import render, run_doctor
     from gradian.pipeline import attribute_and_report
 
     ex = example or example_dir()
     paths = example_paths(ex)
-    con = Console()
-    con.rule(f"gradian doctor ({ex})")
+    con = make_console()
+    rule(con, f"gradian doctor ({ex})")
     render(run_doctor(run=paths["run"], base=paths["base"], train=paths["train"], eval_path=paths["eval"], out=out))
-    con.rule("gradian attribute (+ diagnose, report)")
+    rule(con, "gradian attribute (+ diagnose, report)")
     print_attribution(attribute_and_report(**paths, out=out, progress=True))
     con.print(f"Open {out / 'report.html'} in a browser.", highlight=False)

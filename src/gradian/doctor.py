@@ -310,8 +310,9 @@ def run_doctor(
 
 
 def render(checks: list[Check]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from gradian.console import make_console
 
     style = {"ok": "green", "warn": "yellow", "error": "bold red", "skip": "dim"}
     table = Table(title="gradian doctor", show_lines=False)
@@ -319,7 +320,7 @@ def render(checks: list[Check]) -> None:
         table.add_column(col, overflow="fold")
     for c in checks:
         table.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail, c.fix)
-    Console().print(table)
+    make_console().print(table)
 
 
 def doctor_command(

@@ -140,6 +140,6 @@ def tokens_command(
     if fmt == "json":
         typer.echo(json.dumps({"rows": out, "settings": settings_json(loaded)}, ensure_ascii=False))
         return
-    from rich.console import Console
+    from gradian.console import make_console
 
-    render(loaded, out, Console())
+    render(loaded, out, make_console())

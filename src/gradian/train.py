@@ -615,9 +615,9 @@ def _version(pkg: str) -> str | None:
 
 
 def _print_summary(r: TrainResult) -> None:
-    from rich.console import Console
+    from gradian.console import make_console
 
-    c = Console(stderr=True)
+    c = make_console(stderr=True)
     parts = [f"{r.n_rows_trained} rows", f"{r.global_step} steps", f"{r.seconds:.1f}s"]
     if r.train_loss is not None:
         parts.append(f"train loss {r.train_loss:.4f}")

@@ -779,10 +779,11 @@ def _pct(x: float | None) -> str:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    from gradian.console import make_console
+
+    c = make_console()
     s = result["summary"]
     table = Table(title=f"verify: recovery of the regression on {len(result['items'])} regressed items")
     table.caption = "NLL: mean nats/token over those items; recovered: median over items of (ft - re)/(ft - base)"

@@ -83,10 +83,10 @@ def _write(out: Path, findings, notes, text: str | None) -> None:
     from gradian.diagnose.output import render_text
 
     if text is None:
-        from rich.console import Console
+        from gradian.console import make_console
 
         with open(out, "w", encoding="utf-8") as fh:
-            render_text(findings, notes, console=Console(file=fh, width=120, no_color=True, highlight=False))
+            render_text(findings, notes, console=make_console(file=fh, no_color=True, highlight=False))
     else:
         Path(out).write_text(text + "\n", encoding="utf-8")
     typer.echo(f"wrote {out} ({len(findings)} finding(s))", err=True)
@@ -111,8 +111,9 @@ def rules_command(
     if fmt == "markdown":
         typer.echo("\n\n".join(rule_doc_markdown(r) for r in rules))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from gradian.console import make_console
 
     table = Table(title=f"{len(rules)} diagnose rules", show_lines=False)
     for col in ("code", "name", "severity", "cause", "summary"):
@@ -120,5 +121,5 @@ def rules_command(
     for r in rules:
         sev = r.severity.value + (f" ({r.tiers})" if r.tiers else "")
         table.add_row(r.code, r.name, sev, r.cause, r.summary)
-    Console().print(table)
+    make_console().print(table)
     typer.echo("Details: gradian diagnose --explain CODE")

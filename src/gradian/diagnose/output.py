@@ -50,10 +50,11 @@ def summary_counts(findings: list[Finding]) -> dict[str, int]:
 def render_text(
     findings: list[Finding], notes: list[Note], *, console: Any = None, verbose_notes: bool = False
 ) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
-    con = console or Console(highlight=False)
+    from gradian.console import make_console
+
+    con = console or make_console(highlight=False)
     for sev in (Severity.ERROR, Severity.WARNING, Severity.INFO):
         group = [f for f in findings if f.severity == sev]
         if not group:
