@@ -372,7 +372,7 @@ def _rate(v: dict) -> str:
 
 
 def suite_markdown(kinds: list[dict]) -> str:
-    """The two tables for docs/benchmarks.md: ranking quality side by side, and token harm on the planted edit."""
+    """The prompts-only benchmark's two tables: ranking quality side by side, and token harm on the planted edit."""
     lines = [
         "| kind | runs | AUC written | AUC prompts only | P@K written | P@K prompts only | regressed items written "
         "(targets / controls) | prompts only |",

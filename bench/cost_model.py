@@ -1,4 +1,5 @@
-"""Cost model of `gradian attribute` on large training sets: prints every table of docs/scaling.md.
+"""Cost model of `gradian attribute` on large training sets: prints its tables (docs/how-to/large-files.md quotes
+bench/results/cost_model_1b.md).
 
     python bench/cost_model.py                      # all tables, with the default inputs below
     python bench/cost_model.py --only compute --mfu 0.5 --overhead 1.34 --tokens 1024
@@ -39,7 +40,8 @@ TOK_PER_S_PER_CORE = 0.36e6
 REPORT_BYTES_PER_ROW = 3600  # 12-character row ids
 DIAG_BYTES_PER_ROW = 1060
 DIAG_BYTES_PER_TOKEN = 52
-DIAG_RULES_S_PER_ROW = 4.29 / 100_000  # docs/benchmarks.md section 5: every dataset rule, 100,000 rows, 2 cores
+# Diagnose throughput (CHANGELOG.md, lab notebook): every dataset rule, 100,000 rows, 2 cores.
+DIAG_RULES_S_PER_ROW = 4.29 / 100_000
 # ASSUMPTIONS: the flags' defaults.
 MFU = 0.40
 PEAK_TFLOPS = {"H100": 989.0, "A100": 312.0}  # bf16 dense, SXM
@@ -57,6 +59,8 @@ TOKEN_FILE_BYTES = 5  # data/tokenized.py: int32 id + uint8 mask per token (+ ~5
 
 # Llama-like bases: the config.json keys shapes_from_configs reads, plus vocab_size.
 BASES = {
+    "1B": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256),  # Llama-3.2-1B
     "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                num_key_value_heads=32, vocab_size=32000),  # Llama-2-7B
     "8B": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,

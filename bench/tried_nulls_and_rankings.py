@@ -1,4 +1,4 @@
-"""Alternatives measured on the planted-fault suite and not kept (docs/benchmarks.md §8, "Where the misses are").
+"""Alternatives measured on the planted-fault suite and not kept (CHANGELOG.md, "Where the misses are").
 
     python bench/tried_nulls_and_rankings.py null clip [--heldout]   # head's null refitted without the head
     python bench/tried_nulls_and_rankings.py null peak [--heldout]   # null fitted at the harm density's peak

@@ -1,6 +1,6 @@
 """Gradian against golden fixtures recorded from Axolotl's and LLaMA-Factory's real preprocessing.
 
-CI has neither framework (their pins clash with this venv; docs/install.md), so the fixtures under
+CI has neither framework (their pins clash with this venv; docs/how-to/trainers.md), so the fixtures under
 tests/fixtures/golden hold what each framework's own pipeline gave for the same rows: input ids, labels (-100 where no
 loss) and the rows it dropped. bench/frameworks/make_golden_*.py recorded them in separate venvs. Each case here writes
 the rows and the framework's YAML as a user's run leaves them, lets Gradian read both (``discover`` -> ``load_setup``

@@ -5,8 +5,9 @@ Each run is the suite's ``<kind>_s0_f10`` (controls ``<kind>_s0_f00``): the same
 `gradian train` fine-tune, from the suite's pool (shipped in tests/fixtures/scenario_pool so CI does not spend
 minutes sampling), then `gradian attribute`'s pipeline with its defaults. No counterfactual retrains here: the truth
 (retraining without the planted rows recovers the regression, without random rows it does not) is the benchmark's
-(docs/benchmarks.md §8). Where the suite table shows the verdict short of recall 0.8 on a kind, the test asserts what
-it does reach and the docs say why; on every kind a named culprit must be mostly planted rows."""
+(docs/benchmarks.md, "The planted-fault suite"). Where the suite table shows the verdict short of recall 0.8 on a
+kind, the test asserts what it does reach and the docs say why; on every kind a named culprit must be mostly planted
+rows."""
 
 from __future__ import annotations
 

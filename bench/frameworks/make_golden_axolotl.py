@@ -1,4 +1,4 @@
-"""Golden fixtures from Axolotl's real preprocessing: run in a venv with Axolotl installed (see docs/install.md).
+"""Golden fixtures from Axolotl's real preprocessing: run in a venv with Axolotl installed (docs/how-to/trainers.md).
 
     VENV/bin/python bench/frameworks/make_golden_axolotl.py --smollm2 DIR
 

@@ -1,5 +1,5 @@
 """Golden fixtures from LLaMA-Factory's real preprocessing: run in a venv with LLaMA-Factory installed (see
-docs/install.md), with bench/frameworks/stubs on the path (a torchaudio stand-in; the text path never calls it).
+docs/how-to/trainers.md), with bench/frameworks/stubs on the path (a torchaudio stand-in; the text path never calls it).
 
     PYTHONPATH=bench/frameworks/stubs VENV/bin/python bench/frameworks/make_golden_llamafactory.py --smollm2 DIR
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two venvs bench/frameworks/make_golden_*.py ran in (CPU only, no GPU, no model hub). Each framework gets its
 # own venv with its own pins for torch / transformers / datasets / trl / peft; the framework itself goes in with
-# --no-deps, then the packages its import chain needs. See docs/install.md ("Axolotl and LLaMA-Factory") for what was
+# --no-deps, then the packages its import chain needs. See docs/how-to/trainers.md for what was
 # left out and why.
 #   bash bench/frameworks/make_venvs.sh /work/venv-axo /work/venv-lf /work/venv-axo21
 set -euo pipefail

@@ -4,8 +4,8 @@ Story: a team fine-tunes SmolLM2-135M-Instruct to answer " positive" / " negativ
 sources (IMDb, Yelp, Amazon). The Amazon export went through a pipeline bug that inverted its 0/1 labels. The
 fine-tune looks fine on average, but on held-out Amazon product reviews it is now *worse* than the base model.
 Can `gradian attribute` find the flipped rows, and does `gradian verify` confirm that dropping them helps? (What
-actually regressed, and what verify showed, is recorded in docs/worked-example.md: the positive items of every source,
-and the top rows were the flipped positive-to-"negative" Amazon rows.)
+actually regressed, and what verify showed, is recorded in CHANGELOG.md (worked examples): the positive items of
+every source, and the top rows were the flipped positive-to-"negative" Amazon rows.)
 
 Data: Sentiment Labelled Sentences (Kotzias et al., KDD 2015; CC BY 4.0 per the UCI listing). Only the sentences
 used are copied into ``data/`` (see ``data/LICENSE.md``).
@@ -19,7 +19,7 @@ Steps (each re-runs and overwrites its outputs):
     python examples/smollm2/build.py verify       # work/attr/verify.json
     python examples/smollm2/build.py all
 
-``work/`` is not committed (git-ignored); docs/worked-example.md records what these steps printed.
+``work/`` is not committed (git-ignored); CHANGELOG.md (worked examples) records what these steps printed.
 """
 
 from __future__ import annotations

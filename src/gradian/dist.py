@@ -143,7 +143,8 @@ def env_world() -> int:
 
 
 WAIT_S = 2 * 3600  # how long a rank waits in a collective: rank 0 alone runs diagnose, the draft verdict and the
-# report while the others wait (10-17 min at 10M rows, docs/scaling.md); NCCL's default (10 min) would end the job.
+# report while the others wait (10-17 min at 10M rows: bench/cost_model.py --only fixed); NCCL's default (10 min)
+# would end the job.
 # A rank that fails is ended by torchrun, not by this timeout.
 
 

@@ -21,7 +21,7 @@ import typer
 
 from gradian.errors import GradianError
 
-# The supported dependency window: (minimum, newest tested). docs/install.md states the same table.
+# The supported dependency window: (minimum, newest tested). docs/reference/versions.md is generated from it.
 WINDOW: dict[str, tuple[str, str]] = {
     "torch": ("2.3", "2.13.0"),
     "transformers": ("4.45", "5.24.0"),

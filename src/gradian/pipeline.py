@@ -149,7 +149,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
     return RunOutput(res, report, paths, findings)
 
 
-ROW_BYTES = 7.5 * 1024  # diagnose's memory per short training row (measured; docs/limitations.md)
+ROW_BYTES = 7.5 * 1024  # diagnose's memory per short training row (measured; docs/how-to/large-files.md)
 
 
 def diagnose_row_budget(share: float = 0.4) -> int | None:
