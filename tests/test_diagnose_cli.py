@@ -156,10 +156,17 @@ def test_twelve_epochs_over_400_rows_is_error(tmp_path, capsys):
 
 
 def test_packing_with_completion_only(tmp_path, capsys):
+    """An error where the run's model card records a TRL that drops the mask when packing (< 0.20); a note where
+    the run records no TRL version."""
     d = make_run(tmp_path, rows(200), "training_args.json", trl_config(packing=True))
+    _, fs = diagnose_json(capsys, d)
+    f = by_name(fs, "packing_with_completion_mask")
+    assert f[0]["severity"] == "info" and "recorded no TRL version" in f[0]["message"]
+    (d / "README.md").write_text("### Framework versions\n\n- TRL: 0.19.1\n- Transformers: 4.53.3\n")
     code, fs = diagnose_json(capsys, d)
     f = by_name(fs, "packing_with_completion_mask")
     assert code == 1 and f[0]["severity"] == "error" and f[0]["evidence"]["key"] == "packing"
+    assert "TRL 0.19.1" in f[0]["message"]
 
 
 # ---- CLI surface ---------------------------------------------------------------------------------------------------

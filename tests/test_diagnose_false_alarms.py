@@ -84,8 +84,13 @@ def test_assistant_mask_rule_silent_on_templates_trl_patches(family):
     tok = AutoTokenizer.from_pretrained(str(STORIES))
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / f"{family}.jinja").read_text()
     ctx = DiagnoseContext(tokenizer=tok, setup=clean_setup(), setup_known=True)
-    ctx.setup.masking, ctx.setup.versions = "assistant_only", {}
+    ctx.setup.masking, ctx.setup.versions = "assistant_only", {"trl": trl.__version__}
     assert run_rule(find_rule("C215"), ctx) == []
+    ctx.setup.versions = {}  # no TRL version recorded: whether the run's TRL patched it is unknown, a note
+    assert [f.severity.value for f in run_rule(find_rule("C215"), ctx)] == ["info"]
+    ctx.setup.versions = {"trl": "0.21.0"}  # TRL < 1.1 used the template as it is (trl#5470)
+    assert [f.severity.value for f in run_rule(find_rule("C215"), ctx)] == ["error"]
+    ctx.setup.versions = {"trl": trl.__version__}
     tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"  # TRL cannot patch
     assert [f.code for f in run_rule(find_rule("C215"), ctx)] == ["C215"]
 

@@ -12,7 +12,12 @@ from realsets import stories, write_jsonl
 from test_diagnose_helpers import STORIES
 
 
-def make_trl_run(out: Path, n_train: int = 240, n_eval: int = 40) -> Path:
+def make_trl_run(
+    out: Path, n_train: int = 240, n_eval: int = 40, *, packing: bool = False, base_name: str | None = None
+) -> Path:
+    """Train and save the run into ``out``. ``packing``: SFTConfig(packing=True) (TRL's default bfd strategy).
+    ``base_name``: the name the model carries, so the adapter records it as its base (a hub id, as when a user
+    trains from the hub and diagnoses with a local copy); the weights are stories260K's either way."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -27,11 +32,13 @@ def make_trl_run(out: Path, n_train: int = 240, n_eval: int = 40) -> Path:
     write_jsonl(out / "eval.jsonl", ev)
     tok = AutoTokenizer.from_pretrained(str(STORIES))
     model = AutoModelForCausalLM.from_pretrained(str(STORIES))
+    if base_name is not None:
+        model.name_or_path = model.config._name_or_path = base_name
     cfg = SFTConfig(
         output_dir=str(out), learning_rate=3e-3, num_train_epochs=1, per_device_train_batch_size=8,
         gradient_accumulation_steps=1, max_length=256, logging_steps=2, eval_strategy="steps", eval_steps=10,
         save_steps=10, save_strategy="steps", report_to=[], seed=0, use_cpu=True, bf16=False,
-        lr_scheduler_type="cosine", warmup_steps=2, dataloader_num_workers=0,
+        lr_scheduler_type="cosine", warmup_steps=2, dataloader_num_workers=0, packing=packing,
     )  # fmt: skip
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = SFTTrainer(

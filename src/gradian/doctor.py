@@ -193,7 +193,7 @@ def check_vocab_fits(tokenizer_path: str, base: str, trust_remote_code: bool) ->
 def _pad_is_eos_check(setup: Any) -> Check:
     """pad == EOS only hurts where the collator masks padding by token id (transformers'
     DataCollatorForLanguageModeling, TRL < 0.16); TRL >= 0.16 labels EOS and pads the labels with -100 by position."""
-    from gradian.diagnose.context import installed_version, parse_version
+    from gradian.run.versions import installed_version, parse_version
 
     fw = (getattr(setup, "framework", None) or "").lower()
     recorded = (getattr(setup, "versions", None) or {}).get("trl")

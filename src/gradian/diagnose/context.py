@@ -4,7 +4,6 @@ with the shared loaders (gradian.run for the run, config and logs; gradian.data 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,30 +12,10 @@ from gradian.data.types import Example, FormatSettings, FormattedExample
 from gradian.errors import GradianError
 from gradian.options.train import TRL_MAX_LENGTH
 from gradian.run.types import RunArtifacts, TrainerLogs, TrainingSetup
+from gradian.run.versions import VersionWindow, WindowCheck, check_window
 
 # Max length a framework uses when the config sets none.
 FRAMEWORK_DEFAULT_MAX_LENGTH = {"trl": TRL_MAX_LENGTH, "transformers": None, "axolotl": 512, "llamafactory": 2048}
-
-
-def parse_version(v: str | None) -> tuple[int, ...] | None:
-    if not v:
-        return None
-    parts = []
-    for p in str(v).split("."):
-        m = re.match(r"\d+", p)
-        if not m:
-            break
-        parts.append(int(m.group()))
-    return tuple(parts) or None
-
-
-def installed_version(package: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(package)
-    except Exception:
-        return None
 
 
 @dataclass
@@ -83,15 +62,9 @@ class DiagnoseContext:
     def framework(self) -> str:
         return (self.setup.framework or "").lower()
 
-    def library_version(self, package: str) -> tuple[tuple[int, ...] | None, str]:
-        """The version the run recorded, else the installed one (training usually ran in this environment)."""
-        v = self.setup.versions.get(package)
-        if v:
-            return parse_version(v), f"recorded by the run: {package} {v}"
-        v = installed_version(package)
-        if v:
-            return parse_version(v), f"not recorded by the run; installed here: {package} {v}"
-        return None, f"{package} version unknown (not recorded by the run, not installed here)"
+    def version_window(self, window: VersionWindow) -> WindowCheck:
+        """The run's recorded version against ``window``; unknown (``inside`` None) when the run recorded none."""
+        return check_window(self.setup.versions, self.setup.sources, window)
 
     def effective_max_length(self) -> tuple[int | None, str]:
         if self.format_settings is not None and self.format_settings.max_length is not None:

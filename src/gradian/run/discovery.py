@@ -201,6 +201,7 @@ def discover(
     _find_logs(art, logs_path, search_dirs)
     _find_base(art, base)
     _find_tokenizer(art, tokenizer_path, search_dirs)
+    _find_model_cards(art, newest)
     _find_dataset_files(art)
     return art
 
@@ -365,6 +366,16 @@ def _find_tokenizer(art: RunArtifacts, tokenizer_path: Path | None, search_dirs:
                 art.notes.append(
                     f"no tokenizer in the run; the base {art.base} is not a local folder (pass --tokenizer)"
                 )
+
+
+def _find_model_cards(art: RunArtifacts, newest: Path | None) -> None:
+    """The model cards (README.md) the trainer wrote: they list the versions the run trained with."""
+    seen: set[Path] = set()
+    for folder in (art.adapter_dir, art.run_dir, newest):
+        card = folder / "README.md" if folder is not None else None
+        if card is not None and card.is_file() and card.resolve() not in seen:
+            seen.add(card.resolve())
+            art.model_cards.append(card)
 
 
 def _find_dataset_files(art: RunArtifacts) -> None:

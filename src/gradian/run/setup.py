@@ -18,7 +18,6 @@ actually saved). Framework defaults fill what no file set, with a source like ``
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -37,6 +36,9 @@ from gradian.run.configs import (
     read_config,
 )
 from gradian.run.types import RunArtifacts, TrainingSetup
+from gradian.run.versions import RecordedVersion, VersionWindow, card_versions, check_window, parse_version
+
+TRL_APPENDS_EOS = VersionWindow("trl", (0, 16), "appends EOS to string rows", "append none")
 
 _MISSING = object()
 _TRUE = {"true", "yes", "on", "1"}
@@ -445,28 +447,61 @@ def _read_all(artifacts: RunArtifacts, notes: list[str]) -> list[ConfigFile]:
 
 
 def _versions(b: _Builder, artifacts: RunArtifacts, files: list[ConfigFile]) -> None:
+    """The versions the run recorded: ``*_version`` config keys, adapter_config's peft_version, the model cards'
+    lists, a full fine-tune's config.json; the first source found wins, a disagreeing later one is noted."""
+    found: list[RecordedVersion] = []
     peft = artifacts.adapter_config.get("peft_version")
     if isinstance(peft, str) and peft:
-        b.setup.versions["peft"] = peft.split("@")[0]
-        b.setup.sources["versions.peft"] = "adapter_config.json: peft_version"
+        found.append(RecordedVersion("peft", peft.split("@")[0], "adapter_config.json: peft_version"))
     for cf in files:
         for lib in ("transformers", "trl", "peft", "axolotl", "llamafactory", "torch"):
             value = cf.data.get(f"{lib}_version")
             if isinstance(value, str) and value:
-                b.setup.versions[lib] = value
-                b.setup.sources[f"versions.{lib}"] = _src(cf, f"{lib}_version")
-    if "transformers" not in b.setup.versions and artifacts.adapter_dir is not None:
-        cfg = artifacts.adapter_dir / "config.json"  # only a full fine-tune saves one next to the weights
-        if cfg.is_file():
-            try:
-                import json
+                found.append(RecordedVersion(lib, value, _src(cf, f"{lib}_version")))
+    for card in artifacts.model_cards:
+        found += card_versions(card)
+    if artifacts.adapter_dir is not None:
+        found += _config_json_version(artifacts.adapter_dir / "config.json")
+    for rv in found:
+        have = b.setup.versions.get(rv.package)
+        if have is None:
+            b.setup.versions[rv.package] = rv.version
+            b.setup.sources[f"versions.{rv.package}"] = rv.source
+        elif parse_version(have) != parse_version(rv.version):
+            b.setup.notes.append(f"{rv.source} says {rv.package} {rv.version}; using {have} from "
+                                 f"{b.setup.sources[f'versions.{rv.package}']}")  # fmt: skip
+    b.setup.notes.append(_versions_note(b.setup))
 
-                value = json.loads(cfg.read_text(encoding="utf-8")).get("transformers_version")
-            except (ValueError, OSError, AttributeError):
-                value = None
-            if isinstance(value, str):
-                b.setup.versions["transformers"] = value
-                b.setup.sources["versions.transformers"] = "config.json: transformers_version"
+
+def _config_json_version(cfg: Path) -> list[RecordedVersion]:
+    """transformers_version of a config.json saved next to the weights (only a full fine-tune saves one)."""
+    if not cfg.is_file():
+        return []
+    try:
+        import json
+
+        value = json.loads(cfg.read_text(encoding="utf-8")).get("transformers_version")
+    except (ValueError, OSError, AttributeError):
+        return []
+    return (
+        [RecordedVersion("transformers", value, "config.json: transformers_version")] if isinstance(value, str) else []
+    )
+
+
+def _versions_note(setup: TrainingSetup) -> str:
+    """One line for diagnose to print: the versions the run recorded and where, or that it recorded none."""
+    if not setup.versions:
+        return ("the run recorded no library versions (no model card README.md, no *_version key): checks that "
+                "depend on a version say so instead of assuming one")  # fmt: skip
+    by_source: dict[str, list[str]] = {}
+    for package, version in setup.versions.items():
+        by_source.setdefault(setup.sources.get(f"versions.{package}", "?"), []).append(f"{package} {version}")
+    listed = "; ".join(f"{', '.join(v)} ({src})" for src, v in by_source.items())
+    trainer = (setup.framework or "").lower()
+    missing = "" if not trainer or trainer in setup.versions or trainer == "transformers" else (
+        f"; no {trainer} version recorded"
+    )  # fmt: skip
+    return f"versions recorded by the run: {listed}{missing}"
 
 
 def _framework(files: list[ConfigFile], artifacts: RunArtifacts) -> tuple[str | None, str | None]:
@@ -590,16 +625,6 @@ def load_setup(artifacts: RunArtifacts) -> TrainingSetup:
     return b.setup
 
 
-def _version(v: str | None) -> tuple[int, ...] | None:
-    parts = []
-    for p in str(v or "").split("."):
-        digits = "".join(itertools.takewhile(str.isdigit, p))
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) or None
-
-
 def _eos_decision(setup: TrainingSetup) -> tuple[bool, str]:
     """Whether the trainer appended EOS to string rows, and why: one decision for diagnose and attribute alike.
 
@@ -609,14 +634,16 @@ def _eos_decision(setup: TrainingSetup) -> tuple[bool, str]:
     if setup.add_eos is not None and "default" not in src:
         return setup.add_eos, src
     fw = (setup.framework or "").lower()
-    v = _version(setup.versions.get("trl"))
     if fw == "transformers":
         return False, "transformers Trainer: the tokenizer appends no EOS"
-    if fw == "trl" and v is not None and v < (0, 16):
-        return False, f"TRL {setup.versions.get('trl')} (< 0.16 appends no EOS)"
+    trl = check_window(setup.versions, setup.sources, TRL_APPENDS_EOS)
+    if fw == "trl" and trl.inside is False:
+        return False, f"{trl.note()}: {TRL_APPENDS_EOS.describe()}"
     if setup.add_eos is not None:
         return setup.add_eos, src
-    return True, "default (TRL >= 0.16 appends EOS)"
+    if trl.known:
+        return True, f"{trl.note()}: {TRL_APPENDS_EOS.label} appends EOS"
+    return True, f"default ({trl.note()}; {TRL_APPENDS_EOS.label} appends EOS)"
 
 
 def format_settings(setup: TrainingSetup) -> FormatSettings:

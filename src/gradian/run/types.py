@@ -48,7 +48,7 @@ class TrainingSetup:
     eval_size: float | None = None  # val_set_size / val_size
     seed: int | None = None
     attn_implementation: str | None = None
-    versions: dict[str, str] = field(default_factory=dict)  # library -> version, where recorded
+    versions: dict[str, str] = field(default_factory=dict)  # package -> version the run recorded (sources: where)
     raw: dict[str, Any] = field(default_factory=dict)  # merged raw keys of every config file read
     unknown_keys: list[str] = field(default_factory=list)
     deprecated_keys: list[str] = field(default_factory=list)
@@ -110,6 +110,7 @@ class RunArtifacts:
     log_file: Path | None = None  # trainer_state.json, trainer_log.jsonl or a TensorBoard events file
     tensorboard_files: list[Path] = field(default_factory=list)  # events.out.tfevents.* found under the run
     tokenizer_dir: Path | None = None
+    model_cards: list[Path] = field(default_factory=list)  # README.md the trainer wrote (adapter, run, checkpoint)
     base: str | None = None  # --base, else adapter_config.base_model_name_or_path
     train_file: Path | None = None
     eval_file: Path | None = None

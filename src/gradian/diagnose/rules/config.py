@@ -12,6 +12,7 @@ from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import fmt_num, key_ev
 from gradian.diagnose.types import Fix
+from gradian.run.versions import VersionWindow, installed_version, parse_version
 
 LINEAR_FAMILIES = {
     "llama": {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
@@ -20,6 +21,22 @@ LINEAR_FAMILIES = {
     "phi": {"qkv_proj", "o_proj", "gate_up_proj", "down_proj"},
 }
 FLASH_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention", "kernels", "flash")
+
+# The versions these rules depend on, read in the libraries' own source (tags of huggingface/trl, transformers).
+PACKING_KEEPS_MASK = VersionWindow(  # trl#3749: packing keeps completion_mask / assistant_masks (first tag v0.20.0)
+    "trl", (0, 20), "keeps the completion/assistant mask when packing",
+    "pack input_ids alone and train on the prompts")  # fmt: skip
+READS_MAX_LENGTH = VersionWindow("trl", (0, 16), "reads max_length", "read only max_seq_length")
+DROPS_MAX_SEQ_LENGTH = VersionWindow("trl", (0, 20), "no longer reads max_seq_length", "read it (deprecated)")
+LABELS_EOS = VersionWindow(  # TRL's own collator pads labels with -100 by position
+    "trl", (0, 16), "labels EOS and pads labels by position", "mask padding by id, so EOS gets no label"
+)
+PATCHES_TEMPLATES = VersionWindow(  # trl#5470: SFTTrainer swaps in a {% generation %}-tagged template (v1.1.0)
+    "trl", (1, 1), "swaps in a tagged copy of the templates it ships", "use the template as it is"
+)
+GRAD_ACCUM_FIXED = VersionWindow(  # transformers#34191
+    "transformers", (4, 46), "normalises the loss over accumulated tokens", "average it per micro-batch"
+)
 
 
 def _lr(ctx: DiagnoseContext) -> float | None:
@@ -178,11 +195,11 @@ def too_few_steps(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "C205", "packing_with_completion_mask", "error", needs=("setup",),
-    summary="Packing together with completion-only or assistant-only loss on trainer versions that drop the mask "
-    "when packing (TRL < 0.20).",
-    why="With packing, older TRL builds plain language-modelling labels: the prompt mask is silently lost and the "
-    "model trains on the prompts.",
+    "C205", "packing_with_completion_mask", "error", needs=("setup",), tiers="E/I",
+    summary="Packing together with completion-only or assistant-only loss on a TRL that drops the mask when packing "
+    "(TRL < 0.20; TRL >= 0.20 keeps it). Unknown TRL version: an info note.",
+    why="With packing, TRL before 0.20 packed input_ids alone: the prompt mask is silently lost and the model trains "
+    "on the prompts. TRL 0.20 (trl#3749) packs the completion and assistant masks with the rows.",
     example="SFTConfig(packing=True, completion_only_loss=True) on TRL 0.19.",
     fix="Upgrade to TRL >= 0.20, or set packing=False.",
     seen_in="trl#3749, trl#1163",
@@ -194,16 +211,23 @@ def packing_with_completion_mask(ctx: DiagnoseContext, t: Params) -> Iterator[Hi
         return
     if ctx.framework() not in ("trl", "transformers", ""):
         return
-    v, vnote = ctx.library_version("trl")
-    if v is not None and v >= (0, 20) and "installed" not in vnote:
+    trl = ctx.version_window(PACKING_KEEPS_MASK)
+    if trl.inside:
         return
-    if v is not None and v >= (0, 20):
-        msg = f"packing with {mask} loss; the run did not record its TRL version ({vnote}); TRL < 0.20 drops the mask"
-    else:
-        msg = f"packing with {mask} loss drops the loss mask on this TRL ({vnote})"
-    yield Hit(msg, evidence={**key_ev(ctx, "packing", True), "masking": mask, "masking_source": ctx.src("masking"),
-                             "version": vnote},
-              fix=Fix(text="Set packing=False (or train with TRL >= 0.20)", key="packing", value=False))  # fmt: skip
+    ev = {**key_ev(ctx, "packing", True), "masking": mask, "masking_source": ctx.src("masking"), **trl.evidence()}
+    if trl.inside is False:
+        yield Hit(
+            f"packing with {mask} loss drops the loss mask on {trl.note()}",
+            evidence=ev,
+            fix=Fix(text="Set packing=False, or train with TRL >= 0.20", key="packing", value=False),
+        )
+        return
+    yield Hit(
+        f"packing with {mask} loss: {trl.note()}, and {PACKING_KEEPS_MASK.describe()}",
+        severity="info",
+        evidence=ev,
+        fix=Fix(text="If the run used TRL < 0.20, set packing=False or upgrade TRL"),
+    )
 
 
 @rule(
@@ -230,9 +254,9 @@ def packing_cross_attention(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "C207", "max_len_key_ignored", "warning", needs=("setup",),
-    summary="The max length is set under a key the installed TRL does not read (max_seq_length on TRL >= 0.20, "
-    "max_length on TRL < 0.16).",
+    "C207", "max_len_key_ignored", "warning", needs=("setup",), tiers="W/I",
+    summary="The max length is set under a key the run's TRL does not read (max_seq_length on TRL >= 0.20, "
+    "max_length on TRL < 0.16). Unknown TRL version with max_seq_length: an info note.",
     why="The setting is ignored and the default (1024) applies: rows are truncated or padded differently than you "
     "think.",
     example="SFTConfig(max_seq_length=4096) on TRL 0.21.",
@@ -243,21 +267,29 @@ def max_len_key_ignored(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     s = ctx.setup
     if ctx.framework() not in ("trl",) or not s.max_length_key:
         return
-    v, vnote = ctx.library_version("trl")
-    if v is None:
-        return
-    if s.max_length_key == "max_seq_length" and v >= (0, 20):
-        yield Hit(
-            f"max_seq_length is ignored by TRL >= 0.20 ({vnote}); the default max_length 1024 applies",
-            evidence={**key_ev(ctx, "max_length", s.max_length), "key": "max_seq_length", "version": vnote},
-            fix=Fix(text="Rename max_seq_length to max_length", key="max_length", value=s.max_length),
-        )
-    elif s.max_length_key == "max_length" and v < (0, 16):
-        yield Hit(
-            f"max_length is not read by TRL < 0.16 ({vnote}); it reads max_seq_length",
-            evidence={**key_ev(ctx, "max_length", s.max_length), "version": vnote},
-            fix=Fix(text="Rename max_length to max_seq_length", key="max_seq_length", value=s.max_length),
-        )
+    if s.max_length_key == "max_seq_length":
+        trl = ctx.version_window(DROPS_MAX_SEQ_LENGTH)
+        ev = {**key_ev(ctx, "max_length", s.max_length), "key": "max_seq_length", **trl.evidence()}
+        fix = Fix(text="Rename max_seq_length to max_length", key="max_length", value=s.max_length)
+        if trl.inside:
+            yield Hit(
+                f"max_seq_length is ignored by {trl.note()}; the default max_length 1024 applies", evidence=ev, fix=fix
+            )
+        elif trl.inside is None:
+            yield Hit(
+                f"max_seq_length: {trl.note()}, and {DROPS_MAX_SEQ_LENGTH.describe()}",
+                severity="info",
+                evidence=ev,
+                fix=fix,
+            )
+    elif s.max_length_key == "max_length":
+        trl = ctx.version_window(READS_MAX_LENGTH)
+        if trl.inside is False:
+            yield Hit(
+                f"max_length is not read by {trl.note()}; it reads max_seq_length",
+                evidence={**key_ev(ctx, "max_length", s.max_length), **trl.evidence()},
+                fix=Fix(text="Rename max_length to max_seq_length", key="max_seq_length", value=s.max_length),
+            )
 
 
 @rule(
@@ -499,10 +531,11 @@ def untrained_template_tokens(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "C213", "pad_is_eos", "error", needs=("tokenizer",),
-    summary="The pad token is the EOS token and the collator masks padding by id, so EOS never gets a label.",
+    "C213", "pad_is_eos", "error", needs=("tokenizer",), tiers="E/I",
+    summary="The pad token is the EOS token and the collator masks padding by id, so EOS never gets a label "
+    "(transformers' DataCollatorForLanguageModeling; TRL < 0.16). Unknown TRL version: an info note.",
     why="transformers' DataCollatorForLanguageModeling (and TRL < 0.16) set labels=-100 wherever input_ids == pad: "
-    "every EOS is masked, and the model never learns to stop.",
+    "every EOS is masked, and the model never learns to stop. TRL >= 0.16 pads the labels by position.",
     example="tokenizer.pad_token = tokenizer.eos_token with DataCollatorForLanguageModeling.",
     fix="Use a distinct pad token (e.g. the tokenizer's <|finetune_right_pad_id|> or a new [PAD]).",
     seen_in="alignment-handbook#127, trl#6357",
@@ -513,14 +546,24 @@ def pad_is_eos(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if pad is None or eos is None or pad != eos:
         return
     fw = ctx.framework()
-    v, vnote = ctx.library_version("trl")
-    masks_by_id = fw == "transformers" or (fw == "trl" and v is not None and v < (0, 16))
-    if not masks_by_id:
+    if fw not in ("transformers", "trl"):
         return
-    yield Hit(f"pad_token_id == eos_token_id ({eos}) and the {fw} collator masks padding by id: EOS gets no label",
-              evidence={"key": "pad_token", "value": getattr(tok, "pad_token", None), "source": "tokenizer",
-                        "framework": fw, "version": vnote},
-              fix=Fix(text="Set a pad token distinct from EOS", key="pad_token", value="<pad>"))  # fmt: skip
+    trl = ctx.version_window(LABELS_EOS)
+    if fw == "trl" and trl.inside:
+        return
+    ev = {"key": "pad_token", "value": getattr(tok, "pad_token", None), "source": "tokenizer", "framework": fw}
+    fix = Fix(text="Set a pad token distinct from EOS", key="pad_token", value="<pad>")
+    if fw == "transformers" or trl.inside is False:
+        version = {} if fw == "transformers" else trl.evidence()
+        yield Hit(f"pad_token_id == eos_token_id ({eos}) and the {fw} collator masks padding by id: EOS gets no label",
+                  evidence={**ev, **version}, fix=fix)  # fmt: skip
+        return
+    yield Hit(
+        f"pad_token_id == eos_token_id ({eos}): {trl.note()}, and {LABELS_EOS.describe()}",
+        severity="info",
+        evidence={**ev, **trl.evidence()},
+        fix=fix,
+    )
 
 
 @rule(
@@ -558,37 +601,44 @@ def eos_turn_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                       key="eos_token", value=eot))  # fmt: skip
 
 
-def _trl_patches(ctx: DiagnoseContext) -> tuple[bool, str]:
-    """Whether TRL swaps in its own {% generation %}-tagged copy of this template (SFTTrainer does so for the
-    templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...), asked of the installed TRL itself. The second value
-    is a caveat when the run recorded an older TRL than the installed one (it may predate the patch)."""
+def _trl_patches(ctx: DiagnoseContext) -> tuple[bool, str, str]:
+    """Whether the run's TRL swaps in its own {% generation %}-tagged copy of this template (SFTTrainer does so,
+    from TRL 1.1, for the templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...), asked of the installed TRL
+    itself. Returns (patched, severity, why): severity "" when that holds for the run, "error" when the run's
+    recorded TRL predates the patching, "warning" when it is older than the installed one (it may not patch this
+    template yet), "info" when the run recorded no TRL version."""
     if ctx.framework() not in ("trl", ""):
-        return False, ""
+        return False, "", ""
     try:
         from trl.chat_template_utils import get_training_chat_template
     except Exception:  # TRL absent or too old to patch templates
-        return False, ""
+        return False, "", ""
     try:
         patched = get_training_chat_template(ctx.tokenizer) is not None
     except Exception:  # TRL raises for templates it cannot patch
-        return False, ""
-    from gradian.diagnose.context import installed_version, parse_version
-
-    run_v, here = parse_version(ctx.setup.versions.get("trl")), installed_version("trl")
-    if patched and run_v is not None and here and run_v < (parse_version(here) or ()):
-        return True, f"the run recorded TRL {ctx.setup.versions.get('trl')} (patching checked with TRL {here})"
-    return patched, ""
+        return False, "", ""
+    if not patched:
+        return False, "", ""
+    trl, here = ctx.version_window(PATCHES_TEMPLATES), installed_version("trl")
+    if trl.inside is False:
+        return True, "error", f"{trl.note()}, and {PATCHES_TEMPLATES.describe()}"
+    if trl.inside is None:
+        return True, "info", f"{trl.note()}, and {PATCHES_TEMPLATES.describe()}"
+    if here and (parse_version(trl.recorded) or ()) < (parse_version(here) or ()):
+        return True, "warning", f"{trl.note()} (patching checked with TRL {here})"
+    return True, "", ""
 
 
 @rule(
-    "C215", "assistant_mask_no_tag", "error", needs=("setup", "tokenizer"),
-    summary="Assistant-only loss with a chat template that lacks {% generation %} tags and that TRL does not patch "
-    "itself (TRL swaps in tagged copies of the templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...).",
+    "C215", "assistant_mask_no_tag", "error", needs=("setup", "tokenizer"), tiers="E/W/I",
+    summary="Assistant-only loss with a chat template that lacks {% generation %} tags and that the run's TRL does "
+    "not patch itself (TRL >= 1.1 swaps in tagged copies of the templates it ships: Qwen2.5/3, Llama-3, Gemma, "
+    "Phi-3, ...). A template only a newer TRL patches: a warning; unknown TRL version: an info note.",
     why="TRL builds the assistant mask from the template's generation tags; without them the mask is all zeros "
     "(error in new TRL, silent zero loss in some versions) or the whole sequence is trained.",
-    example="assistant_only_loss=True with Llama-3's stock template.",
+    example="assistant_only_loss=True with Llama-3's stock template on TRL 0.21.",
     fix="Use a template with {% generation %} blocks, or prompt/completion rows with completion-only loss.",
-    seen_in="trl#4201",
+    seen_in="trl#4201, trl#5470",
 )  # fmt: skip
 def assistant_mask_no_tag(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if ctx.masking() != "assistant_only" or ctx.framework() not in ("trl", "transformers", ""):
@@ -596,16 +646,18 @@ def assistant_mask_no_tag(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     tmpl = ctx.chat_template()
     if tmpl and re.search(r"{%-?\s*generation\s*-?%}", tmpl):
         return
-    patched, how = _trl_patches(ctx)
-    if patched:
-        if how:  # the run recorded an older TRL than the one that patches here
-            yield Hit(f"the template has no {{% generation %}} tags; TRL patches it for assistant-only loss, but {how}",
-                      severity="warning", evidence={**key_ev(ctx, "masking", "assistant_only"), "trl": how},
-                      fix=Fix(text="Train with the TRL version installed here (it swaps in a tagged template), or "
-                              "use completion-only loss", key="masking", value="completion_only"))  # fmt: skip
+    patched, severity, how = _trl_patches(ctx)
+    ev = {**key_ev(ctx, "masking", "assistant_only"), "chat_template": bool(tmpl)}
+    if patched and severity in ("warning", "info"):
+        yield Hit(f"the template has no {{% generation %}} tags; TRL patches it for assistant-only loss, but {how}",
+                  severity=severity, evidence={**ev, "trl": how},
+                  fix=Fix(text="Train with the TRL version installed here (it swaps in a tagged template), or "
+                          "use completion-only loss", key="masking", value="completion_only"))  # fmt: skip
         return
-    yield Hit("assistant-only loss but the tokenizer's chat template has no {% generation %} tags",
-              evidence={**key_ev(ctx, "masking", "assistant_only"), "chat_template": bool(tmpl)},
+    if patched and not severity:
+        return
+    yield Hit("assistant-only loss but the tokenizer's chat template has no {% generation %} tags"
+              + (f" ({how})" if how else ""), evidence={**ev, **({"trl": how} if how else {})},
               fix=Fix(text="Use a generation-tagged template, or completion-only loss", key="masking",
                       value="completion_only"))  # fmt: skip
 
@@ -671,7 +723,8 @@ def checkpointing_no_input_grads(ctx: DiagnoseContext, t: Params) -> Iterator[Hi
 
 @rule(
     "C218", "grad_accum_loss_bug", "warning", needs=("setup",),
-    summary="Gradient accumulation > 1 on transformers < 4.46, whose loss normalisation was wrong.",
+    summary="Gradient accumulation > 1 on transformers < 4.46, whose loss normalisation was wrong (a run that "
+    "recorded no transformers version is not flagged).",
     why="Before 4.46 the loss was averaged per micro-batch, not per token: with accumulation the effective loss is "
     "mis-scaled and rows of different lengths are weighted wrongly.",
     example="gradient_accumulation_steps 8 on transformers 4.44.",
@@ -680,13 +733,10 @@ def checkpointing_no_input_grads(ctx: DiagnoseContext, t: Params) -> Iterator[Hi
 )  # fmt: skip
 def grad_accum_loss_bug(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ga = ctx.setup.gradient_accumulation_steps or 1
-    v = ctx.setup.versions.get("transformers")
-    from gradian.diagnose.context import parse_version
-
-    pv = parse_version(v)
-    if ga > 1 and pv is not None and pv < (4, 46):
-        yield Hit(f"gradient_accumulation_steps {ga} with transformers {v} (< 4.46): loss mis-normalised",
-                  evidence={**key_ev(ctx, "gradient_accumulation_steps", ga), "version": v},
+    tf = ctx.version_window(GRAD_ACCUM_FIXED)
+    if ga > 1 and tf.inside is False:
+        yield Hit(f"gradient_accumulation_steps {ga} with {tf.note()}: loss mis-normalised",
+                  evidence={**key_ev(ctx, "gradient_accumulation_steps", ga), **tf.evidence()},
                   fix=Fix(text="Upgrade transformers to >= 4.46"))  # fmt: skip
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+from gradian.diagnose.baseid import BaseComparison, compare_bases, safetensors_shapes
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules.config import total_steps
@@ -92,52 +92,84 @@ def qlora_merge(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )
 
 
-def _safetensors_shapes(path: Path) -> dict[str, list[int]]:
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-    except (OSError, ValueError, struct.error):
-        return {}
-    return {k: v["shape"] for k, v in header.items() if isinstance(v, dict) and "shape" in v}
-
-
 @rule(
-    "X404", "adapter_base_mismatch", "error", needs=("adapter",),
-    summary="adapter_config's base model, or the adapter's weight shapes, do not match the given base model.",
+    "X404", "adapter_base_mismatch", "error", needs=("adapter",), tiers="E/W/I",
+    summary="The base given is not the base the adapter was trained on, by content: the model config "
+    "(architecture, hidden sizes, layer count, vocabulary) differs from the adapter's recorded base, or the "
+    "adapter's LoRA weights do not fit the base's modules (error); the same shapes but other weights (warning, "
+    "both bases local); a name that differs while the content matches or cannot be read (info).",
     why="An adapter applied to another base loads (PEFT only warns about names) but computes garbage; shape "
-    "mismatches fail late.",
-    example="adapter trained on Llama-3-8B-Instruct, diagnosed/served with Llama-3.1-8B.",
+    "mismatches fail late. A local copy of the hub model the adapter names is the same base.",
+    example="adapter trained on a 2048-wide model, diagnosed with a 4096-wide one of the same module names.",
     fix="Pass the base the adapter was trained on (adapter_config.json base_model_name_or_path).",
 )  # fmt: skip
 def adapter_base_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ac = ctx.artifacts.adapter_config
     want = str(ac.get("base_model_name_or_path") or "")
     given = ctx.artifacts.base or ""
-    norm = lambda s: Path(s.rstrip("/")).name.lower()  # noqa: E731
-    if want and given and norm(want) != norm(given) and Path(given).resolve() != Path(want).resolve():
-        yield Hit(
-            f"adapter was trained on {want!r} but the base given is {given!r}",
-            evidence={
-                "key": "base_model_name_or_path",
-                "value": want,
-                "source": "adapter_config.json",
-                "given_base": given,
-            },
-            fix=Fix(text=f"Pass --base {want}", key="base", value=want),
-        )
-    hidden = ctx.base_config.get("hidden_size")
     w = ctx.artifacts.adapter_weights
-    if hidden and w is not None and str(w).endswith(".safetensors"):
-        shapes = _safetensors_shapes(Path(w))
-        bad = [k for k, s in shapes.items() if "lora_A" in k and ("q_proj" in k or "k_proj" in k or "v_proj" in k)
-               and len(s) == 2 and s[1] != hidden]  # fmt: skip
-        if bad:
-            yield Hit(
-                f"{len(bad)} LoRA weights expect input size {shapes[bad[0]][1]}, the base hidden size is {hidden}",
-                evidence={"file": str(w), "tensors": bad[:10], "hidden_size": hidden},
-                fix=Fix(text="Use the base model the adapter was trained on"),
-            )
+    cmp = compare_bases(want, given, ctx.base_config, w if w is not None and w.suffix == ".safetensors" else None,
+                        bool(ac.get("fan_in_fan_out")))  # fmt: skip
+    _fallback_width_check(ctx, w, cmp)
+    ev = {"key": "base_model_name_or_path", "value": want, "source": "adapter_config.json", "given_base": given,
+          "compared": cmp.compared}  # fmt: skip
+    fix = Fix(text=f"Pass the base the adapter was trained on ({want or 'see adapter_config.json'})", key="base",
+              value=want or None)  # fmt: skip
+    if cmp.mismatched:
+        yield Hit(_mismatch_message(cmp, given), evidence={**ev, **_diff_evidence(cmp), "file": str(w) if w else None},
+                  fix=fix)  # fmt: skip
+        return
+    if cmp.same_weights is False:
+        yield Hit(f"the base given ({given!r}) has the shapes of the adapter's base ({want!r}) but other weights "
+                  "(sha256 differs)", severity="warning", evidence=ev, fix=fix)  # fmt: skip
+        return
+    if want and given and not _same_name(want, given):
+        how = f"they match by {', '.join(cmp.compared)}" if cmp.compared else (
+            "nothing to compare them by (no local config or weights for both)")  # fmt: skip
+        yield Hit(
+            f"adapter_config names {want!r}, the base given is {given!r}: {how}",
+            severity="info",
+            evidence=ev,
+            fix=Fix(text="Nothing to do if the base given is a copy of the adapter's base"),
+        )
+
+
+def _same_name(want: str, given: str) -> bool:
+    norm = lambda s: Path(s.rstrip("/")).name.lower()  # noqa: E731
+    return norm(want) == norm(given) or Path(given).resolve() == Path(want).resolve()
+
+
+def _fallback_width_check(ctx: DiagnoseContext, w: Path | None, cmp: BaseComparison) -> None:
+    """Without the base's weights: attention LoRA inputs against the base config's hidden size."""
+    hidden = ctx.base_config.get("hidden_size")
+    if cmp.shapes_compared or not hidden or w is None or w.suffix != ".safetensors":
+        return
+    shapes = safetensors_shapes(w)
+    bad = [k for k, s in shapes.items() if "lora_A" in k and any(p in k for p in ("q_proj", "k_proj", "v_proj"))
+           and len(s) == 2 and s[1] != hidden]  # fmt: skip
+    if shapes:
+        cmp.compared.append("the attention LoRA inputs against the base hidden size")
+    cmp.shape_diffs += [(k.rsplit(".lora_A", 1)[0], f"in {shapes[k][1]}", f"hidden size {hidden}") for k in bad]
+
+
+def _mismatch_message(cmp: BaseComparison, given: str) -> str:
+    if cmp.config_diffs:
+        diffs = ", ".join(f"{k} {a} vs {b}" for k, a, b in cmp.config_diffs[:4])
+        return f"the base given ({given!r}) differs from the adapter's base: {diffs} (recorded vs given)"
+    if cmp.shape_diffs:
+        module, need, has = cmp.shape_diffs[0]
+        return (f"{len(cmp.shape_diffs)} LoRA weights do not fit the base given: {module} needs {need}, the base "
+                f"has {has}")  # fmt: skip
+    return f"the base given has no weight for {len(cmp.missing)} LoRA target modules (e.g. {cmp.missing[0]})"
+
+
+def _diff_evidence(cmp: BaseComparison) -> dict[str, object]:
+    return {
+        "config_diffs": [{"key": k, "recorded": a, "given": b} for k, a, b in cmp.config_diffs],
+        "tensors": [m for m, _, _ in cmp.shape_diffs[:10]],
+        "shape_diffs": [{"module": m, "needs": n, "base": h} for m, n, h in cmp.shape_diffs[:10]],
+        "missing_modules": cmp.missing[:10],
+    }
 
 
 @rule(
