@@ -99,6 +99,43 @@ def test_versions_read_from_the_runs_model_card(packed_run: Path) -> None:
     assert f"trl {trl.__version__}" in note
 
 
+RUNS = Path(__file__).parent / "fixtures" / "runs"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "card", "want"),
+    [
+        ("llamafactory_run", "### Framework versions\n\n- PEFT 0.15.2\n- Transformers 4.52.4\n- Pytorch 2.7.1\n",
+         {"transformers": "4.52.4", "torch": "2.7.1"}),
+        ("axolotl", "<details><summary>See axolotl config</summary>\n\naxolotl version: `0.9.1.post1`\n",
+         {"axolotl": "0.9.1.post1"}),
+    ],
+)  # fmt: skip
+def test_versions_of_axolotl_and_llamafactory_runs(fixture: str, card: str, want: dict, tmp_path: Path) -> None:
+    """Axolotl and LLaMA-Factory write the model card through the transformers Trainer (Axolotl adds its version
+    line); trainer_state.json and their logs record no version. Without a card the setup says none was recorded."""
+    run = tmp_path / fixture
+    shutil.copytree(RUNS / fixture, run)
+    bare = load_setup(discover(run))
+    assert "transformers" not in bare.versions and "axolotl" not in bare.versions
+    (run / "README.md").write_text(card)
+    setup = load_setup(discover(run))
+    assert {k: setup.versions[k] for k in want} == want
+    assert all(setup.sources[f"versions.{k}"].endswith("/README.md: " + ("axolotl version" if k == "axolotl" else
+               "Framework versions")) for k in want)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_report_json_carries_the_runs_versions(packed_run: Path, tmp_path: Path) -> None:
+    from gradian.pipeline import attribute_and_report
+
+    eval_file = Path(__file__).resolve().parents[1] / "examples" / "stories260k" / "data" / "eval.jsonl"
+    attribute_and_report(run=packed_run, train=packed_run / "train.jsonl", eval=eval_file, base=str(STORIES),
+                         out=tmp_path / "out")  # fmt: skip
+    versions = json.loads((tmp_path / "out" / "report.json").read_text())["settings"]["versions"]
+    assert versions["trl"] == {"version": trl.__version__, "source": "run/README.md: Framework versions"}
+
+
 def test_installed_trl_keeps_the_completion_mask_when_packing() -> None:
     """The fact C205's window rests on, asked of the installed TRL (>= 0.20): a packed batch of prompt/completion
     rows keeps -100 on the prompt tokens."""

@@ -40,6 +40,7 @@ def attribute_and_report(
     from the file whatever their position."""
     from gradian.attribute.api import attribute, split_kwargs
     from gradian.run.loaded import load_run
+    from gradian.run.versions import versions_record
 
     if run is not None:
         kwargs["run"] = run
@@ -53,6 +54,7 @@ def attribute_and_report(
     if res.partial:
         return RunOutput(res, None, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
     setup = checks.read(res)
+    res.settings["versions"] = versions_record(setup.ctx.setup.versions, setup.ctx.setup.sources)
     train_rows = setup.rows
     if setup.limited:
         res.notes.append(setup.limited)

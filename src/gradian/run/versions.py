@@ -155,3 +155,8 @@ def check_window(versions: dict[str, str], sources: dict[str, str], window: Vers
         source=sources.get(f"versions.{window.package}") if recorded else None,
         installed=None if recorded else installed_version(window.package),
     )
+
+
+def versions_record(versions: dict[str, str], sources: dict[str, str]) -> dict[str, dict[str, str | None]]:
+    """The recorded versions as report.json keeps them: package -> version and where it was read (empty: none)."""
+    return {p: {"version": v, "source": sources.get(f"versions.{p}")} for p, v in sorted(versions.items())}
