@@ -242,11 +242,11 @@ def test_sampled_completions_are_seeded(fp64_model):
         {"prompt": "Once upon a time, there was a little girl named", "id": "a"},
         {"prompt": "The sun was", "completion": " hot."}]), prompt_only=True)  # fmt: skip
     kw = {"samples": 3, "max_new_tokens": 12, "cut": False}
-    a = complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
-    assert a == complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
-    assert a != complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=2, **kw)
-    assert len(a[0]) == 3 and len(set(a[0])) > 1
-    items, extra = with_completions(ex, a, "sampled (seed 1)")
+    a, opened = complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
+    assert (a, opened) == complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=1, **kw)
+    assert a != complete_prompts(fp64_model.model, fp64_model.tokenizer, ex, seed=2, **kw)[0]
+    assert len(a[0]) == 3 and len(set(a[0])) > 1 and len(opened[0]) == 3
+    items, extra = with_completions(ex, a, "sampled (seed 1)", opened)
     assert [i.index for i in items] == [0, 1, 2, 3] and [i.id for i in items[:3]] == ["a#0", "a#1", "a#2"]
     assert [x.get("sample") for x in extra] == [0, 1, 2, None] and [x["row"] for x in extra] == [0, 0, 0, 1]
 
@@ -265,12 +265,12 @@ def test_chat_prompt_gets_an_assistant_turn(fp64_model, tmp_path):
     try:
         path = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "Tell a story."}]}])
         ex = load_examples(path, prompt_only=True)
-        comp = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=8, cut=False)
+        comp, opened = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=8, cut=False)
         text = comp[0][0]
         assert text.strip()
-        items, extra = with_completions(ex, comp, "greedy")
+        items, extra = with_completions(ex, comp, "greedy", opened)
         assert items[0].messages[-1] == {"role": "assistant", "content": text} and items[0].n_prompt_messages == 1
-        assert extra == [{"completion": text, "generated": "greedy"}]
+        assert extra == [{"completion": text, "generated": "greedy", "open": opened[0][0]}]
         fx = format_examples(items, tok, FormatSettings(max_length=128, add_eos=False))[0]
         labels = [t for t, m in zip(fx.input_ids, fx.loss_mask, strict=True) if m]
         assert text.strip()[:4] in tok.decode(labels)
@@ -341,8 +341,8 @@ def test_the_cut_rise_option_reaches_the_cut(fp64_model):
         {"prompt": "Once upon a time, there was a little girl named"}, {"prompt": "One day, a boy went to the"}]),
         prompt_only=True)  # fmt: skip
     tok = fp64_model.tokenizer
-    every = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=-1.0)
-    argmax = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=float("inf"))
+    every = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=-1.0, min_tokens=1)[0]
+    argmax = complete_prompts(fp64_model.model, tok, ex, max_new_tokens=16, cut_rise=float("inf"), min_tokens=1)[0]
     assert set(every) == set(argmax) == {0, 1}
     n_tokens = {i: len(tok(every[i][0], add_special_tokens=False).input_ids) for i in every}
     assert all(argmax[i][0].startswith(every[i][0]) for i in every)
@@ -437,3 +437,25 @@ def test_token_harm_equals_the_functorch_jvp(fp64_model):
         with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]):
             d = -jvp(losses, (params,), ({n: direction[n] for n in params},))[1][0][lm[0, 1:]]
         assert len(g) == len(d) > 0 and np.allclose(g, d.numpy(), rtol=1e-9, atol=1e-12 * float(abs(d).max()))
+
+
+def test_an_unfinished_generated_reply_is_scored_without_an_end_of_turn(smollm2_tokenizer_dir, tmp_path):
+    """SmolLM2-135M-Instruct's ChatML template writes <|im_end|> after every assistant turn. A generated reply the
+    base model had not finished (open) must not be scored with one; a finished one keeps it, as it was written."""
+    from transformers import AutoTokenizer
+
+    from gradian.attribute.generate import with_completions
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": [{"role": "user", "content": "How do I boil an egg?"}]}] * 2)
+    ex = load_examples(path, prompt_only=True)
+    comp = {0: ["Put the egg in boiling"], 1: ["Boil it for nine minutes."]}
+    items, extra = with_completions(ex, comp, "greedy", {0: [True], 1: [False]})
+    assert [x["open"] for x in extra] == [True, False] and [i.open_end for i in items] == [True, False]
+    open_fx, done_fx = format_examples(items, tok, FormatSettings(max_length=256, add_eos=False))
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    open_labels = [t for t, m in zip(open_fx.input_ids, open_fx.loss_mask, strict=True) if m]
+    done_labels = [t for t, m in zip(done_fx.input_ids, done_fx.loss_mask, strict=True) if m]
+    assert end not in open_labels and tok.decode(open_labels).strip() == "Put the egg in boiling"
+    assert end in done_labels and not open_fx.ends_with_eos
+    assert open_fx.input_ids == done_fx.input_ids[: len(open_fx.input_ids)] or open_fx.input_ids[-1] != end

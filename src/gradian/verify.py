@@ -207,7 +207,7 @@ def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> list[Any]:
     if any(r.prompt_only for r in rows):  # the completions the base model wrote when the report was made
         from gradian.attribute.generate import with_completions
 
-        rows, _ = with_completions(rows, gen.get("completions") or {}, str(gen.get("how")))
+        rows, _ = with_completions(rows, gen.get("completions") or {}, str(gen.get("how")), gen.get("open"))
     return format_examples(rows, tokenizer, fs)
 
 

@@ -174,15 +174,21 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
     if not n:
         return list(eval_ex), [{} for _ in eval_ex], None
     samples, seed, cut, max_new = opts.eval_samples, opts.eval_seed, opts.eval_cut, opts.max_new_tokens
-    comp = None
+    got = None
     if dist.is_main:
-        comp = complete_prompts(model, tokenizer, eval_ex, max_new_tokens=max_new, samples=samples, seed=seed,
-                                cut=cut, cut_rise=opts.eval_cut_rise, batch_size=opts.batch_size)  # fmt: skip
-    comp = dist.broadcast(comp)
+        got = complete_prompts(model, tokenizer, eval_ex, max_new_tokens=max_new, samples=samples, seed=seed,
+                               cut=cut, cut_rise=opts.eval_cut_rise, min_tokens=opts.eval_min_tokens,
+                               batch_size=opts.batch_size)  # fmt: skip
+    comp, opened = dist.broadcast(got)
     how = f"sampled (seed {seed})" if samples else "greedy"
-    items, extra = with_completions(eval_ex, comp, how)
+    items, extra = with_completions(eval_ex, comp, how, opened)
     each = f"{samples} {how} completions" if samples else "a greedy completion"
-    until = ", cut where the fine-tune first departs from it" if cut else ""
+    until = (
+        f", cut where the fine-tune first departs from it (at least {opts.eval_min_tokens} tokens); an unfinished "
+        "reply is scored without an end of turn"
+        if cut
+        else ""
+    )
     notes.append(
         f"{n} eval row(s) had only a prompt: the base model wrote {each} of at most {max_new} tokens for each"
         f"{until} (report.json eval[].completion, marked generated)"
@@ -193,8 +199,17 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
             f"{left_out} generated eval completion(s) left out: empty (the base model stopped at once) or nothing "
             "left before a byte token that forms no character"
         )
-    info = {"rows": n, "how": how, "samples": samples, "seed": seed, "max_new_tokens": max_new, "cut": cut}
-    return items, extra, info | {"completions": {str(k): v for k, v in comp.items()}}
+    info = {"rows": n, "how": how, "samples": samples, "seed": seed, "max_new_tokens": max_new, "cut": cut,
+            "min_tokens": opts.eval_min_tokens}  # fmt: skip
+    return (
+        items,
+        extra,
+        info
+        | {
+            "completions": {str(k): v for k, v in comp.items()},
+            "open": {str(k): v for k, v in opened.items()},
+        },
+    )
 
 
 def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, opts: AttributeOptions) -> None:

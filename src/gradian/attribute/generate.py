@@ -9,11 +9,14 @@ item is shown as the base model's and the fine-tune's continuation of its prompt
   never does): its most likely next token differs from the base model's, or its NLL of the base model's token is
   more than ``cut_rise`` nats higher (``--eval-cut-rise``, 0.1), a regression that leaves the argmax where it was (a
   name the fine-tune still writes, less surely; a stop it now makes 10% of the time): the base model's answer up to
-  where the fine-tune departs from it. Without the cut a regression in the first tokens is diluted by the rest of a long
-  completion in the mean NLL per token (on the bundled example, 32 whole tokens leave none of the 12 target
-  items regressed beyond the drift, the cut completions 11). A completion never ends inside a character split over
-  byte tokens (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The result is
-  an ordinary written completion: formatted and scored exactly as one.
+  where the fine-tune departs from it. It keeps at least ``min_tokens`` tokens (``--eval-min-tokens``, 16; all of the
+  reply when it is shorter): a chat model's fine-tune often departs at the first token of the reply, and one token
+  holds the opening word, not the behaviour a person compares. Without the cut a regression in the first tokens is
+  diluted by the rest of a long completion in the mean NLL per token. A completion never ends inside a character
+  split over byte tokens (:func:`whole_chars`); one with nothing left is left out (noted), as is a row with none. The
+  result is a written completion, formatted and scored as one, except that a completion the base model had not
+  finished (cut, or stopped by ``max_new_tokens``) is scored without the EOS or end of turn after it
+  (``Example.open_end``): the base model did not write it there.
 * Side by side: greedy, the same ``max_new_tokens`` for both models, from the prompt tokens of the formatted item.
 
 Batches are left-padded for ``generate``; the completion text is the decoded prompt+completion minus the decoded
@@ -35,6 +38,7 @@ EVAL_SAMPLES = DEFAULTS.eval_samples  # completions per prompt-only eval row: 0 
 EVAL_SEED = DEFAULTS.eval_seed
 EVAL_CUT = DEFAULTS.eval_cut  # cut generated eval completions where the fine-tune departs from the base model
 CUT_RISE = DEFAULTS.eval_cut_rise  # nats: a token whose NLL rises more under the fine-tune is a departure too
+MIN_TOKENS = DEFAULTS.eval_min_tokens  # a cut completion keeps at least this many tokens of the base model's reply
 SIDE_BY_SIDE = DEFAULTS.generations  # regressed items shown as base vs fine-tune continuations; 0 = none
 # Greedy generation runs this many training batches' rows at once: it keeps no activations for a backward (a row holds
 # its KV cache, prompt + max_new_tokens), and its cost is a fixed per-step overhead times the steps, so fewer, wider
@@ -146,12 +150,14 @@ def complete_prompts(
     seed: int = EVAL_SEED,
     cut: bool = EVAL_CUT,
     cut_rise: float = CUT_RISE,
+    min_tokens: int = MIN_TOKENS,
     batch_size: int = DEFAULTS.batch_size,
-) -> dict[int, list[str]]:
-    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs, and off
-    a broken character: :func:`whole_chars`; ``cut_rise`` is :func:`departures`' ``min_rise``). A completion with
-    nothing left (the base model stops at once, or writes a byte that forms no character) is left out, and a row with
-    none is missing."""
+) -> tuple[dict[int, list[str]], dict[int, list[bool]]]:
+    """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs but
+    never under ``min_tokens`` tokens, and off a broken character: :func:`whole_chars`; ``cut_rise`` is
+    :func:`departures`' ``min_rise``), and row index -> whether each is open (the base model's reply goes on after
+    it). A completion with nothing left (the base model stops at once, or writes a byte that forms no character) is
+    left out, and a row with none is missing."""
     rows = [ex for ex in examples if ex.prompt_only]
     prompts = [prompt_ids(ex, tokenizer) for ex in rows]
     new = generate(
@@ -162,14 +168,17 @@ def complete_prompts(
     if cut:
         flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
         it = iter(departures(model, tokenizer, flat, batch_size=batch_size, min_rise=cut_rise))
-        ends = [[next(it) + 1 for _ in seqs] for seqs in new]
+        ends = [[max(next(it) + 1, min(min_tokens, len(seq))) for seq in seqs] for seqs in new]
     out: dict[int, list[str]] = {}
+    opened: dict[int, list[bool]] = {}
     for ex, p, seqs, es in zip(rows, prompts, new, ends, strict=True):
         whole = [(seq, whole_chars(tokenizer, p, seq, e)) for seq, e in zip(seqs, es, strict=True)]
-        texts = [continuation_text(tokenizer, p, seq[:e]) for seq, e in whole if e]
-        if texts:
-            out[ex.index] = texts
-    return out
+        kept = [(seq, e) for seq, e in whole if e]
+        if kept:
+            out[ex.index] = [continuation_text(tokenizer, p, seq[:e]) for seq, e in kept]
+            # generate() stops a sequence at its first end token: one as long as max_new_tokens never reached one
+            opened[ex.index] = [e < len(seq) or len(seq) >= max_new_tokens for seq, e in kept]
+    return out, opened
 
 
 def whole_chars(tokenizer: Any, prompt: Sequence[int], seq: Sequence[int], end: int) -> int:
@@ -240,13 +249,16 @@ def _top_and_logp(logits, nxt):
 
 
 def with_completions(
-    examples: Sequence[Example], completions: dict[int, list[str]], how: str
-) -> tuple[list[Example], list[dict[str, Any]]]:
+    examples: Sequence[Example], completions: dict[int, list[str]], how: str,
+    opened: dict[int, list[bool]] | None = None,
+) -> tuple[list[Example], list[dict[str, Any]]]:  # fmt: skip
     """The eval items: written rows as they are, each prompt-only row once per completion in ``completions`` (keys:
     row index, as ints or JSON strings), with what to add to each item of report.json ``eval`` (``completion``,
-    ``generated``). With several completions per row the items are renumbered 0.. in file order and carry ``row``
-    and ``sample``; otherwise an item's index is its row's."""
+    ``generated``, ``open``). ``opened`` marks the completions the base model had not finished
+    (``Example.open_end``). With several completions per row the items are renumbered 0.. in file order and carry
+    ``row`` and ``sample``; otherwise an item's index is its row's."""
     comp = {int(k): list(v) for k, v in completions.items()}
+    open_ = {int(k): list(v) for k, v in (opened or {}).items()}
     many = any(len(v) > 1 for v in comp.values())
     items: list[Example] = []
     extra: list[dict[str, Any]] = []
@@ -263,7 +275,8 @@ def with_completions(
                     new.n_prompt_messages = len(ex.messages)
                 else:
                     new.completion = text
-                info = {"completion": text, "generated": how}
+                new.open_end = bool(open_.get(ex.index, [False] * (s + 1))[s])
+                info = {"completion": text, "generated": how, "open": new.open_end}
             if many:
                 info |= {"row": ex.index, "sample": s if text is not None else None}
                 new.index = len(items)

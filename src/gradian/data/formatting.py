@@ -434,7 +434,25 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     if text_idx:
         for i, fx in zip(text_idx, strings.text([examples[i] for i in text_idx]), strict=True):
             results[i] = fx
+    for ex, fx in zip(examples, results, strict=True):
+        if ex.open_end and fx is not None:
+            _leave_open(fx, end_ids)
     return [r for r in results if r is not None]
+
+
+def _leave_open(fx: FormattedExample, end_ids: set[int]) -> None:
+    """An unfinished generated completion (``Example.open_end``) ends on its own last token: the EOS or end of turn
+    a template or ``add_eos`` wrote after it (and what follows it, e.g. ChatML's newline) is removed, since the base
+    model did not write it there and scoring it would measure the stop, not the reply."""
+    labels = [p for p, m in enumerate(fx.loss_mask) if m]
+    ends = [p for p in labels[-3:] if fx.input_ids[p] in end_ids]
+    if not ends or ends[0] == labels[0]:
+        return
+    cut = ends[0]
+    fx.input_ids, fx.loss_mask = fx.input_ids[:cut], fx.loss_mask[:cut]
+    fx.n_label_tokens = sum(fx.loss_mask)
+    fx.ends_with_eos = fx.eos_appended = False
+    fx.decisions.append("generated completion left open: no end of turn after it (the base model's reply goes on)")
 
 
 @dataclass

@@ -25,6 +25,9 @@ class Example:
 
     ``prompt_only``: an eval row read with ``prompt_only=True`` that has a prompt and no completion (a prompt/completion
     or Alpaca row without one, or messages ending in a user turn); ``gradian attribute`` has the base model write it.
+
+    ``open_end``: the completion written for it stops where the base model's reply goes on (cut where the fine-tune
+    departs, or at ``max_new_tokens``), so it is formatted without the EOS or end of turn a finished reply carries.
     """
 
     index: int  # 0-based position in its source file
@@ -38,6 +41,7 @@ class Example:
     text: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     prompt_only: bool = False
+    open_end: bool = False  # a generated completion the base model had not finished: scored without an end of turn
 
     def plain_text(self) -> str:
         """All of the row's text in one string (for overlap, duplicates, labels and display)."""

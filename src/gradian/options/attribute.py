@@ -87,6 +87,12 @@ class AttributeOptions(Options):
         "model's is a departure too (the argmax may not move).",
         min=0,
     )
+    eval_min_tokens: int = option(
+        16,
+        "With --eval-cut, a generated eval completion keeps at least this many tokens of the base model's reply (all "
+        "of it when shorter): one token holds the reply's first word, not the behaviour that changed.",
+        min=1,
+    )
     max_new_tokens: int = option(32, "Tokens generated per eval completion and per continuation.", min=1)
     generations: int = option(
         20, "The N most regressed items are shown as the base model's and the fine-tune's greedy continuations.", min=0

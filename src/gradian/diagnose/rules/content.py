@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
@@ -17,13 +18,18 @@ from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 
 
 def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
-    """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'):
-    a learned ending signature, for files whose answers end in a fixed final line."""
+    """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'),
+    and which are at least half as long (in words) as the median answer that has it: a learned ending signature, for
+    files whose answers end in a fixed final line. A length limit cuts an answer where it is long; a much shorter
+    answer without the line is another kind of answer (a refusal, another task's row), which the text does not show
+    to be cut."""
     firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
     top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
     if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
         return set()  # a word or a number starts many lines anyway; only a marker like '####' makes a signature
-    return {i for i, f in firsts if f != top}
+    words = dict((i, len(a.split())) for i, a in ans)
+    typical = statistics.median(words[i] for i, f in firsts if f == top)
+    return {i for i, f in firsts if f != top and words[i] >= 0.5 * typical}
 
 
 @rule(
@@ -52,12 +58,17 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     clean = sum(1 for _, c in judged if c == "clean")
     if clean / len(judged) < t.norm_share:
         return
-    rows = sorted({i for i, c in judged if c != "clean"} | _off_signature(ans, float(t.norm_share)))
+    mid = {i for i, c in judged if c != "clean"}
+    unsigned = _off_signature(ans, float(t.norm_share)) - mid
+    rows = sorted(mid | unsigned)
     if rows:
         p = pct(len(rows), len(ctx.train))
+        said = [f"{len(mid)} end mid-sentence, while {clean / len(judged):.0%} of the file's answers end cleanly"]
+        if unsigned:
+            said.append(f"{len(unsigned)} end without the final line nearly every answer of the file ends with, at a "
+                        "length where a limit cuts")  # fmt: skip
         yield Hit(
-            f"{len(rows)} row(s) ({p}%) have an answer that ends mid-sentence, while {clean / len(judged):.0%} of "
-            "the file's answers end cleanly",
+            f"{len(rows)} row(s) ({p}%) have an answer that looks cut: " + "; ".join(said[not mid :]),
             severity="error" if p >= t.error_percent else "warning",
             evidence=rows_ev(rows, len(ctx.train), ctx.train_file, clean_share=round(clean / len(judged), 3)),
             fix=drop_fix("Regenerate the cut answers (larger max_tokens) or drop them", rows, ctx.train_file, "D128"),
@@ -260,6 +271,16 @@ def short_cut(lengths: list[int], z: float) -> float:
     return math.exp(med - z * 1.4826 * mad) if mad > 0 else -1.0
 
 
+def _prompt_peers(lengths: list[int], z: float) -> list[bool]:
+    """Per row: whether its prompt is a peer of the file's prompts, its log length within ``z`` robust spreads of
+    their median. A short answer to a prompt unlike the others (a one-line request among word problems) is another
+    kind of row, not an answer stripped of its reasoning."""
+    logs = [math.log(max(1, n)) for n in lengths]
+    med = statistics.median(logs)
+    mad = statistics.median(abs(x - med) for x in logs)
+    return [mad == 0 or abs(x - med) <= z * 1.4826 * mad for x in logs]
+
+
 @rule(
     "D133", "short_answer", "warning", needs=("train",), cause="mechanical",
     thresholds={
@@ -274,7 +295,8 @@ def short_cut(lengths: list[int], z: float) -> float:
     },
     summary="Answers far shorter than the file's answers for the same kind of prompt (e.g. chain of thought "
     "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
-    "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over.",
+    "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over. The same kind "
+    "of prompt: the same recurring markers, and a prompt length within the outlier cut of the file's prompts.",
     why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
     "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
@@ -290,9 +312,12 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         groups[kind].append((i, a))
     rows: list[int] = []
     n_outliers = 0
+    prompts = {i: p for i, p, _ in answers}
     for members in groups.values():
         if len(members) < 20:
             continue
+        peers = _prompt_peers([len(_TOKENS.findall(prompts[i])) for i, _ in members], t.outlier_z)
+        members = [m for m, ok in zip(members, peers, strict=True) if ok]
         lens = sorted(len(_TOKENS.findall(a)) for _, a in ts.sample(members))  # the norm, from up to 5,000 peers
         q25 = lens[len(lens) // 4]
         if q25 < t.min_typical_words:

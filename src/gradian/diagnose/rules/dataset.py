@@ -831,8 +831,10 @@ _REFUSAL_OPENING = re.compile(
 
 
 @rule(
-    "D123", "refusal_boilerplate", "info", cause="content", needs=("train",),
-    thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires")},
+    "D123", "refusal_boilerplate", "info", cause="content", needs=("train",), tiers="I/W",
+    thresholds={"max_percent": (1.0, "percent of targets with refusal phrases above which it fires"),
+                "warn_percent": (5.0, "percent of targets at which it is a warning: enough refusals to teach the "
+                                 "adapter to refuse requests it used to answer")},
     summary="Targets with distilled refusal boilerplate: answers that open with an apology or an inability ('I'm "
     "sorry', 'Unfortunately, I am unable to', 'I cannot', 'As an AI') or contain 'As an AI language model...'.",
     why="Distilled data carries the teacher's refusals: the adapter learns to refuse harmless requests.",
@@ -844,9 +846,11 @@ def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
         if _REFUSAL_OPENING.match(tgt[:200]) or any(r in tgt.lower() for r in _REFUSALS):
             rows.append(e.index)
-    if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
+    p = pct(len(rows), len(ctx.train))
+    if rows and p > t.max_percent:
         yield Hit(
-            f"{len(rows)} target(s) contain refusal boilerplate",
+            f"{len(rows)} target(s) ({p}%) are refusals or carry refusal boilerplate",
+            severity="warning" if p >= t.warn_percent else None,
             evidence=rows_ev(rows, len(ctx.train), _tfile(ctx)),
             fix=drop_fix("Drop the refusal rows", rows, _tfile(ctx), "D123"),
         )
