@@ -177,7 +177,26 @@ def test_packing_error_below_trls_window(packed_run: Path, tmp_path: Path) -> No
     assert c205.severity.value == "error" and "TRL 0.19.1" in c205.message
     assert c205.evidence["version_window"].startswith("TRL >= 0.20 keeps the completion/assistant mask")
     unknown = _with_card_trl(packed_run, tmp_path / "unknown", None)
+    for pickled in unknown.rglob("training_args.bin"):
+        pickled.unlink()
+    args = json.loads((unknown / "training_args.json").read_text())
+    assert args.pop("packing_strategy") == "bfd"  # a name TRL uses from 0.20: it alone would settle the window
+    (unknown / "training_args.json").write_text(json.dumps(args))
     assert [f.severity.value for f in diag(**_inputs(unknown), base=str(STORIES), select=["C205"])] == ["info"]
+
+
+def test_packing_strategy_implies_the_trl_window_without_a_card(packed_run: Path, tmp_path: Path) -> None:
+    """No model card (a run saved without checkpoints writes PEFT's card only): the packing_strategy the dumped
+    SFTConfig holds tells the TRL apart, "bfd" from 0.20 on, "ffd" in 0.19 only (TRL's sft_config.py at those tags).
+    The "ffd" case is this run's training_args.json edited to hold 0.19's name (the real 0.19.1 run is below)."""
+    bare = _with_card_trl(packed_run, tmp_path / "bare", None)
+    setup = load_setup(discover(bare))
+    assert "trl" not in setup.versions and setup.version_ranges["trl"].low == (0, 20)
+    assert diag(**_inputs(bare), base=str(STORIES), select=["C205"]) == []
+    args = json.loads((bare / "training_args.json").read_text())
+    (bare / "training_args.json").write_text(json.dumps({**args, "packing_strategy": "ffd"}))
+    (c205,) = diag(**_inputs(bare), base=str(STORIES), select=["C205"])
+    assert c205.severity.value == "error" and "implied by training_args.json: packing_strategy 'ffd'" in c205.message
 
 
 OLD_TRL_RUN = """
@@ -218,6 +237,10 @@ def test_real_old_trl_drops_the_mask_and_gets_the_error(tmp_path: Path) -> None:
     assert batch["labelled"] == batch["tokens"]  # the prompt mask is gone
     setup = load_setup(discover(tmp_path / "run"))
     assert setup.versions["trl"].startswith("0.")
+    fs = diag(run=tmp_path / "run", train=tmp_path / "train.jsonl", base=str(STORIES), select=["C205"])
+    assert [f.severity.value for f in fs] == ["error"]
+    for card in (tmp_path / "run").rglob("README.md"):
+        card.unlink()  # no card: the SFTConfig's packing_strategy ("ffd", TRL 0.19's name) settles it
     fs = diag(run=tmp_path / "run", train=tmp_path / "train.jsonl", base=str(STORIES), select=["C205"])
     assert [f.severity.value for f in fs] == ["error"]
 

@@ -64,7 +64,7 @@ class DiagnoseContext:
 
     def version_window(self, window: VersionWindow) -> WindowCheck:
         """The run's recorded version against ``window``; unknown (``inside`` None) when the run recorded none."""
-        return check_window(self.setup.versions, self.setup.sources, window)
+        return check_window(self.setup.versions, self.setup.sources, window, self.setup.version_ranges)
 
     def effective_max_length(self) -> tuple[int | None, str]:
         if self.format_settings is not None and self.format_settings.max_length is not None:

@@ -36,7 +36,14 @@ from gradian.run.configs import (
     read_config,
 )
 from gradian.run.types import RunArtifacts, TrainingSetup
-from gradian.run.versions import RecordedVersion, VersionWindow, card_versions, check_window, parse_version
+from gradian.run.versions import (
+    RecordedVersion,
+    VersionWindow,
+    card_versions,
+    check_window,
+    parse_version,
+    trl_range_from_config,
+)
 
 TRL_APPENDS_EOS = VersionWindow("trl", (0, 16), "appends EOS to string rows", "append none")
 
@@ -470,6 +477,10 @@ def _versions(b: _Builder, artifacts: RunArtifacts, files: list[ConfigFile]) -> 
         elif parse_version(have) != parse_version(rv.version):
             b.setup.notes.append(f"{rv.source} says {rv.package} {rv.version}; using {have} from "
                                  f"{b.setup.sources[f'versions.{rv.package}']}")  # fmt: skip
+    if "trl" not in b.setup.versions:
+        implied = trl_range_from_config(b.setup.packing_strategy, b.setup.sources.get("packing_strategy"))
+        if implied is not None:
+            b.setup.version_ranges["trl"] = implied
     b.setup.notes.append(_versions_note(b.setup))
 
 
@@ -489,10 +500,12 @@ def _config_json_version(cfg: Path) -> list[RecordedVersion]:
 
 
 def _versions_note(setup: TrainingSetup) -> str:
-    """One line for diagnose to print: the versions the run recorded and where, or that it recorded none."""
+    """One line for diagnose to print: the versions the run recorded and where, or that it recorded none, and what
+    its config implies."""
+    implied = "".join(f"; {r.label(p)} implied by {r.source}" for p, r in setup.version_ranges.items())
     if not setup.versions:
         return ("the run recorded no library versions (no model card README.md, no *_version key): checks that "
-                "depend on a version say so instead of assuming one")  # fmt: skip
+                f"depend on a version say so instead of assuming one{implied}")  # fmt: skip
     by_source: dict[str, list[str]] = {}
     for package, version in setup.versions.items():
         by_source.setdefault(setup.sources.get(f"versions.{package}", "?"), []).append(f"{package} {version}")
@@ -501,7 +514,7 @@ def _versions_note(setup: TrainingSetup) -> str:
     missing = "" if not trainer or trainer in setup.versions or trainer == "transformers" else (
         f"; no {trainer} version recorded"
     )  # fmt: skip
-    return f"versions recorded by the run: {listed}{missing}"
+    return f"versions recorded by the run: {listed}{missing}{implied}"
 
 
 def _framework(files: list[ConfigFile], artifacts: RunArtifacts) -> tuple[str | None, str | None]:
@@ -636,7 +649,7 @@ def _eos_decision(setup: TrainingSetup) -> tuple[bool, str]:
     fw = (setup.framework or "").lower()
     if fw == "transformers":
         return False, "transformers Trainer: the tokenizer appends no EOS"
-    trl = check_window(setup.versions, setup.sources, TRL_APPENDS_EOS)
+    trl = check_window(setup.versions, setup.sources, TRL_APPENDS_EOS, setup.version_ranges)
     if fw == "trl" and trl.inside is False:
         return False, f"{trl.note()}: {TRL_APPENDS_EOS.describe()}"
     if setup.add_eos is not None:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradian.run.versions import VersionRange
+
 
 @dataclass
 class TrainingSetup:
@@ -49,6 +51,7 @@ class TrainingSetup:
     seed: int | None = None
     attn_implementation: str | None = None
     versions: dict[str, str] = field(default_factory=dict)  # package -> version the run recorded (sources: where)
+    version_ranges: dict[str, VersionRange] = field(default_factory=dict)  # implied by the config, where unrecorded
     raw: dict[str, Any] = field(default_factory=dict)  # merged raw keys of every config file read
     unknown_keys: list[str] = field(default_factory=list)
     deprecated_keys: list[str] = field(default_factory=list)

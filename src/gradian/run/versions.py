@@ -115,6 +115,43 @@ class VersionWindow:
 
 
 @dataclass(frozen=True)
+class VersionRange:
+    """What a run's config implies about a library's version where it recorded none: ``low`` <= version < ``high``
+    (either end open), read from ``source``."""
+
+    low: tuple[int, ...] | None
+    high: tuple[int, ...] | None
+    source: str
+
+    def label(self, package: str) -> str:
+        name = DISPLAY.get(package, package)
+        ends = [f">= {_dotted(self.low)}" if self.low else "", f"< {_dotted(self.high)}" if self.high else ""]
+        return f"{name} {' and '.join(e for e in ends if e)}"
+
+
+def _dotted(v: tuple[int, ...] | None) -> str:
+    return ".".join(map(str, v or ()))
+
+
+# SFTConfig.packing_strategy values and the TRL versions that know them (tags of huggingface/trl: "ffd" in 0.19.x,
+# renamed "bfd" in 0.20.0; "bfd-requeue" / "bfd_split" later). A run that trained with one ran such a TRL.
+TRL_PACKING_STRATEGIES: dict[str, tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {
+    "ffd": ((0, 19), (0, 20)),
+    "bfd": ((0, 20), None),
+    "bfd-requeue": ((0, 20), None),
+    "bfd_split": ((0, 20), None),
+}
+
+
+def trl_range_from_config(packing_strategy: str | None, source: str | None) -> VersionRange | None:
+    """The TRL versions a packing_strategy value set in the run's config implies; None when it implies nothing."""
+    bounds = TRL_PACKING_STRATEGIES.get(str(packing_strategy or "").lower())
+    if bounds is None or not source or "default" in source:
+        return None
+    return VersionRange(bounds[0], bounds[1], f"{source} {packing_strategy!r}")
+
+
+@dataclass(frozen=True)
 class WindowCheck:
     """A run's version against a :class:`VersionWindow`. ``inside`` is True at or above ``since``, False below, None
     when the run recorded no version (``installed`` is then a hint, never the answer)."""
@@ -123,11 +160,18 @@ class WindowCheck:
     recorded: str | None
     source: str | None
     installed: str | None
+    implied: VersionRange | None = None  # what the config implies where no version was recorded
 
     @property
     def inside(self) -> bool | None:
         v = parse_version(self.recorded)
-        return None if v is None else v >= self.window.since
+        if v is not None:
+            return v >= self.window.since
+        if self.implied is not None and self.implied.low is not None and self.implied.low >= self.window.since:
+            return True
+        if self.implied is not None and self.implied.high is not None and self.implied.high <= self.window.since:
+            return False
+        return None
 
     @property
     def known(self) -> bool:
@@ -138,6 +182,8 @@ class WindowCheck:
         name = DISPLAY.get(self.window.package, self.window.package)
         if self.recorded:
             return f"{name} {self.recorded} (recorded by the run: {self.source})"
+        if self.implied is not None and self.inside is not None:
+            return f"{self.implied.label(self.window.package)} (no version recorded; implied by {self.implied.source})"
         hint = f"; {name} {self.installed} is installed here" if self.installed else ""
         return f"the run recorded no {name} version{hint}"
 
@@ -146,14 +192,21 @@ class WindowCheck:
         return {"version": self.note(), "version_window": self.window.describe()}
 
 
-def check_window(versions: dict[str, str], sources: dict[str, str], window: VersionWindow) -> WindowCheck:
-    """``window`` against the versions a setup recorded (``TrainingSetup.versions`` / ``sources``)."""
+def check_window(
+    versions: dict[str, str],
+    sources: dict[str, str],
+    window: VersionWindow,
+    ranges: dict[str, VersionRange] | None = None,
+) -> WindowCheck:
+    """``window`` against the versions a setup recorded (``TrainingSetup.versions`` / ``sources``), else against
+    what its config implies (``TrainingSetup.version_ranges``)."""
     recorded = versions.get(window.package) or None
     return WindowCheck(
         window=window,
         recorded=recorded,
         source=sources.get(f"versions.{window.package}") if recorded else None,
         installed=None if recorded else installed_version(window.package),
+        implied=None if recorded else (ranges or {}).get(window.package),
     )
 
 
