@@ -197,7 +197,8 @@ def too_few_steps(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 @rule(
     "C205", "packing_with_completion_mask", "error", needs=("setup",), tiers="E/I",
     summary="Packing together with completion-only or assistant-only loss on a TRL that drops the mask when packing "
-    "(TRL < 0.20; TRL >= 0.20 keeps it). Unknown TRL version: an info note.",
+    "(TRL < 0.20; TRL >= 0.20 keeps it). The TRL version is the one the run's model card records, else the one "
+    "its packing_strategy implies (ffd: 0.19, bfd: >= 0.20); unknown: an info note.",
     why="With packing, TRL before 0.20 packed input_ids alone: the prompt mask is silently lost and the model trains "
     "on the prompts. TRL 0.20 (trl#3749) packs the completion and assistant masks with the rows.",
     example="SFTConfig(packing=True, completion_only_loss=True) on TRL 0.19.",
