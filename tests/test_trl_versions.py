@@ -245,23 +245,29 @@ def test_real_old_trl_drops_the_mask_and_gets_the_error(tmp_path: Path) -> None:
     assert [f.severity.value for f in fs] == ["error"]
 
 
-def _other_width_base(out: Path) -> Path:
-    """A real Llama checkpoint with stories260K's module names at other widths (hidden 96, 6 layers)."""
+def _other_base(out: Path, hidden: int = 96, layers: int = 6) -> Path:
+    """A real Llama checkpoint with stories260K's module names at other sizes (default: hidden 96, 6 layers)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(str(STORIES))
-    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.head_dim = 96, 256, 6, 12
+    if hidden != cfg.hidden_size:
+        cfg.hidden_size, cfg.intermediate_size, cfg.head_dim = hidden, 256, hidden // cfg.num_attention_heads
+    cfg.num_hidden_layers = layers
     AutoModelForCausalLM.from_config(cfg).save_pretrained(str(out))
     AutoTokenizer.from_pretrained(str(STORIES)).save_pretrained(str(out))
     return out
 
 
 def test_base_of_other_shapes_is_an_error(packed_run: Path, tmp_path: Path) -> None:
-    other = _other_width_base(tmp_path / "stories260K")  # the same folder name as the recorded hub id
+    other = _other_base(tmp_path / "stories260K")  # the same folder name as the recorded hub id
     fs = diag(**_inputs(packed_run), base=str(other), select=["X404"])
     assert [f.severity.value for f in fs] == ["error"]
     assert "do not fit the base given" in fs[0].message
     assert fs[0].evidence["shape_diffs"] and fs[0].evidence["missing_modules"] == []
+    shallow = _other_base(tmp_path / "shallow" / "stories260K", hidden=64, layers=3)  # same widths, 3 of 5 layers
+    fs = diag(**_inputs(packed_run), base=str(shallow), select=["X404"])
+    assert [f.severity.value for f in fs] == ["error"] and fs[0].evidence["shape_diffs"] == []
+    assert fs[0].message.startswith("the base given has no weight for 14 LoRA target modules")
 
 
 def test_bases_compared_by_config_shapes_and_weights(packed_run: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 CONFIG_KEYS = ("model_type", "architectures", "hidden_size", "num_hidden_layers", "intermediate_size",
                "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size")  # fmt: skip
 HASH_MAX_BYTES = 256 * 2**20  # hash both bases' weights when each is at most this size
+_LAYER = re.compile(r"\.\d+\.")  # a layer index inside a module path
 _LORA_KEY = re.compile(r"^(?:base_model\.model\.)?(.+?)\.(lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.|$)")
 
 
@@ -111,8 +112,9 @@ def compare_shapes(adapter: dict[str, list[int]], base: dict[str, list[int]], fa
     if not modules:
         return
     found = {m: _base_tensor(base, m) for m in modules}
-    if sum(1 for s in found.values() if s is not None) * 2 < len(modules):
-        return  # the names do not line up (another saving convention): no verdict from shapes
+    kinds = {_LAYER.sub(".N.", m) for m, s in found.items() if s is not None}
+    if sum(1 for m in modules if _LAYER.sub(".N.", m) in kinds) * 2 < len(modules):
+        return  # the module names do not line up (another saving convention): no verdict from shapes
     out.shapes_compared = True
     out.compared.append(f"the {len(modules)} LoRA target shapes")
     for module, parts in modules.items():

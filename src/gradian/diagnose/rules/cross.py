@@ -149,18 +149,23 @@ def _fallback_width_check(ctx: DiagnoseContext, w: Path | None, cmp: BaseCompari
            and len(s) == 2 and s[1] != hidden]  # fmt: skip
     if shapes:
         cmp.compared.append("the attention LoRA inputs against the base hidden size")
-    cmp.shape_diffs += [(k.rsplit(".lora_A", 1)[0], f"in {shapes[k][1]}", f"hidden size {hidden}") for k in bad]
+    cmp.shape_diffs += [
+        (k.rsplit(".lora_A", 1)[0].removeprefix("base_model.model."), f"in {shapes[k][1]}", f"hidden size {hidden}")
+        for k in bad
+    ]
 
 
 def _mismatch_message(cmp: BaseComparison, given: str) -> str:
     if cmp.config_diffs:
         diffs = ", ".join(f"{k} {a} vs {b}" for k, a, b in cmp.config_diffs[:4])
         return f"the base given ({given!r}) differs from the adapter's base: {diffs} (recorded vs given)"
+    missing = f"the base given has no weight for {len(cmp.missing)} LoRA target modules (e.g. {cmp.missing[0]})" if (
+        cmp.missing) else ""  # fmt: skip
     if cmp.shape_diffs:
         module, need, has = cmp.shape_diffs[0]
         return (f"{len(cmp.shape_diffs)} LoRA weights do not fit the base given: {module} needs {need}, the base "
-                f"has {has}")  # fmt: skip
-    return f"the base given has no weight for {len(cmp.missing)} LoRA target modules (e.g. {cmp.missing[0]})"
+                f"has {has}" + (f"; {missing}" if missing else ""))  # fmt: skip
+    return missing
 
 
 def _diff_evidence(cmp: BaseComparison) -> dict[str, object]:
