@@ -204,6 +204,12 @@ class GradientCollector:
         self.reset()
         return result
 
+    def from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-example gradients (and covariance sums) from output gradients another backward produced (a trainer's,
+        :mod:`gradian.integrations`): ``calls`` are ``(block, input, output)`` per call, ``deltas`` the gradient of
+        the summed loss at each output (None: not reached)."""
+        return self._from_deltas(calls, deltas, token_mask)
+
     def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         """The per-example gradients (and covariance sums) from every call's input and output gradient."""
         m = token_mask.to(torch.bool)

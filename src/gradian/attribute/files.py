@@ -53,7 +53,7 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     train_fx, train_ids, n_dropped = _training_rows(art.train_file, ld.lm.tokenizer, fs, out, ld.dist)
     if n_dropped:
         ld.notes.append(f"{n_dropped} training rows the trainer would drop are not scored")
-    states = _adapter_states(ld, choices, ck_notes)
+    states = _adapter_states(ld, choices, ck_notes, opts.gradients == "auto")
     res = run_attribution(
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
@@ -136,15 +136,17 @@ def _load_model(art: Any, fs: Any, opts: AttributeOptions, dist: Dist | None) ->
     return Loaded(art, fs, lm, dist, list(lm.notes))
 
 
-def _adapter_states(ld: Loaded, choices: list, ck_notes: list[str]) -> list[AdapterState]:
-    """The adapter as found, or the chosen checkpoints (``--checkpoints``) with their weights and store keys."""
+def _adapter_states(ld: Loaded, choices: list, ck_notes: list[str], recorded: bool = True) -> list[AdapterState]:
+    """The adapter as found (with the gradients a GradianCallback recorded beside it, when ``recorded`` and there
+    are some), or the chosen checkpoints (``--checkpoints``) with their weights and store keys."""
+    from gradian.attribute.recorded import record_dir
     from gradian.attribute.store import adapter_fingerprint, base_fingerprint
 
     base_fp = base_fingerprint(ld.lm.base)
     if not choices:
-        return [
-            AdapterState("adapter", 1.0, None, {"base": base_fp, "adapter": adapter_fingerprint(ld.lm.adapter_dir)})
-        ]
+        parts = {"base": base_fp, "adapter": adapter_fingerprint(ld.lm.adapter_dir)}
+        rec = record_dir(ld.lm.adapter_dir) if recorded else None
+        return [AdapterState("adapter", 1.0, None, parts, rec)]
     ld.notes += ck_notes
     ld.notes.append(
         "combined over checkpoints (learning-rate weights): "

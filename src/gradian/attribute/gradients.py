@@ -71,6 +71,11 @@ def training_gradients(p: GradientPass, state: AdapterState, tag: str = "") -> T
     left out (zeros in the store, not yielded by the source) and returned as ``(position, reason)``."""
     from gradian.attribute import engine, robust
 
+    recorded_note = None
+    if state.recorded is not None:
+        got, recorded_note = _from_record(p, state.recorded)
+        if got is not None:
+            return got
     rows_of = p.rows_of()
     mine = p.dist.mine(len(rows_of))
     n_mine = sum(rows_of[i][1] - rows_of[i][0] for i in mine)
@@ -81,11 +86,25 @@ def training_gradients(p: GradientPass, state: AdapterState, tag: str = "") -> T
                 out = _in_memory(p, ps, mine)
             else:
                 out = _through_store(p, ps, mine, state)
-    out.notes.extend(ps.notes)
+    out.notes.extend(ps.notes if recorded_note is None else [recorded_note, *ps.notes])
+    out.settings["gradient_source"] = "pass"
     if ps.oom_retries:
         out.settings["oom_retries"] = ps.oom_retries
     out.stats = out.stats.all_reduced(p.dist)
     return out
+
+
+def _from_record(p: GradientPass, rec: Path) -> tuple[TrainingGradients | None, str]:
+    """The training gradients a GradianCallback recorded (:mod:`gradian.attribute.recorded`), or None and why not."""
+    from gradian.attribute.plan import cache_bytes
+    from gradian.attribute.recorded import open_record
+
+    src, skipped, note = open_record(rec, p.blocks, p.run_key, p.train_fx, p.dist, cache_bytes())
+    if not p.dist.all_reduce_number(int(src is None)) == 0:  # every rank uses the record, or none does
+        return None, note
+    assert src is not None
+    settings = {"gradient_source": "callback", "store": str(rec), "train_rows_computed": 0}
+    return TrainingGradients(src, src.stats().all_reduced(p.dist), skipped, [note], settings), note
 
 
 def _in_memory(p: GradientPass, ps: Any, mine: list[int]) -> TrainingGradients:

@@ -81,6 +81,7 @@ class AdapterState:
     weight: float
     path: Path | None  # adapter dir whose weights are loaded first; None: the model as loaded
     store_parts: dict[str, Any]  # what identifies its gradients in the store (the adapter's fingerprint)
+    recorded: Path | None = None  # a GradianCallback record of its training gradients (gradian.attribute.recorded)
 
 
 @dataclass(frozen=True)

@@ -226,8 +226,10 @@ class GradientStore:
         n_tok: int,
         n_examples: int | None = None,
         skipped: list[tuple[int, str]] | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
-        """Write shard ``i`` (``skipped``: (training row position, reason) of rows stored as zeros)."""
+        """Write shard ``i`` (``skipped``: (training row position, reason) of rows stored as zeros; ``extra``: more
+        fields for its record, e.g. the content hash of each row a training callback saw)."""
         from safetensors.torch import save_file
 
         lo, hi = self.rows(i)
@@ -250,7 +252,7 @@ class GradientStore:
             os.replace(tmp, self.dir / self.shard_name(i))
         except OSError as e:
             raise self._write_error(e) from e
-        rec = {"sha256": digest, "rows": [lo, hi], "skipped": skipped_rows}
+        rec = {**(extra or {}), "sha256": digest, "rows": [lo, hi], "skipped": skipped_rows}
         self._write_json(self._sidecar(i), rec)
         self.records[i] = rec
 

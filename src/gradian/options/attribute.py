@@ -115,6 +115,12 @@ class AttributeOptions(Options):
     top: int = option(20, "Rows shown and explained per item.", min=0)
     extra_methods: tuple[str, ...] = option((), "Other methods scored from the same stored gradients.", cli=False)
     shard_rows: int | None = option(None, "Rows per gradient-store shard (default: about 256 MiB).", cli=False, min=1)
+    gradients: str = option(
+        "auto",
+        "Training gradients: auto (those a GradianCallback recorded in the run's folder, when they match the rows and "
+        "the projection; else one pass) or pass (always one pass at the final adapter).",
+        choices=("auto", "pass"),
+    )
 
     def _check(self) -> None:
         if self.fisher == "true" and self.method not in FACTOR_METHODS:

@@ -1,0 +1,68 @@
+"""One real TRL ``SFTTrainer`` run on the bundled stories260K example, as a user's script, with or without
+``GradianCallback``: the example's config (LoRA r=8, alpha 16 on every linear layer, lr 3e-3, 4 epochs, batch size 8,
+max_length 128, completion-only loss, seed 0, CPU).
+
+    python bench/callback_train.py OUT [--callback] [--epochs 4] [--rows N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+EX = Path(__file__).resolve().parents[1] / "examples" / "stories260k"
+
+
+def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = None, seed: int = 0, *,
+          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False) -> Path:  # fmt: skip
+    """Train into ``out`` (the adapter, trainer_state.json, train.jsonl and eval.jsonl beside it). ``random_init``:
+    lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model)."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = (EX / "data" / "train.jsonl").read_text("utf-8").splitlines()[:rows]
+    (out / "train.jsonl").write_text("".join(line + "\n" for line in lines), "utf-8")
+    shutil.copy(EX / "data" / "eval.jsonl", out / "eval.jsonl")
+    data = [json.loads(line) for line in lines]
+    cfg = SFTConfig(
+        output_dir=str(out), learning_rate=lr, num_train_epochs=epochs, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accum, max_length=128, completion_only_loss=True, logging_steps=5,
+        save_strategy="no", report_to=[], seed=seed, use_cpu=True, bf16=False, dataloader_num_workers=0,
+    )  # fmt: skip
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM",
+                      init_lora_weights=not random_init)  # fmt: skip
+    callbacks = []
+    if callback:
+        from gradian.integrations import GradianCallback
+
+        callbacks.append(GradianCallback())
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(EX / "base")), args=cfg, train_dataset=Dataset.from_list(data),
+        processing_class=AutoTokenizer.from_pretrained(str(EX / "base")), peft_config=lora, callbacks=callbacks,
+    )  # fmt: skip
+    trainer.train()
+    trainer.save_model(str(out))
+    trainer.state.save_to_json(str(out / "trainer_state.json"))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--callback", action="store_true")
+    ap.add_argument("--epochs", type=float, default=4.0)
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    train(a.out, a.callback, a.epochs, a.rows, a.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""``GradianCallback``: record what `gradian attribute` needs while the trainer trains, so attribution skips its pass.
+
+During the last epoch the callback turns each micro-batch's own backward into per-row LoRA gradients and covariance
+sums (:mod:`gradian.integrations.capture`) and writes them into ``<output_dir>/gradian-record``
+(:mod:`gradian.integrations.writer`, read by :mod:`gradian.attribute.recorded`). `gradian attribute --run
+<output_dir>` then uses them when they cover every training row with the same projection."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from gradian.options import CallbackOptions
+
+log = logging.getLogger("gradian")
+
+
+class GradianCallback(TrainerCallback):
+    """An HF ``TrainerCallback`` (transformers ``Trainer``, TRL ``SFTTrainer``)::
+
+        trainer = SFTTrainer(..., callbacks=[GradianCallback()])
+
+    ``options`` or keyword arguments: :class:`gradian.options.CallbackOptions`."""
+
+    def __init__(self, options: CallbackOptions | None = None, **kwargs: Any) -> None:
+        self.options = (options or CallbackOptions()).replace(**kwargs) if kwargs else options or CallbackOptions()
+        self._rec: Any = None  # the recording in progress (_Recording)
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, model: Any = None, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:  # fmt: skip
+        epochs = int(state.num_train_epochs or math.ceil(args.num_train_epochs))
+        epoch = int(math.floor((state.epoch or 0) + 1e-6))
+        if self._rec is not None or epoch != epochs - 1:
+            return
+        why = _unsupported(args)
+        if why:
+            log.warning("GradianCallback records nothing: %s", why)
+            return
+        self._rec = _Recording.start(self.options, args, state, model, train_dataloader, epoch, epochs)
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._rec is not None:
+            self._rec.take()
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._rec is not None:
+            self._rec.take()
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._finish(state)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._finish(state)
+
+    def _finish(self, state: Any) -> None:
+        if self._rec is not None:
+            rec, self._rec = self._rec, None
+            rec.finish(state)
+
+
+def _unsupported(args: Any) -> str | None:
+    """Why a run's batches do not hold one row per sequence with per-row gradients to read, or None."""
+    if getattr(args, "packing", False) or getattr(args, "padding_free", False):
+        return "packed or padding-free batches hold several rows in one sequence"
+    return None
+
+
+class _Recording:
+    """One rank's recording of the last epoch."""
+
+    def __init__(self, capture: Any, col: Any, writer: Any, root: Path, info: dict[str, Any], keys: list[str]):
+        self.capture, self.col, self.writer, self.root, self.info, self.keys = capture, col, writer, root, info, keys
+
+    @classmethod
+    def start(cls, o: CallbackOptions, args: Any, state: Any, model: Any, dl: Any, epoch: int, epochs: int
+              ) -> _Recording:  # fmt: skip
+        from gradian.attribute.collector import GradientCollector, attach_projections, find_lora_blocks
+        from gradian.attribute.plan import auto_proj_dim, shard_rows
+        from gradian.attribute.store import store_key
+        from gradian.integrations.capture import Capture
+        from gradian.integrations.writer import RankWriter, record_root, store_parts
+
+        blocks = find_lora_blocks(model)
+        proj_dim = o.proj_dim if o.proj_dim is not None else auto_proj_dim(blocks)
+        attach_projections(blocks, proj_dim, o.proj_seed)
+        bs = int(args.per_device_train_batch_size)
+        rank, world = int(getattr(args, "process_index", 0)), int(getattr(args, "world_size", 1))
+        n_rows = len(dl) * bs
+        steps_per_epoch = max(1, math.ceil(state.max_steps / max(epochs, 1)))
+        done = max(0, state.global_step - epoch * steps_per_epoch)  # a run resumed inside the last epoch
+        root = record_root(o.out_dir or args.output_dir)
+        if rank == 0:
+            (root / "record.json").unlink(missing_ok=True)
+        proj = {"proj_dim": proj_dim, "proj_seed": o.proj_seed}
+        shard = shard_rows(sum(b.numel for b in blocks), bs, o.shard_rows)
+        writer = RankWriter(root, store_parts(blocks, proj, o.store_dtype, epoch, world, rank, n_rows), n_rows, shard,
+                            o.store_dtype, done * int(args.gradient_accumulation_steps) * bs)  # fmt: skip
+        keys = [store_key(store_parts(blocks, proj, o.store_dtype, epoch, world, r, n_rows)) for r in range(world)]
+        info = {"blocks": [[b.name, list(b.shape)] for b in blocks], **proj, "store_dtype": o.store_dtype,
+                "epoch": epoch + 1, "epochs": epochs, "first_step": epoch * steps_per_epoch + 1,
+                "max_steps": int(state.max_steps), "world": world}  # fmt: skip
+        capture = Capture(model, blocks).__enter__()
+        return cls(capture, GradientCollector(blocks, covariance=True), writer, root, info, keys)
+
+    def take(self) -> None:
+        b = self.capture.take(self.col)
+        if b is not None:
+            self.writer.add(b)
+
+    def finish(self, state: Any) -> None:
+        from gradian.integrations.writer import write_manifest
+
+        self.take()
+        self.capture.__exit__(None, None, None)
+        if self.capture.missed:
+            log.warning(
+                "GradianCallback: %d micro-batch(es) had no LoRA gradient to read (reentrant gradient "
+                "checkpointing?); `gradian attribute` will compute the pass",
+                self.capture.missed,
+            )
+        n = self.writer.finish()
+        _barrier()
+        if self.writer.store.meta["parts"]["rank"] == 0 and n:
+            write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys})
+
+
+def _barrier() -> None:
+    import torch.distributed as td
+
+    if td.is_available() and td.is_initialized():
+        td.barrier()

@@ -1,0 +1,138 @@
+"""Per-row LoRA gradients from a trainer's own forward and backward (no extra pass).
+
+Forward hooks keep each LoRA block's input and output and the batch the model was called with; tensor hooks on the
+outputs catch the output gradients ``delta`` of the trainer's backward. The trainer's loss is the batch's summed token
+loss times one constant (1 / label tokens of the accumulated batch, the ranks, a loss scale). The constant is read off
+the gradient at the model's output: TRL's fused head returns each label token's log-probability, whose gradient is
+``-constant``; full logits get ``(softmax - onehot) x constant`` for cross-entropy. So every row's gradient comes out
+as the gradient of its *summed* token loss, the convention of :mod:`gradian.attribute.engine`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradian.attribute.collector import Block, GradientCollector
+
+
+@dataclass
+class Batch:
+    """One micro-batch's per-row gradients and what identifies its rows."""
+
+    G: dict[str, torch.Tensor]  # block -> (B, out, in), summed-loss convention
+    input_ids: torch.Tensor  # (B, T) on the CPU
+    attention_mask: torch.Tensor  # (B, T) bool
+    labels: torch.Tensor  # (B, T) bool: token t is a label
+    finite: torch.Tensor  # (B,) bool
+    A: dict[str, torch.Tensor]
+    S: dict[str, torch.Tensor]
+    n_tokens: int
+    scale: float
+
+
+class Capture:
+    """Hooks on a PEFT model while recording; :meth:`take` returns the last micro-batch once its backward ran."""
+
+    def __init__(self, model: Any, blocks: list[Block]) -> None:
+        self.model, self.blocks = model, blocks
+        self.handles: list[Any] = []
+        self.missed = 0  # micro-batches whose backward reached no LoRA output the forward hooks saw
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls: list[tuple[Block, torch.Tensor, torch.Tensor]] = []
+        self.deltas: list[torch.Tensor | None] = []
+        self.batch: dict[str, torch.Tensor] | None = None
+        self.logits: torch.Tensor | None = None  # None with a fused head (log-probabilities only)
+        self.dlogits: torch.Tensor | None = None  # the gradient at the output: logits' or log-probabilities'
+
+    def __enter__(self) -> Capture:
+        self.handles.append(self.model.register_forward_pre_hook(self._on_call, with_kwargs=True))
+        self.handles.append(self.model.register_forward_hook(self._on_output, with_kwargs=True))
+        for b in self.blocks:
+            self.handles.append(b.module.register_forward_hook(lambda m, i, o, b=b: self._on_block(b, i, o)))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.reset()
+
+    def _live(self) -> bool:
+        return torch.is_grad_enabled() and self.model.training
+
+    def _on_call(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        if not self._live():
+            return
+        self.reset()  # a new forward: anything not taken was not backpropagated
+        ids, am, labels = kwargs.get("input_ids"), kwargs.get("attention_mask"), kwargs.get("labels")
+        if ids is None and args:
+            ids = args[0]
+        if isinstance(ids, torch.Tensor) and isinstance(labels, torch.Tensor):
+            am = torch.ones_like(ids) if am is None else am
+            self.batch = {"input_ids": ids.detach(), "attention_mask": am.detach(), "labels": labels.detach()}
+
+    def _on_output(self, module: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        if self.batch is None:
+            return
+        lp, logits = getattr(out, "log_probs", None), getattr(out, "logits", None)
+        if isinstance(lp, torch.Tensor) and lp.requires_grad:
+            lp.register_hook(self._set_dlogits)
+        elif isinstance(logits, torch.Tensor) and logits.requires_grad:
+            self.logits = logits.detach()
+            logits.register_hook(self._set_dlogits)
+
+    def _set_dlogits(self, g: torch.Tensor) -> None:
+        self.dlogits = g.detach()
+
+    def _on_block(self, b: Block, inp: tuple, out: torch.Tensor) -> None:
+        if self.batch is None or not out.requires_grad or self.dlogits is not None:
+            return  # not recording, or gradient checkpointing recomputing the forward inside the backward
+        j = len(self.calls)
+        self.calls.append((b, inp[0].detach(), out.detach()))
+        self.deltas.append(None)
+        out.register_hook(lambda g, j=j: self._set_delta(j, g))
+
+    def _set_delta(self, j: int, g: torch.Tensor) -> None:
+        self.deltas[j] = g.detach()
+
+    def take(self, col: GradientCollector) -> Batch | None:
+        """The last micro-batch's rows once its backward ran (None when there is none), and forget it."""
+        if self.batch is not None and self.dlogits is not None and not self.calls:
+            self.missed += 1  # reentrant gradient checkpointing: the LoRA outputs seen had no gradient
+        if self.batch is None or self.dlogits is None or not self.calls:
+            self.reset()
+            return None
+        bt, am = self.batch, self.batch["attention_mask"].bool()
+        scale = self._scale()
+        deltas = [None if d is None else d * scale for d in self.deltas]
+        col.A, col.S, col.n_tokens, col.n_examples = {}, {}, 0, 0
+        with torch.no_grad():
+            G = col.from_deltas(self.calls, deltas, am)
+        out = Batch({k: v.detach().float().cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
+                    (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A), dict(col.S), col.n_tokens,
+                    scale)  # fmt: skip
+        self.reset()
+        return out
+
+    def _scale(self) -> float:
+        """The constant the trainer's loss is the summed token loss times (see the module docstring)."""
+        assert self.dlogits is not None and self.batch is not None
+        if self.logits is None:  # d loss / d log p(label) = -constant at every label token
+            d = self.dlogits[self.dlogits != 0].double()
+            return -1.0 / float(d.mean()) if d.numel() else 1.0
+        labels = self.batch["labels"]
+        valid = labels[:, 1:] != -100
+        rows = valid.any(1).nonzero().flatten()
+        if not len(rows):
+            return 1.0
+        b = int(rows[0])
+        t = valid[b].nonzero().flatten()
+        p = torch.softmax(self.logits[b, t].double(), -1)
+        p[torch.arange(len(t)), labels[b, t + 1]] -= 1
+        d = self.dlogits[b, t].double()
+        den = float((d * d).sum())
+        return float((p * d).sum()) / den if den > 0 else 1.0

@@ -1,0 +1,24 @@
+"""The options of :class:`gradian.integrations.GradianCallback`: what it records during training and where."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gradian.options.base import Options, option
+
+
+@dataclass(frozen=True)
+class CallbackOptions(Options):
+    """What :class:`gradian.integrations.GradianCallback` records. The projection must be the one `gradian attribute`
+    will use (its defaults: ``proj_dim`` by the adapter's size, ``proj_seed`` 0), or attribute computes the pass."""
+
+    name: ClassVar[str] = "callback"
+
+    proj_dim: int | None = option(
+        None, "Random projection of each block's wide side (0 = exact; default: auto).", min=0
+    )
+    proj_seed: int = option(0, "Seed of the random projection (attribute's --proj-seed).")
+    store_dtype: str = option("fp32", "Stored per-row gradients: fp32 or bf16.", choices=("fp32", "bf16"))
+    shard_rows: int | None = option(None, "Rows per store shard (default: about 256 MiB).", min=1)
+    out_dir: str | None = option(None, "Where the record goes (default: the trainer's output_dir).")

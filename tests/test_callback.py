@@ -1,0 +1,78 @@
+"""GradianCallback on real TRL SFTTrainer runs of the bundled stories260K example (bench/callback_train.py): the
+recorded gradients are the pass's own where the adapter does not move, `gradian attribute --run` uses them
+(``gradient_source: callback``), and on a real fine-tune their ranking agrees with the post-hoc one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+BASE = REPO / "examples" / "stories260k" / "base"
+PLANTED = json.loads((REPO / "examples" / "stories260k" / "data" / "planted.json").read_text("utf-8"))
+
+
+def _attribute(run: Path, out: Path, **kw):
+    import gradian
+
+    return gradian.attribute(run, base=str(BASE), train=str(run / "train.jsonl"), eval=str(run / "eval.jsonl"),
+                             out=out, generations=0, token_harm=0, **kw)  # fmt: skip
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path) -> None:
+    """lr 0 with a random adapter: the adapter never moves, so the recorded rows (epoch 2 of 2, two micro-batches
+    per step) must score as the post-hoc pass scores them."""
+    from callback_train import train
+
+    run = train(tmp_path / "run", True, epochs=2, rows=24, lr=0.0, batch=4, accum=2, random_init=True)
+    rec = json.loads((run / "gradian-record" / "record.json").read_text())
+    assert (rec["epoch"], rec["epochs"], rec["first_step"], rec["last_step"]) == (2, 2, 4, 6)
+    cb = _attribute(run, tmp_path / "cb", query="all")
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
+    assert cb.settings["gradient_source"] == "callback" and cb.settings["train_rows_computed"] == 0
+    assert ps.settings["gradient_source"] == "pass"
+    assert any("recorded by GradianCallback during epoch 2 of 2" in n for n in cb.notes)
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
+@pytest.mark.slow
+def test_callback_ranking_agrees_with_post_hoc(tmp_path) -> None:
+    """The example's config for 2 epochs on the first 200 rows (18 planted), trained once with the callback: the
+    report says where its gradients came from, its ranking agrees with the post-hoc pass on the same adapter, and the
+    planted rows' AUC stays close; a plain run's report says ``pass``."""
+    from callback_train import train
+
+    run = train(tmp_path / "run", True, epochs=2, rows=200)
+    cb = _attribute(run, tmp_path / "cb")
+    ps = _attribute(run, tmp_path / "ps", gradients="pass")
+    report = json.loads((tmp_path / "cb" / "report.json").read_text())
+    assert report["settings"]["gradient_source"] == "callback"
+    assert json.loads((tmp_path / "ps" / "report.json").read_text())["settings"]["gradient_source"] == "pass"
+    rho = _spearman(cb.scores, ps.scores)
+    planted = np.zeros(200, dtype=bool)
+    planted[[i for i in PLANTED["harmful_cluster"]["indices"] if i < 200]] = True
+    auc_cb, auc_ps = _auc(cb.scores, planted), _auc(ps.scores, planted)
+    assert rho > RHO_BAR, rho
+    assert abs(auc_cb - auc_ps) < 0.03, (auc_cb, auc_ps)
+    plain = train(tmp_path / "plain", False, epochs=2, rows=200)
+    assert _attribute(plain, tmp_path / "plain-out").settings["gradient_source"] == "pass"
+
+
+RHO_BAR = 0.5
+
+
+def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    r = np.argsort(np.argsort(scores)) + 1.0
+    n1, n0 = int(positive.sum()), int((~positive).sum())
+    return float((r[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
