@@ -199,6 +199,17 @@ def test_packing_strategy_implies_the_trl_window_without_a_card(packed_run: Path
     assert c205.severity.value == "error" and "implied by training_args.json: packing_strategy 'ffd'" in c205.message
 
 
+def test_pad_is_eos_window_is_trl_0_16_1(packed_run: Path, tmp_path: Path) -> None:
+    """TRL 0.16.0 still used transformers' collator, which masks padding by id (EOS included when pad == EOS);
+    trl#3200, first in v0.16.1, pads labels by position. The run's cards edited to each version."""
+    assert json.loads((packed_run / "tokenizer_config.json").read_text())["pad_token"] == "</s>"  # pad == EOS
+    got = {}
+    for version in ("0.16.0", "0.16.1"):
+        run = _with_card_trl(packed_run, tmp_path / version, version)
+        got[version] = [f.severity.value for f in diag(**_inputs(run), base=str(STORIES), select=["C213"])]
+    assert got == {"0.16.0": ["error"], "0.16.1": []}
+
+
 OLD_TRL_RUN = """
 import json, sys
 from pathlib import Path

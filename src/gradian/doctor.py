@@ -192,19 +192,20 @@ def check_vocab_fits(tokenizer_path: str, base: str, trust_remote_code: bool) ->
 
 def _pad_is_eos_check(setup: Any) -> Check:
     """pad == EOS only hurts where the collator masks padding by token id (transformers'
-    DataCollatorForLanguageModeling, TRL < 0.16); TRL >= 0.16 labels EOS and pads the labels with -100 by position."""
+    DataCollatorForLanguageModeling, TRL < 0.16.1); TRL >= 0.16.1 labels EOS and pads the labels with -100 by
+    position."""
     from gradian.run.versions import installed_version, parse_version
 
     fw = (getattr(setup, "framework", None) or "").lower()
     recorded = (getattr(setup, "versions", None) or {}).get("trl")
     trl = recorded or installed_version("trl")
     v = parse_version(trl)
-    fix = "set a pad token distinct from EOS (e.g. add '<pad>'), or train with TRL >= 0.16, which labels EOS"
-    if fw in ("trl", "") and v is not None and v >= (0, 16):
+    fix = "set a pad token distinct from EOS (e.g. add '<pad>'), or train with TRL >= 0.16.1, which labels EOS"
+    if fw in ("trl", "") and v is not None and v >= (0, 16, 1):
         how = "recorded by the run" if recorded else "installed here"
         return Check("tokenizer pad", "ok", f"pad_token == eos_token; TRL {trl} ({how}) labels EOS and pads labels "
                      "with -100 by position, so EOS is trained")  # fmt: skip
-    if fw == "transformers" or (v is not None and v < (0, 16)):
+    if fw == "transformers" or (v is not None and v < (0, 16, 1)):
         return Check("tokenizer pad", "warn", "pad_token == eos_token and the collator masks padding by id: EOS "
                      "never gets a label", fix)  # fmt: skip
     return Check("tokenizer pad", "warn", "pad_token == eos_token: EOS gets no label if your collator masks "

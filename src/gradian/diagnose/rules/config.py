@@ -28,8 +28,8 @@ PACKING_KEEPS_MASK = VersionWindow(  # trl#3749: packing keeps completion_mask /
     "pack input_ids alone and train on the prompts")  # fmt: skip
 READS_MAX_LENGTH = VersionWindow("trl", (0, 16), "reads max_length", "read only max_seq_length")
 DROPS_MAX_SEQ_LENGTH = VersionWindow("trl", (0, 20), "no longer reads max_seq_length", "read it (deprecated)")
-LABELS_EOS = VersionWindow(  # TRL's own collator pads labels with -100 by position
-    "trl", (0, 16), "labels EOS and pads labels by position", "mask padding by id, so EOS gets no label"
+LABELS_EOS = VersionWindow(  # trl#3200 (v0.16.1): TRL's own collator pads labels with -100 by position
+    "trl", (0, 16, 1), "labels EOS and pads labels by position", "mask padding by id, so EOS gets no label"
 )
 PATCHES_TEMPLATES = VersionWindow(  # trl#5470: SFTTrainer swaps in a {% generation %}-tagged template (v1.1.0)
     "trl", (1, 1), "swaps in a tagged copy of the templates it ships", "use the template as it is"
@@ -534,9 +534,10 @@ def untrained_template_tokens(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 @rule(
     "C213", "pad_is_eos", "error", needs=("tokenizer",), tiers="E/I",
     summary="The pad token is the EOS token and the collator masks padding by id, so EOS never gets a label "
-    "(transformers' DataCollatorForLanguageModeling; TRL < 0.16). Unknown TRL version: an info note.",
-    why="transformers' DataCollatorForLanguageModeling (and TRL < 0.16) set labels=-100 wherever input_ids == pad: "
-    "every EOS is masked, and the model never learns to stop. TRL >= 0.16 pads the labels by position.",
+    "(transformers' DataCollatorForLanguageModeling; TRL < 0.16.1). Unknown TRL version: an info note.",
+    why="transformers' DataCollatorForLanguageModeling (and TRL < 0.16.1, which used it) set labels=-100 wherever "
+    "input_ids == pad: every EOS is masked, and the model never learns to stop. TRL >= 0.16.1 pads the labels by "
+    "position (trl#3200).",
     example="tokenizer.pad_token = tokenizer.eos_token with DataCollatorForLanguageModeling.",
     fix="Use a distinct pad token (e.g. the tokenizer's <|finetune_right_pad_id|> or a new [PAD]).",
     seen_in="alignment-handbook#127, trl#6357",
