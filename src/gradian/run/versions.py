@@ -3,8 +3,9 @@
 A run records its versions in the model card its trainer writes next to the adapter (README.md: TRL's and the
 transformers Trainer's "Framework versions" list, ``- TRL: 1.16.0`` / ``- Transformers 4.46.0`` / ``- PEFT 0.13.2``;
 Axolotl's ``axolotl version: `0.9.1```), in adapter_config.json (``peft_version``) and in ``*_version`` config keys.
-A check whose truth depends on a version reads it through :func:`check_window`: the recorded version decides; the
-installed one is only a hint, since the run may have trained elsewhere."""
+Where none is recorded, a config value that only some versions know may bound it (TRL's packing_strategy). A check
+whose truth depends on a version reads it through :func:`check_window`: the recorded version decides, else the
+bound; the installed one is only a hint, since the run may have trained elsewhere."""
 
 from __future__ import annotations
 
