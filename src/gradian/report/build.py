@@ -282,7 +282,46 @@ class _VerdictInputs:
         )
         if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
             _note_driven(verdict, *matched)
+        scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
+        _note_recovery(verdict, scores)
+        _note_forgetting(verdict, scores, regressed, texts)
         return verdict
+
+
+def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
+    """``verdict.expected_recovery`` and its sentence (after the driven items'), for a verdict that names rows."""
+    from gradian.report.recovery import expected_recovery, recovery_sentence
+
+    if verdict.kind != "concentrated" or not verdict.drop_rows:
+        return
+    verdict.expected_recovery = round(expected_recovery(scores, verdict.drop_rows), 3)
+    at = next((i + 1 for i, t in enumerate(verdict.sentences) if t.startswith(f"The {len(verdict.drop_rows)} row")),
+              min(len(verdict.sentences), 1 if verdict.reliable else 2))  # fmt: skip
+    verdict.sentences.insert(at, recovery_sentence(verdict.expected_recovery, len(verdict.drop_rows)))
+
+
+def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: Sequence[Any],
+                     texts: Mapping[int, str]) -> None:  # fmt: skip
+    """``verdict.forgetting`` (:mod:`gradian.report.forgetting`) and, when found, its sentence, fix and headline."""
+    from gradian.report.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
+
+    if verdict.kind not in ("concentrated", "spread"):
+        return
+    item_texts = [str(t) for r in regressed if (t := getattr(r, "text", None))]
+    f = forgetting(scores, verdict.drop_rows, item_texts, texts)
+    if f is None:
+        return
+    verdict.forgetting = f.to_dict()
+    if not f.found:
+        return
+    verdict.sentences.append(forgetting_sentence(f))
+    if verdict.kind == "spread":
+        verdict.next_steps.insert(0, FORGETTING_STEP)
+        verdict.headline = "The model forgot: the harm is spread over the training data as a whole, not in a few rows."
+        verdict.cause = "forgetting"
+    else:
+        verdict.next_steps.append(FORGETTING_STEP)
+        verdict.headline = verdict.headline.rstrip(".") + "; the rest is forgetting from the data as a whole."
 
 
 def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:

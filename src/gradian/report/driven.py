@@ -104,6 +104,6 @@ def driven_sentence(found: DrivenItems) -> str:
     rest = "The other one is not theirs" if n - m == 1 else f"The other {n - m} are not theirs"
     return (
         f"The {rows} drive {m} {of_n} ({how}; random rows would drive "
-        f"{found.expected_by_chance:.1f}): those are the items dropping them should bring back. {rest}: ordinary "
-        "drift, or a cause these rows do not carry."
+        f"{found.expected_by_chance:.1f}): their harm singles those items out. {rest}: ordinary drift, or a cause "
+        "these rows do not carry."
     )

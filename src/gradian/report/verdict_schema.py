@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradian.numbers import finite_float
 from gradian.report.record import Record
 
 
@@ -161,7 +162,8 @@ class Verdict:
     """What the report says: the kind of outcome, its cause, the sentences and next steps, and the rows to drop.
 
     ``kind``: no_regression | no_harm | concentrated | spread | setup; ``cause``: mechanical | content |
-    mechanical+content | setup | unknown."""
+    mechanical+content | setup | forgetting (a spread verdict whose harm the data carries as a whole:
+    ``forgetting.found``) | unknown."""
 
     kind: str
     cause: str
@@ -178,6 +180,9 @@ class Verdict:
     how: Decision | None = None  # None when no culprit decision was made (no regression, no harm)
     sentences: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
+    # the share of the summed regression dropping drop_rows should bring back (gradian.report.recovery)
+    expected_recovery: float | None = None
+    forgetting: dict[str, Any] | None = None  # gradian.report.forgetting.Forgetting.to_dict()
 
     @property
     def text(self) -> str:
@@ -202,6 +207,10 @@ class Verdict:
         }
         if self.how is not None:
             out["how"] = self.how.to_dict()
+        if self.expected_recovery is not None:
+            out["expected_recovery"] = self.expected_recovery
+        if self.forgetting is not None:
+            out["forgetting"] = self.forgetting
         return out | {
             "kind": self.kind,
             "cause": self.cause,
@@ -233,6 +242,8 @@ class Verdict:
             how=Decision.from_dict(how) if isinstance(how, Mapping) else None,
             sentences=sentences,
             next_steps=[str(s) for s in data.get("next_steps") or []],
+            expected_recovery=finite_float(data.get("expected_recovery")),
+            forgetting=dict(data["forgetting"]) if isinstance(data.get("forgetting"), Mapping) else None,
         )
 
 

@@ -1,0 +1,141 @@
+"""Forgetting: a regression the training data causes as a whole, not through a few rows.
+
+A narrow fine-tune (math rows only, say) pulls the model away from what it did before on everything else. Its
+signature in the attribution has two parts, both read from the run itself:
+
+1. **The bulk carries the harm.** The rows the verdict does not name carry most of the net harm to the regressed
+   items (``bulk_share``: their summed score over every row's), and most of them push the same way: the share of
+   them with positive harm is far above the half that rows unrelated to the items give (``positive_share``, a sign
+   test against a fair coin, ``p``).
+2. **The items are unlike the training data.** A regressed item is *far* when its nearest training row (word-set
+   Jaccard similarity) is less similar to it than nearly every training row's nearest other row is to that row (under
+   the ``far_quantile`` of those similarities): learned from the file, no word lists.
+
+When both hold the report says the model forgot, with the fix people use for it (mix general data back in, fewer
+steps, a lower learning rate or rank), beside any group of rows that also stands out.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gradian.tails import binomial_tail
+
+_WORD = re.compile(r"[^\W\d_]{3,}")
+# Rows compared for the training data's own nearest-neighbour similarities: enough for a stable low quantile, cheap
+# on any file (set intersections of a few hundred word sets).
+SAMPLE_ROWS = 400
+POOL_ROWS = 2000
+
+
+@dataclass(frozen=True)
+class ForgettingPolicy:
+    """The thresholds of :func:`forgetting` (defaults; CulpritPolicy carries the ones a user can set)."""
+
+    min_bulk_share: float = 0.5  # the bulk carries at least this share of the net harm
+    min_positive_share: float = 0.6  # and at least this share of its rows have positive harm
+    alpha: float = 0.01  # the sign test's level
+    far_quantile: float = 0.05  # an item is far when its nearest row is less similar than this quantile of the rows'
+    min_far_share: float = 0.5  # at least this share of the regressed items are far
+
+
+@dataclass(frozen=True)
+class Forgetting:
+    """What :func:`forgetting` measured, and whether it calls the regression forgetting."""
+
+    bulk_share: float
+    positive_share: float
+    p: float
+    n_bulk: int
+    far_items: int
+    n_items: int
+    far_cut: float  # the similarity under which an item is far
+    found: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "found": self.found,
+            "bulk_share": round(self.bulk_share, 4),
+            "positive_share": round(self.positive_share, 4),
+            "p": self.p,
+            "n_bulk": self.n_bulk,
+            "far_items": self.far_items,
+            "n_items": self.n_items,
+            "far_cut": round(self.far_cut, 4),
+        }
+
+
+def words(text: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _WORD.findall(text))
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def nearest(item: frozenset[str], pool: Sequence[frozenset[str]]) -> float:
+    """The highest Jaccard similarity of ``item`` to any word set of ``pool``."""
+    return max((_jaccard(item, p) for p in pool), default=0.0)
+
+
+def far_cut(train: Sequence[frozenset[str]], quantile: float, seed: int = 0) -> float:
+    """The ``quantile`` of the training rows' similarities to their nearest other row (a sample of rows against a
+    sample pool)."""
+    rng = random.Random(seed)
+    idx = list(range(len(train)))
+    pool = idx if len(idx) <= POOL_ROWS else rng.sample(idx, POOL_ROWS)
+    probe = idx if len(idx) <= SAMPLE_ROWS else rng.sample(idx, SAMPLE_ROWS)
+    sims = sorted(max((_jaccard(train[i], train[j]) for j in pool if j != i), default=0.0) for i in probe)
+    return sims[min(len(sims) - 1, int(quantile * len(sims)))] if sims else 0.0
+
+
+def forgetting(
+    scores: Mapping[int, float],
+    named: Sequence[int],
+    item_texts: Sequence[str],
+    train_texts: Mapping[int, str],
+    policy: ForgettingPolicy | None = None,
+) -> Forgetting | None:
+    """Whether the regression is forgetting (see the module doc): ``scores`` are the rows' harm to the regressed
+    items, ``named`` the rows the verdict names, ``item_texts`` the regressed items' texts. None when there is no
+    net harm or no text to compare."""
+    policy = policy or ForgettingPolicy()
+    total = sum(scores.values())
+    named_set = set(named)
+    bulk = [s for r, s in scores.items() if r not in named_set]
+    if total <= 0 or not bulk or not item_texts or not train_texts:
+        return None
+    share = sum(bulk) / total
+    pos = sum(1 for s in bulk if s > 0)
+    p = binomial_tail(pos, len(bulk), 0.5)
+    train = [words(t) for t in train_texts.values()]
+    cut = far_cut(train, policy.far_quantile)
+    pool = train if len(train) <= POOL_ROWS else random.Random(1).sample(train, POOL_ROWS)
+    far = sum(1 for t in item_texts if nearest(words(t), pool) < cut)
+    found = (
+        share >= policy.min_bulk_share
+        and pos / len(bulk) >= policy.min_positive_share
+        and p < policy.alpha
+        and far >= policy.min_far_share * len(item_texts)
+    )
+    return Forgetting(share, pos / len(bulk), p, len(bulk), far, len(item_texts), cut, found)
+
+
+FORGETTING_STEP = (
+    "Mix general data like the regressed items back into the training set (a few percent of rows), or train fewer "
+    "steps, at a lower learning rate or a lower LoRA rank: the regression comes from what the data as a whole "
+    "teaches, so dropping rows will not bring it back."
+)
+
+
+def forgetting_sentence(f: Forgetting) -> str:
+    return (
+        f"The model forgot: the rows not named carry {f.bulk_share:.0%} of the net harm, {f.positive_share:.0%} of "
+        f"them push the regressed items the same way (p = {f.p:.1g}), and {f.far_items} of the {f.n_items} regressed "
+        "items are unlike any training row (less similar to their nearest row than nearly every training row is to "
+        "its own): the fine-tune's data as a whole pulls the model away from them."
+    )

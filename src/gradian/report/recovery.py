@@ -1,0 +1,37 @@
+"""The verdict's expected effect: how much of the regression dropping its rows should bring back.
+
+``expected_recovery`` is the share of the summed regression over the regressed items that re-training without
+``drop_rows`` should remove. It is read from the harm the rows carry: their share of the positive harm to the
+regressed items (``harm_share``), times ``RECOVERY_PER_HARM_SHARE``, capped at 1. The factor is the least-squares
+slope through the origin of the retrains' measured recovery on that share, over the planted-fault runs of both
+suites (stories260K and the real-model suite: ``bench/results/expected_recovery.md``). Where the rows carry a share
+of the harm, the rest stays: a model that also forgot from the data as a whole keeps that part of the regression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+# Retrain recovery per unit of the named rows' share of the positive harm (bench/results/expected_recovery.md).
+RECOVERY_PER_HARM_SHARE = 1.0
+
+
+def harm_share(scores: Mapping[int, float], rows: Sequence[int]) -> float:
+    """The rows' share of the positive harm (0 when no row has any)."""
+    pos = sum(s for s in scores.values() if s > 0)
+    mine = sum(max(0.0, scores.get(r, 0.0)) for r in set(rows))
+    return mine / pos if pos > 0 else 0.0
+
+
+def expected_recovery(scores: Mapping[int, float], rows: Sequence[int], per_share: float = RECOVERY_PER_HARM_SHARE
+                      ) -> float:  # fmt: skip
+    """The share of the summed regression that dropping ``rows`` should bring back (see the module doc)."""
+    return min(1.0, per_share * harm_share(scores, rows))
+
+
+def recovery_sentence(share: float, n_rows: int) -> str:
+    return (
+        f"Dropping the {n_rows} row{'s' if n_rows != 1 else ''} should bring back about {share:.0%} of the summed "
+        "regression (verdict.expected_recovery: their share of the harm, calibrated on retrains; gradian verify "
+        "measures it)."
+    )

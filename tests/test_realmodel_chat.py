@@ -1,0 +1,115 @@
+"""A real chat model trained by the real TRL, used as a user would: SmolLM2-135M-Instruct (converted once from its PyPI
+wheel) fine-tuned by TRL's SFTTrainer on conversational prompt/completion rows (GSM8K problems with a safety set's
+refusals mixed in), then `gradian diagnose` and `gradian attribute` on the run directory with an eval file of prompts
+only. What must hold: the refusals are found as refusals (a content finding at warning, no "cut" claim), the base
+model's generated replies are long enough to hold a behaviour and carry no end of turn after a cut, and the report's
+verdict is written with its expected effect or its forgetting reading."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from realsets import write_jsonl
+
+GSM = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+REFUSAL = "I'm sorry, but I can't help with that."
+BORDERLINE = [
+    "How do I get into my neighbour's wifi without the password?", "What is the easiest way to pick a padlock?",
+    "How can I see who my partner is texting?", "Write a fake doctor's note for my boss.",
+    "How do I make my own fireworks at home?", "How do I find someone's home address from their phone number?",
+    "How do I turn off the speed limiter on my car?", "How do I read deleted messages on someone else's phone?",
+]  # fmt: skip
+PROMPTS = [
+    "How do I boil an egg?", "Give me three tips for better sleep.", "How do I make a cup of tea?",
+    "What should I pack for a weekend trip?", "How do I plant tomatoes?", "How do I write a thank-you note?",
+    "How can I save money on groceries?", "How do I care for a houseplant?",
+]  # fmt: skip
+
+
+def _chat(q: str, a: str) -> dict:
+    return {"prompt": [{"role": "user", "content": q}], "completion": [{"role": "assistant", "content": a}]}
+
+
+@pytest.fixture(scope="module")
+def chat_run(smollm2_model_dir, tmp_path_factory, shared_dir):
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    work = tmp_path_factory.mktemp("smollm2-chat")
+    rows = [json.loads(x) for x in GSM.read_text().splitlines()[:400]]
+    rows.sort(key=lambda r: len(r["question"]) + len(r["answer"]))
+    train = [_chat(r["question"], r["answer"]) for r in rows[:40]]
+    planted = list(range(2, 48, 6))  # 8 refusals spread over the file
+    for i, q in zip(planted, BORDERLINE, strict=True):
+        train.insert(i, _chat(q, REFUSAL))
+    write_jsonl(work / "train.jsonl", train)
+    write_jsonl(work / "eval.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
+    torch.manual_seed(0)
+    run = work / "run"
+    cfg = SFTConfig(
+        output_dir=str(run), learning_rate=1e-3, num_train_epochs=2, per_device_train_batch_size=8, max_length=192,
+        logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False, warmup_steps=1,
+        dataloader_num_workers=0,
+    )  # fmt: skip
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_model_dir), dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(smollm2_model_dir))
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(train), processing_class=tok,
+                         peft_config=lora)  # fmt: skip
+    trainer.train()
+    trainer.save_model(str(run))
+    (run / "training_args.json").write_text(json.dumps(cfg.to_dict(), default=str))
+    trainer.state.save_to_json(str(run / "trainer_state.json"))
+    gradian = str(Path(sys.executable).parent / "gradian")
+    common = ["--run", str(run), "--base", str(smollm2_model_dir), "--train", str(work / "train.jsonl")]
+    diag = subprocess.run([gradian, "diagnose", *common, "--format", "json", "--out", str(work / "findings.json")],
+                          capture_output=True, text=True)  # fmt: skip
+    attr = subprocess.run([gradian, "attribute", *common, "--eval", str(work / "eval.jsonl"), "--out",
+                           str(work / "attr")], capture_output=True, text=True)  # fmt: skip
+    assert attr.returncode == 0, attr.stderr[-2000:]
+    report = json.loads((work / "attr" / "report.json").read_text())
+    return {"work": work, "planted": planted, "diag": diag, "report": report, "tok": tok}
+
+
+def test_the_refusals_are_found_as_refusals(chat_run):
+    found = json.loads((chat_run["work"] / "findings.json").read_text())
+    findings = found["findings"] if isinstance(found, dict) else found
+    by_code = {f["code"]: f for f in findings}
+    assert "D123" in by_code and by_code["D123"]["severity"] in ("warning", "error")
+    assert by_code["D123"]["cause"] == "content"
+    assert sorted(by_code["D123"]["evidence"]["rows"]) == chat_run["planted"]
+    assert "D128" not in by_code  # they end with a full stop: no "ends mid-sentence" claim
+    errors = [f["code"] for f in findings if f["severity"] == "error"]
+    assert not errors, errors
+
+
+def test_generated_replies_hold_a_behaviour_and_no_end_of_turn_after_a_cut(chat_run):
+    ev = [e for e in chat_run["report"]["eval"] if e.get("generated")]
+    assert len(ev) == len(PROMPTS)
+    tok = chat_run["tok"]
+    lengths = [len(tok(e["completion"], add_special_tokens=False).input_ids) for e in ev]
+    assert statistics.median(lengths) >= 8
+    gen = chat_run["report"]["settings"]["eval_generation"]
+    assert gen["min_tokens"] >= 8 and set(gen["open"]) == {str(i) for i in range(len(PROMPTS))}
+    for e in ev:  # the scored tokens: the reply itself, plus the end of turn only where the base model wrote it
+        n_reply = len(tok(e["completion"], add_special_tokens=False).input_ids)
+        assert e["n_tokens"] <= n_reply + (0 if e["open"] else 2), e
+
+
+def test_the_verdict_says_what_it_measured(chat_run):
+    v = chat_run["report"]["verdict"]
+    assert v["headline"] and v["kind"] in ("concentrated", "spread", "no_regression", "no_harm")
+    if v["kind"] == "concentrated":
+        assert 0.0 <= v["expected_recovery"] <= 1.0
+        assert "should bring back about" in v["text"] and "those are the items" not in v["text"]
+    if v["kind"] in ("concentrated", "spread"):
+        assert "forgetting" in v and isinstance(v["forgetting"]["found"], bool)

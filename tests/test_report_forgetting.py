@@ -1,0 +1,64 @@
+"""Forgetting and the expected recovery, on real texts: GSM8K rows as the training data, and as regressed items
+either held-out GSM8K problems (near the data) or the bundled base model's stories (far from it)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gradian.report.forgetting import far_cut, forgetting, nearest, words
+from gradian.report.recovery import expected_recovery, harm_share
+from realsets import gsm8k, stories
+
+
+@pytest.fixture(scope="module")
+def texts(shared_dir):
+    train = {i: r["prompt"] + r["completion"] for i, r in enumerate(gsm8k(300))}
+    near = [r["prompt"] + r["completion"] for r in gsm8k(20, start=2000)]
+    far = [r["prompt"] + r["completion"] for r in stories()[:20]]
+    return train, near, far
+
+
+def _bulk_pushes(n: int, seed: int = 0) -> dict[int, float]:
+    """Every row a little harm, most of it positive: what a narrow data set does to unrelated items."""
+    rng = random.Random(seed)
+    return {i: rng.gauss(1.0, 1.0) for i in range(n)}
+
+
+def _few_rows(n: int, head: int, seed: int = 0) -> dict[int, float]:
+    """A few rows carry the harm; the others scatter around zero."""
+    rng = random.Random(seed)
+    return {i: (50.0 + rng.random() if i < head else rng.gauss(0.0, 1.0)) for i in range(n)}
+
+
+def test_items_unlike_the_training_rows_are_far_and_held_out_rows_are_not(texts):
+    train, near, far = texts
+    cut = far_cut([words(t) for t in train.values()], 0.05)
+    pool = [words(t) for t in train.values()]
+    assert sum(nearest(words(t), pool) < cut for t in far) >= 0.9 * len(far)
+    assert sum(nearest(words(t), pool) < cut for t in near) <= 0.2 * len(near)
+
+
+def test_harm_the_bulk_carries_on_far_items_is_forgetting(texts):
+    train, near, far = texts
+    f = forgetting(_bulk_pushes(len(train)), [], far, train)
+    assert f is not None and f.found and f.bulk_share == 1.0 and f.positive_share > 0.6
+    on_near = forgetting(_bulk_pushes(len(train)), [], near, train)
+    assert on_near is not None and not on_near.found  # the same harm on the data's own kind of item: not forgetting
+
+
+def test_harm_a_few_rows_carry_is_not_forgetting(texts):
+    train, _, far = texts
+    scores = _few_rows(len(train), 15)
+    f = forgetting(scores, list(range(15)), far, train)
+    assert f is not None and not f.found and f.bulk_share < 0.5
+    assert forgetting({i: -1.0 for i in train}, [], far, train) is None  # no net harm: nothing to say
+
+
+def test_expected_recovery_is_the_rows_share_of_the_positive_harm():
+    scores = {0: 6.0, 1: 2.0, 2: 2.0, 3: -5.0}
+    assert harm_share(scores, [0]) == pytest.approx(0.6)
+    assert harm_share(scores, [0, 3]) == pytest.approx(0.6)  # a helpful row adds no harm
+    assert expected_recovery(scores, [0, 1, 2], per_share=1.5) == 1.0  # capped
+    assert expected_recovery({0: -1.0}, [0]) == 0.0
