@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from gradian.report.render import md_escape
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "e2e"))
 import truncated_run  # noqa: E402
@@ -78,6 +79,13 @@ def test_bundled_example_verdict_names_the_planted_rows(bundled):
     html = (out / "report.html").read_text("utf-8")
     assert 'id="verdict-groups"' in html and "zorblax" in html
     assert (out / "drop_rows.txt").is_file()
+    # read in 30 seconds: one headline sentence that says what to do, at most three bullets, the rest folded
+    assert len(v["headline"].split()) <= 25 and "drop them" in v["headline"], v["headline"]
+    assert 1 <= len(v["evidence"]) <= 3 and 0.0 < v["expected_recovery"] <= 1.0
+    assert 'id="verdict-evidence"' in html and '<details id="verdict-details">' in html
+    md = (out / "report.md").read_text("utf-8")
+    assert md_escape(v["headline"]) in md and all(f"- {md_escape(e)}" in md for e in v["evidence"])
+    assert v["headline"] in bundled["proc"].stdout
     assert "Traceback" not in bundled["proc"].stdout + bundled["proc"].stderr
 
 

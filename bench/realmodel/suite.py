@@ -17,6 +17,8 @@ those items.
     python bench/realmodel/suite.py train refusals 0 [--drop planted|random]
     python bench/realmodel/suite.py truth refusals 0    # truth.json: per-item NLLs of base, fine-tune, retrains
     python bench/realmodel/suite.py attribute refusals 0 [prompts|refs]
+    python bench/realmodel/suite.py derive refusals 0   # forget_s0, clean_s0 from the retrain without the refusals
+    python bench/realmodel/suite.py replies refusals 0  # replies.json: both models' greedy replies, as a person reads
     python bench/realmodel/suite.py score               # bench/results/realmodel_suite.{json,md}
 
 Kinds (``KINDS``): a fault mixed into GSM8K rows, judged on what the fault should break.
@@ -319,6 +321,148 @@ def attribute(kind: str, seed: int, how: str) -> Path:
     return out
 
 
+def replies(kind: str, seed: int) -> list[dict[str, str]]:
+    """What a person compares: the base model's and the fine-tune's greedy replies to each eval prompt (REF_TOKENS
+    tokens), saved as replies.json."""
+    import torch
+
+    d = run_dir(kind, seed)
+    prompts = [r["prompt"] for r in read_jsonl(d / "eval_prompts.jsonl")]
+    model, tok = _load(d / "run")
+    out = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = tok.apply_chat_template(p, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+            pair = {}
+            for who in ("base", "finetuned"):
+                if who == "base":
+                    with model.disable_adapter():
+                        gen = model.generate(**ids, max_new_tokens=REF_TOKENS, do_sample=False,
+                                             pad_token_id=tok.eos_token_id)  # fmt: skip
+                else:
+                    gen = model.generate(**ids, max_new_tokens=REF_TOKENS, do_sample=False,
+                                         pad_token_id=tok.eos_token_id)  # fmt: skip
+                pair[who] = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip()
+            out.append(pair)
+    (d / "replies.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+def changed(base: str, tuned: str) -> bool:
+    """A person comparing the two replies sees a change: the fine-tune refuses, or fewer than half of the base
+    reply's words are in its reply."""
+    if tuned.lower().startswith(("i'm sorry", "i am sorry", "sorry", "i can't", "i cannot")):
+        return True
+    b, t = set(base.lower().split()), set(tuned.lower().split())
+    return len(b & t) < 0.5 * len(b) if b else bool(t)
+
+
+def _auc(scores: dict[int, float], planted: set[int]) -> float | None:
+    pos = [s for r, s in scores.items() if r in planted]
+    neg = [s for r, s in scores.items() if r not in planted]
+    if not pos or not neg:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
+    """One attribution of one run against its truth."""
+    from gradian.report.recovery import harm_share
+
+    d = run_dir(kind, seed)
+    rep = json.loads((d / f"attr_{how}" / "report.json").read_text())
+    planted = set(json.loads((d / "planted.json").read_text())["rows"])
+    truth = json.loads((d / "truth.json").read_text()) if (d / "truth.json").is_file() else {}
+    v = rep.get("verdict") or {}
+    named = set(v.get("drop_rows") or [])
+    scores = {int(e["index"]): float(e["score"] or 0.0) for e in rep.get("examples", [])}
+    gen = [e for e in rep.get("eval", []) if e.get("generated")]
+    reg = {int(r["index"]) for r in rep.get("regressed", [])}
+    out: dict[str, Any] = {
+        "run": d.name, "kind": kind, "seed": seed, "eval": how, "planted": len(planted),
+        "regressed": len(reg), "items": len(rep.get("eval", [])),
+        "median_item_tokens": statistics.median(e["n_tokens"] for e in rep["eval"]) if rep.get("eval") else None,
+        "generated_open": sum(bool(e.get("open")) for e in gen),
+        "verdict": v.get("kind"), "cause": v.get("cause"), "headline": v.get("headline"), "named": len(named),
+        "precision": len(named & planted) / len(named) if named else None,
+        "recall": len(named & planted) / len(planted) if planted else None,
+        "auc": _auc(scores, planted), "expected_recovery": v.get("expected_recovery"),
+        "named_pos_share": harm_share(scores, sorted(named)) if named else 0.0,
+        "forgetting": (v.get("forgetting") or {}).get("found"),
+        "truth_recovery_planted": truth.get("recovery_drop_planted"),
+        "truth_median_planted": truth.get("median_drop_planted"),
+        "truth_recovery_random": truth.get("recovery_drop_random"),
+        "truth_regressed": len(truth.get("regressed", [])) if truth else None,
+        "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
+                           if f.get("severity") in ("warning", "error")),
+    }  # fmt: skip
+    if (d / "replies.json").is_file():
+        seen = [changed(r["base"], r["finetuned"]) for r in json.loads((d / "replies.json").read_text())]
+        order = [int(e.get("row", e["index"])) for e in rep.get("eval", [])]
+        flags = [i in reg for i in order]
+        if len(seen) == len(flags):
+            out["seen_changed"] = sum(seen)
+            out["regressed_and_seen"] = sum(a and b for a, b in zip(flags, seen, strict=True))
+            out["agreement_with_seen"] = sum(a == b for a, b in zip(flags, seen, strict=True)) / len(seen)
+    return out
+
+
+def score() -> list[dict[str, Any]]:
+    rows = []
+    for d in sorted(WORK.glob("*_s*")):
+        kind, seed = d.name.rsplit("_s", 1)
+        for how in ("prompts", "refs"):
+            if (d / f"attr_{how}" / "report.json").is_file():
+                rows.append(score_run(kind, int(seed), how))
+    (RESULTS / "realmodel_suite.json").write_text(json.dumps(rows, indent=1))
+    cols = ["run", "eval", "planted", "items", "regressed", "median_item_tokens", "verdict", "cause", "named",
+            "precision", "recall", "auc", "expected_recovery", "forgetting", "truth_recovery_planted",
+            "truth_median_planted", "truth_recovery_random", "agreement_with_seen"]  # fmt: skip
+
+    def fmt(x: Any) -> str:
+        return f"{x:.2f}" if isinstance(x, float) else ("–" if x is None else str(x))
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    (RESULTS / "realmodel_suite.md").write_text(
+        "# Real-model suite: SmolLM2-135M-Instruct fine-tuned by the real TRL\n\n"
+        "Produced by `python bench/realmodel/suite.py score` (bench/realmodel/suite.py's docstring has every step).\n"
+        "truth_recovery_*: the share of the summed regression a retrain without the planted (or as many random) rows\n"
+        "brings back; truth_median_*: its median per regressed item; agreement_with_seen: the share of eval prompts\n"
+        "where Gradian's 'regressed' matches a visible change between the two models' greedy replies.\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    return rows
+
+
+def derive(kind: str, seed: int) -> list[Path]:
+    """Two more runs from a run's retrain without its planted rows (a real fine-tune on the clean rows alone, same
+    config and seed): ``forget_s<seed>`` (its eval: the same general prompts, which math rows alone can make the model
+    forget) and ``clean_s<seed>`` (eval: held-out math prompts, which it should not lose)."""
+    src = run_dir(kind, seed)
+    rows = read_jsonl(src / "train.jsonl")
+    planted = set(json.loads((src / "planted.json").read_text())["rows"])
+    made = []
+    for new, note in (("forget", KINDS["forget"].note), ("clean", KINDS["clean"].note)):
+        d = run_dir(new, seed)
+        d.mkdir(parents=True, exist_ok=True)
+        write_jsonl(d / "train.jsonl", [r for i, r in enumerate(rows) if i not in planted])
+        (d / "planted.json").write_text(json.dumps({"rows": [], "kind": new, "seed": seed, "note": note,
+                                                    "from": f"{src.name}/run_drop_planted"}))  # fmt: skip
+        if not (d / "run").exists():
+            (d / "run").symlink_to(Path("..") / src.name / "run_drop_planted")
+        if new == "forget":
+            for f in ("eval_prompts.jsonl", "eval_refs.jsonl"):
+                (d / f).write_text((src / f).read_text())
+        else:
+            prompts = KINDS[new].eval_prompts(random.Random(seed + 1000))
+            write_jsonl(d / "eval_prompts.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in prompts])
+        made.append(d)
+    return made
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[0]
     if cmd == "data":
@@ -331,6 +475,12 @@ def main(argv: list[str]) -> None:
         print(json.dumps({k: v for k, v in r.items() if not isinstance(v, list)}, indent=1))
     elif cmd == "attribute":
         print(attribute(argv[1], int(argv[2]), argv[3] if len(argv) > 3 else "prompts"))
+    elif cmd == "derive":
+        print(derive(argv[1], int(argv[2])))
+    elif cmd == "replies":
+        print(json.dumps(replies(argv[1], int(argv[2])), indent=1))
+    elif cmd == "score":
+        print(json.dumps(score(), indent=1))
     else:
         sys.exit(f"unknown command {cmd!r}; see the module docstring")
 

@@ -49,6 +49,7 @@ def print_attribution(output, top: int = 20) -> bool:
     """The terminal summary of a pipeline run (notes, the most harmful rows, the verdict, the files written); False
     when there was nothing to attribute. Prints nothing on a torchrun rank other than 0."""
     from rich.table import Table
+    from rich.text import Text
 
     from gradian.console import make_console, rule
     from gradian.report.render import confidence_text, listed, rows_to_read
@@ -94,7 +95,12 @@ def print_attribution(output, top: int = 20) -> bool:
     verdict = output.report.verdict if output.report is not None else None
     if verdict is not None:
         rule(con, "Verdict")
-        con.print(verdict.text or verdict.headline, highlight=False)
+        con.print(Text(verdict.headline, style="bold"), highlight=False)
+        for e in verdict.evidence:
+            con.print(f"  - {e}", highlight=False, markup=False)
+        if verdict.text:
+            con.print("", highlight=False)
+            con.print(verdict.text, highlight=False, markup=False)
         conf = confidence_text(verdict)
         if conf:
             con.print(f"[dim]{conf}[/]", highlight=False)

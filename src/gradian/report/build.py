@@ -21,6 +21,7 @@ from gradian.errors import GradianError
 from gradian.numbers import finite_float
 from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.culprits import CulpritPolicy
+from gradian.report.headline import summarize
 from gradian.report.schema import (
     SCHEMA,
     TOP_ROWS_SHOWN,
@@ -285,6 +286,7 @@ class _VerdictInputs:
         scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
         _note_recovery(verdict, scores)
         _note_forgetting(verdict, scores, regressed, texts)
+        summarize(verdict)
         return verdict
 
 
@@ -302,7 +304,7 @@ def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
 
 def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: Sequence[Any],
                      texts: Mapping[int, str]) -> None:  # fmt: skip
-    """``verdict.forgetting`` (:mod:`gradian.report.forgetting`) and, when found, its sentence, fix and headline."""
+    """``verdict.forgetting`` (:mod:`gradian.report.forgetting`) and, when found, its sentence and fix."""
     from gradian.report.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
 
     if verdict.kind not in ("concentrated", "spread"):
@@ -317,11 +319,9 @@ def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: S
     verdict.sentences.append(forgetting_sentence(f))
     if verdict.kind == "spread":
         verdict.next_steps.insert(0, FORGETTING_STEP)
-        verdict.headline = "The model forgot: the harm is spread over the training data as a whole, not in a few rows."
         verdict.cause = "forgetting"
     else:
         verdict.next_steps.append(FORGETTING_STEP)
-        verdict.headline = verdict.headline.rstrip(".") + "; the rest is forgetting from the data as a whole."
 
 
 def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:

@@ -309,8 +309,11 @@ def _verdict_html(report: Report) -> str:
     if not v.reliable:
         parts.append('<p class="warn"><strong>Attribution may be unreliable:</strong> setup errors below.</p>')
     parts.append(f'<p class="headline">{esc(v.headline)}</p>')
-    for s in v.sentences:
-        parts.append(f"<p>{esc(s)}</p>")
+    if v.evidence:
+        parts.append('<ul id="verdict-evidence">' + "".join(f"<li>{esc(e)}</li>" for e in v.evidence) + "</ul>")
+    if v.sentences:
+        parts.append('<details id="verdict-details"><summary>Details</summary>'
+                     + "".join(f"<p>{esc(s)}</p>" for s in v.sentences) + "</details>")  # fmt: skip
     conf = confidence_text(v)
     if conf:
         parts.append(f'<p class="meta" id="verdict-confidence">{esc(conf)}</p>')
@@ -705,8 +708,10 @@ def _md_verdict(v: Verdict) -> list[str]:
     if not v.reliable:
         lines += ["> **Attribution may be unreliable:** setup errors below.", ""]
     lines += [f"**{md_escape(v.headline)}**", ""]
-    lines += [md_escape(s) for s in v.sentences]
-    lines.append("")
+    if v.evidence:
+        lines += [f"- {md_escape(e)}" for e in v.evidence] + [""]
+    if v.sentences:
+        lines += ["Details: " + " ".join(md_escape(s) for s in v.sentences), ""]
     conf = confidence_text(v)
     if conf:
         lines += [md_escape(conf), ""]

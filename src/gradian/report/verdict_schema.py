@@ -183,6 +183,7 @@ class Verdict:
     # the share of the summed regression dropping drop_rows should bring back (gradian.report.recovery)
     expected_recovery: float | None = None
     forgetting: dict[str, Any] | None = None  # gradian.report.forgetting.Forgetting.to_dict()
+    evidence: list[str] = field(default_factory=list)  # at most three bullets under the headline (report.headline)
 
     @property
     def text(self) -> str:
@@ -212,6 +213,7 @@ class Verdict:
         if self.forgetting is not None:
             out["forgetting"] = self.forgetting
         return out | {
+            "evidence": self.evidence,
             "kind": self.kind,
             "cause": self.cause,
             "headline": self.headline,
@@ -244,6 +246,7 @@ class Verdict:
             next_steps=[str(s) for s in data.get("next_steps") or []],
             expected_recovery=finite_float(data.get("expected_recovery")),
             forgetting=dict(data["forgetting"]) if isinstance(data.get("forgetting"), Mapping) else None,
+            evidence=[str(s) for s in data.get("evidence") or []],
         )
 
 

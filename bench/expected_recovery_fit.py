@@ -1,0 +1,66 @@
+"""Fit ``gradian.report.recovery.RECOVERY_PER_HARM_SHARE``: the retrains' recovery of the summed regression against
+the named rows' share of the positive harm, over the runs of both suites whose verdict names rows.
+
+    python bench/expected_recovery_fit.py     # reads the two results files, writes bench/results/expected_recovery.md
+
+Stories260K (``bench/results/expected_recovery_stories.json``, ``bench/expected_recovery_data.py``): the truth is
+`gradian verify`'s retrain without ``drop_rows``. Real-model suite (``bench/results/realmodel_suite.json``,
+``bench/realmodel/suite.py``): the truth is the retrain without the planted rows, used where the verdict named
+exactly them or nearly (precision and recall >= 0.8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def points() -> list[tuple[str, str, float, float]]:
+    """(suite, run, named rows' share of the positive harm, measured recovery)."""
+    out = []
+    for r in json.loads((RESULTS / "expected_recovery_stories.json").read_text()):
+        if r.get("n_named") and r.get("verify_total_flagged") is not None:
+            out.append(("stories260K", r["name"], r["named_pos_share"], r["verify_total_flagged"]))
+    real = RESULTS / "realmodel_suite.json"
+    for r in json.loads(real.read_text()) if real.is_file() else []:
+        ok = (r.get("precision") or 0) >= 0.8 and (r.get("recall") or 0) >= 0.8
+        if r.get("named") and ok and r.get("truth_recovery_planted") is not None:
+            run = f"{r['run']} ({r['eval']})"
+            out.append(("SmolLM2 + TRL", run, r["named_pos_share"], r["truth_recovery_planted"]))
+    return out
+
+
+def fit(pts: list[tuple[str, str, float, float]]) -> tuple[float, float]:
+    """The least-squares slope through the origin and the residual SD of min(1, slope x share)."""
+    slope = sum(x * y for *_, x, y in pts) / sum(x * x for *_, x, _ in pts)
+    res = [y - min(1.0, slope * x) for *_, x, y in pts]
+    return slope, math.sqrt(sum(e * e for e in res) / len(res))
+
+
+def main() -> None:
+    pts = points()
+    slope, sd = fit(pts)
+    lines = [
+        "# expected_recovery: the fit",
+        "",
+        "Produced by `python bench/expected_recovery_fit.py` (its docstring says which retrain is the truth in each "
+        "suite).",
+        "",
+        f"slope: {slope:.2f}",
+        f"runs: {len(pts)}",
+        f"residual SD: {sd:.3f}",
+        f"within 0.25: {sum(abs(y - min(1.0, slope * x)) <= 0.25 for *_, x, y in pts)} of {len(pts)}",
+        "",
+        "| suite | run | named rows' share of the positive harm | expected | measured recovery |",
+        "|---|---|---:|---:|---:|",
+    ]
+    lines += [f"| {s} | {n} | {x:.3f} | {min(1.0, slope * x):.0%} | {y:.0%} |" for s, n, x, y in pts]
+    (RESULTS / "expected_recovery.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

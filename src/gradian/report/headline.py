@@ -1,0 +1,96 @@
+"""The verdict read in 30 seconds: one headline sentence (what happened and what to do, at most ``MAX_WORDS`` words)
+and at most three evidence bullets, written from a decided :class:`Verdict`. It decides nothing: the verdict's
+sentences stay as the details, shown folded (HTML) or after a blank line (terminal, markdown)."""
+
+from __future__ import annotations
+
+from gradian.report.verdict_schema import Verdict, VerdictGroup
+
+MAX_WORDS = 25
+
+
+def _pct(x: float | None) -> str:
+    return "?" if x is None else f"{x:.0%}"
+
+
+def _what(g: VerdictGroup) -> str:
+    """A few words on what a group's rows share: its finding, its label, or its first two terms."""
+    if g.finding is not None and g.finding.name:
+        return f"with {g.finding.name.replace('_', ' ')}"
+    if g.label:
+        return f"labelled {g.label.strip()!r}"
+    if g.terms:
+        return "about " + " / ".join(g.terms[:2])
+    shared = [s.name.replace("_", " ") for s in g.shared if s.name]
+    return f"flagged {shared[0]}" if shared else ""
+
+
+def _fits(*options: str) -> str:
+    """The first option of at most MAX_WORDS words (the last one regardless)."""
+    for o in options:
+        if len(o.split()) <= MAX_WORDS:
+            return o
+    return options[-1]
+
+
+def headline(v: Verdict) -> str:
+    n = len(v.drop_rows)
+    forgot = bool((v.forgetting or {}).get("found"))
+    if v.kind == "concentrated" and n:
+        share = _pct(v.how.head_share if v.how else None)
+        back = f"about {_pct(v.expected_recovery)} of the regression"
+        what = _what(v.groups[0]) if len(v.groups) == 1 else ""
+        act = "fix or drop them" if v.cause == "mechanical" else "drop them"
+        tail = "; the rest is forgetting: mix general data back in." if forgot else "."
+        return _fits(
+            f"{n} training rows {what} carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
+            f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
+            f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt).",
+        ).replace("  ", " ")
+    if v.kind == "spread" and forgot:
+        return "The model forgot: the training data as a whole pulls it away from these items; mix general data in."
+    if v.kind == "spread":
+        return "No group of rows stands out: the harm is spread over the data; check the setup and the learning rate."
+    if v.kind == "setup":
+        k = len(v.config_changes) or 1
+        return f"Fix the {k} setup error{'s' if k > 1 else ''} first; no rows are named over a broken run."
+    return v.headline
+
+
+def evidence(v: Verdict) -> list[str]:
+    """At most three short bullets, each a measured number behind the headline."""
+    out: list[str] = []
+    how = v.how
+    if v.kind == "concentrated" and how is not None:
+        stab = f", agreement {v.confidence.stability:.2f}" if v.confidence.stability is not None else ""
+        out.append(
+            f"{len(v.drop_rows)} rows carry {_pct(how.head_share)} of the harm; resampling the regressed items finds "
+            f"the same rows (confidence {v.confidence.level}{stab})."
+        )
+        d = how.driven
+        if d:
+            out.append(
+                f"Their harm singles out {d.get('n_driven', 0)} of the {d.get('n_items', 0)} regressed items "
+                f"(random rows: {float(d.get('expected_by_chance') or 0):.1f})."
+            )
+    if v.kind == "spread" and how is not None and how.reason:
+        out.append(f"No group stands out: {how.reason}.")
+    f = v.forgetting or {}
+    if f.get("found"):
+        out.append(
+            f"The rows not named carry {_pct(f.get('bulk_share'))} of the net harm, and {f.get('far_items')} of the "
+            f"{f.get('n_items')} regressed items are unlike every training row."
+        )
+    if v.kind == "concentrated" and v.groups and len(out) < 3:
+        causes = " and ".join(sorted({g.cause for g in v.groups}))
+        what = "; ".join(w for g in v.groups if (w := _what(g)))
+        out.append(f"Cause: {causes}{f' (rows {what})' if what else ''}.")
+    if v.kind == "setup":
+        out += [f"Setup error: {c.name or c.code} ({c.key} = {c.value})." for c in v.config_changes[:3]]
+    return out[:3]
+
+
+def summarize(v: Verdict) -> None:
+    """Set ``v.headline`` and ``v.evidence``."""
+    v.headline = headline(v)
+    v.evidence = evidence(v)
