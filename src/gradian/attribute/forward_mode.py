@@ -5,7 +5,7 @@ tangent it multiplies ``x`` by a zero ``W_t`` it makes: a third product as large
 model every base weight and the LM head are frozen, so most of a forward-mode pass's products are these.
 :class:`FrozenLinearTangents` routes ``F.linear`` calls whose input is a dual tensor and whose weight and bias are not
 through :class:`FrozenLinear`, whose tangent is ``x_t W^T`` alone: the same numbers, a fifth less time on the process
-bench's top rows (docs/benchmarks.md section 1). Every other call, the LoRA weights' included, runs as PyTorch's.
+bench's top rows (CHANGELOG.md). Every other call, the LoRA weights' included, runs as PyTorch's.
 """
 
 from __future__ import annotations

@@ -23,14 +23,14 @@ Every fine-tune moves every item a little. The rule learns that drift from the e
   (it is read from few items that improved a lot) from hiding a real regression: 6 of 7 target items up by
   0.44–0.93 nats/token on 20 items, against a drift of 0.34 (``tests/test_end_to_end.py``'s truncated run).
 
-Calibrated on the planted-fault suite (``bench/calibrate_verdict.py --search``; docs/benchmarks.md §8), not on one
+Calibrated on the planted-fault suite (``bench/calibrate_verdict.py --search``; docs/benchmarks.md), not on one
 run: the per-item gate dropped items the culprit rows moved only a little, which weakened the query and cost the
 verdict 1–2 of 23 runs; the set gate at 2 x drift did as well as no gate while still calling pure drift noise. The
-sign test catches a regression spread over many items, each within a wide drift (entity_s2_f10: 22 of 24 target
+sign test catches a regression spread over many items, each within a wide drift (on one entity run 22 of 24 target
 items rose, the most by 1.9 x a drift of 0.15 nats/token); on clean drift no item set passes it. The count of
-items (session 21): on a fourth held-out set a clean control's 44 items rose and fell 22 and 22, one past 2 x the
+items: on a held-out set a clean control's 44 items rose and fell 22 and 22, one past 2 x the
 drift (2.25 x), and the verdict named 7 rows; over the 183 runs of every set the family test changes only that
-control and 7 runs whose planted rows explain no real regression (docs/benchmarks.md §8).
+control and 7 runs whose planted rows explain no real regression (docs/benchmarks.md).
 """
 
 from __future__ import annotations

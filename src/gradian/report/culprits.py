@@ -136,7 +136,7 @@ class CulpritPolicy:
         metadata={
             "help": "Confidence: high at this agreement (or share of resamples, for a verdict that rests on findings), "
             "medium from min_stability, low under it. On the suite, 92% of the high verdicts that name rows and 81% "
-            "of the medium ones reach precision 0.8 (docs/benchmarks.md §8, session 16)."
+            "of the medium ones reach precision 0.8 (CHANGELOG.md, the planted-fault suite)."
         },
     )
     keep_frequency: float = field(
@@ -511,7 +511,7 @@ def minor(groups: list[Group], policy: CulpritPolicy) -> tuple[list[Group], list
     rows too few for a content group in the first place ride along in the mechanical group, :func:`group_rows`: they
     are as often rows the finding missed.) On the planted-fault suite and both held-out sets every second defect's
     group carries over a quarter of the harm, and the 29 rows set aside in 6 runs hold no planted row
-    (docs/benchmarks.md §8, session 17)."""
+    (CHANGELOG.md, the planted-fault suite)."""
     if not any(g.cause == "mechanical" for g in groups):
         return groups, []
     few = max(2, policy.min_group_share * sum(len(g.rows) for g in groups))
@@ -948,8 +948,8 @@ def reassign_by_direction(
     groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: CulpritPolicy
 ) -> None:
     """A content group's rows that point a mechanical group's way (``extend_z`` as in :func:`extend_by_direction`)
-    are that group's rows its finding missed. What is left of the content group is judged by :func:`minor` (until
-    session 17 a small one was dropped here without a word; now it is listed)."""
+    are that group's rows its finding missed. What is left of the content group is judged by :func:`minor`, which lists
+    a small one instead of dropping it."""
     mech = [g for g in groups if g.cause == "mechanical" and len(g.rows) >= 2]
     content = [g for g in groups if g.cause == "content"]
     if emb.ndim != 2 or emb.shape[0] != len(s) or not mech or not content:
@@ -978,7 +978,7 @@ def extend_by_direction(
     below the median) are; a row close to two groups goes to the closer. A culprit group's weaker rows point the same
     way as its strongest ones, so they are found even when their harm alone does not stand out. A mechanical group
     is left as its finding made it: measured on the planted-fault suite, rows added to one by direction were mostly
-    innocent once its finding named the defect's rows (docs/benchmarks.md §8)."""
+    innocent once its finding named the defect's rows (docs/benchmarks.md, the planted-fault suite)."""
     if emb.ndim != 2 or emb.shape[0] != len(s):
         return
     unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-30)

@@ -14,11 +14,11 @@ of the top rows):
   tokens (the most common of them) put that much of their harm there, as every row of a label does (" sad." rows),
   the group takes nobody. On the planted-fault suite and both held-out sets that share is 0.57-0.74 for mislabelled
   rows and 0.02-0.30 for the other content defects, but for a new name whose first piece only the planted rows hold
-  (0.79-0.98; the group already holds them all) (docs/benchmarks.md §8, session 18);
+  (0.79-0.98; the group already holds them all) (CHANGELOG.md, token profiles);
 - and a profiled row of the group with *none* of its positive harm on those tokens (among the keys that carry most
   of it) does not share the group's defect: it stood out beside it, leading other items. It leaves the group
   (``off_tokens``), whether or not the tokens are a label. On the suite, the three held-out sets and SmolLM2, 55 of
-  the 60 rows that leave are innocent; 5 are flipped-pronoun rows, one per run (docs/benchmarks.md §8, session 19).
+  the 60 rows that leave are innocent; 5 are flipped-pronoun rows, one per run (CHANGELOG.md, token profiles).
 
 Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated.
 """

@@ -2,7 +2,7 @@
 
 A mislabelled row's gradient points where a rightly labelled row of the same label points: both teach the label's
 token in the same context. On a classification-style file the harm of a few flipped labels then reads as the whole
-label's harm, graded, with no head that stands out and stays (docs/benchmarks.md §8: on every mislabel run of the
+label's harm, graded, with no head that stands out and stays (docs/benchmarks.md: on every mislabel run of the
 suite, flipped rows rank among their label's rows at AUC 0.5-0.87, and no cut of the ranking names them). The verdict
 then says "spread", which alone would send the user to the learning rate while the labels are what to check.
 

@@ -8,7 +8,7 @@ diagnose finding's rows are on the rest (:func:`gradian.report.culprits.carrying
 their positive harm at least ``enrichment`` x their share of those rows, a one-sided rank-sum test under the verdict's
 one Bonferroni level, held in ``keep_frequency`` of the resamples of the regressed items). They are a hint and not
 culprits: a term is shared by a topic as much as by a defect (rows about "Timmy" truly harm the items about Timmy), so
-joining rows by term named innocent rows on clean runs (docs/benchmarks.md §8). They stay out of ``drop_rows``; the
+joining rows by term named innocent rows on clean runs (docs/benchmarks.md). They stay out of ``drop_rows``; the
 report says how many there are and report.json lists them (``verdict.how.hints``) for the user to read.
 """
 

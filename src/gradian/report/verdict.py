@@ -606,7 +606,7 @@ def _concentrated(
 def _setup_first(draft: _Draft, found: Culprits, n_reg: str) -> Verdict:
     """The verdict when rows stand out but a setup error makes the run unreliable: say which rows, name none. A broken
     run's harm is no evidence against its rows (mislabel's file with every label right, trained for 12 epochs, puts
-    a third to two thirds of the harm on one label's rows, stably: docs/benchmarks.md §8, session 24), and dropping
+    a third to two thirds of the harm on one label's rows, stably: CHANGELOG.md, the label controls), and dropping
     rows from a run that is re-trained with the fix tests nothing."""
     draft.sentences.append(
         f"On this run {_rows_word(len(found.head))} stand out and carry {pct(found.head_share)} of the harm to the "
@@ -621,8 +621,8 @@ def _setup_first(draft: _Draft, found: Culprits, n_reg: str) -> Verdict:
 
 
 # A spread verdict does not prove that no rows are to blame: on 15 of the 108 spread verdicts over the planted-fault
-# suite and its held-out sets, retraining without the planted rows removed most of the regression (benchmarks §8,
-# session 26), so the last step says where such a defect shows.
+# suite and its held-out sets, retraining without the planted rows removed most of the regression (docs/benchmarks.md,
+# the planted-fault suite), so the last step says where such a defect shows.
 SPREAD_THIN = (
     "If the regressed items share a word or an answer the fine-tune now gets wrong (Base vs fine-tune), read the "
     "training rows that hold it: a defect spread thin over many topics can sit under what the ranking singles out."
