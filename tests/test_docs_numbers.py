@@ -105,7 +105,7 @@ def test_word_budgets_and_the_readme_opening():
     assert sum(_words(p) for p in docs) <= 25_000
 
 
-def test_no_development_history_in_the_docs():
-    pages = [REPO / "README.md", *(REPO / "docs").rglob("*.md")]
+def test_no_development_history_in_the_docs_and_the_code():
+    pages = [REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "src" / "gradian").rglob("*.py")]
     hits = [str(p.relative_to(REPO)) for p in pages if re.search(r"\bsessions?\b", p.read_text(encoding="utf-8"), re.I)]
     assert not hits, hits
