@@ -2,7 +2,8 @@
 ``GradianCallback``: the example's config (LoRA r=8, alpha 16 on every linear layer, lr 3e-3, 4 epochs, batch size 8,
 max_length 128, completion-only loss, seed 0, CPU).
 
-    python bench/callback_train.py OUT [--callback] [--epochs 4] [--rows N]
+    python bench/callback_train.py OUT [--callback] [--epochs 4] [--rows N] [--lr 3e-3] [--batch 8] [--accum 1]
+    torchrun --nproc_per_node 2 bench/callback_train.py OUT --callback       # one store per rank
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ EX = Path(__file__).resolve().parents[1] / "examples" / "stories260k"
 
 
 def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = None, seed: int = 0, *,
-          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False) -> Path:  # fmt: skip
+          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1
+          ) -> Path:  # fmt: skip
     """Train into ``out`` (the adapter, trainer_state.json, train.jsonl and eval.jsonl beside it). ``random_init``:
-    lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model)."""
+    lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model). ``repeat``: the
+    rows that many times, copy k's prompts prefixed with ``k.`` so no two rows are the same (for timing only)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -28,6 +31,9 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
     lines = (EX / "data" / "train.jsonl").read_text("utf-8").splitlines()[:rows]
+    if repeat > 1:
+        copies = [{**json.loads(x), "prompt": f"{k}. " + json.loads(x)["prompt"]} for k in range(repeat) for x in lines]
+        lines = [json.dumps(r) for r in copies]
     (out / "train.jsonl").write_text("".join(line + "\n" for line in lines), "utf-8")
     shutil.copy(EX / "data" / "eval.jsonl", out / "eval.jsonl")
     data = [json.loads(line) for line in lines]
@@ -60,8 +66,14 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=4.0)
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--random-init", action="store_true", help="lora_B drawn at random too")
+    ap.add_argument("--repeat", type=int, default=1, help="the rows this many times, each copy's prompts numbered")
     a = ap.parse_args()
-    train(a.out, a.callback, a.epochs, a.rows, a.seed)
+    train(a.out, a.callback, a.epochs, a.rows, a.seed, lr=a.lr, batch=a.batch, accum=a.accum,
+          random_init=a.random_init, repeat=a.repeat)  # fmt: skip
 
 
 if __name__ == "__main__":

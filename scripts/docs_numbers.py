@@ -185,6 +185,11 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_speed_stories": ("speed_stories.txt", lambda: _md_table("speed_stories.txt", 0)),
     "t_speed_wide": ("speed_wide256.txt", lambda: _md_table("speed_wide256.txt", 0)),
     "t_cost_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 0)),
+    "t_callback": ("callback.md", lambda: _md_table("callback.md", 0)),
+    "t_callback_4020": ("callback_rows4020.md", lambda: _md_table("callback_rows4020.md", 0)),
+    "callback_spearman": ("callback.json", lambda: f"{_json('callback.json')['quality']['spearman']:.2f}"),
+    "callback_auc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_callback']:.3f}"),
+    "callback_auc_post_hoc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_post_hoc']:.3f}"),
     "t_store_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 1)),
 }
 

@@ -47,6 +47,29 @@ def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
+    """Two gloo ranks each record the rows they trained on; attribute in one process maps both stores to the file's
+    rows and scores them as its own pass does (the adapter fixed as above)."""
+    import os
+    import subprocess
+
+    run = tmp_path / "run"
+    torchrun = Path(sys.executable).parent / "torchrun"
+    script = str(REPO / "bench" / "callback_train.py")
+    argv = [str(torchrun), "--standalone", "--nproc_per_node", "2", script, str(run), "--callback", "--epochs", "2",
+            "--rows", "24", "--lr", "0", "--batch", "4", "--random-init"]  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((run / "gradian-record" / "record.json").read_text())
+    assert rec["world"] == 2 and len(set(rec["stores"])) == 2
+    cb = _attribute(run, tmp_path / "cb", query="all")
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
+    assert cb.settings["gradient_source"] == "callback"
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
+@pytest.mark.slow
 def test_callback_ranking_agrees_with_post_hoc(tmp_path) -> None:
     """The example's config for 2 epochs on the first 200 rows (18 planted), trained once with the callback: the
     report says where its gradients came from, its ranking agrees with the post-hoc pass on the same adapter, and the
@@ -69,7 +92,7 @@ def test_callback_ranking_agrees_with_post_hoc(tmp_path) -> None:
     assert _attribute(plain, tmp_path / "plain-out").settings["gradient_source"] == "pass"
 
 
-RHO_BAR = 0.5
+RHO_BAR = 0.95  # measured 0.991 (planted AUC 0.996 recorded, 0.993 post hoc)
 
 
 def _auc(scores: np.ndarray, positive: np.ndarray) -> float:

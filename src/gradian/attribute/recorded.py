@@ -71,8 +71,14 @@ class RecordedSource(GradSource):
     def _read(self, j: int) -> dict[str, torch.Tensor]:
         if j in self._cache:
             return self._cache[j]
-        store, i, rows, _ = self.parts[j]
-        G = {k: v.index_select(0, rows) for k, v in store.read_shard(i, self.names).G.items()}
+        store, i, _, _ = self.parts[j]
+        return self._remember(j, store.read_shard(i, self.names).G)
+
+    def _remember(self, j: int, G: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Part ``j``'s rows of its shard, cached while the cache has room."""
+        if j in self._cache:
+            return self._cache[j]
+        G = {k: v.index_select(0, self.parts[j][2]) for k, v in G.items()}
         size = sum(v.numel() * v.element_size() for v in G.values())
         if self._cached + size <= self.cache_bytes:
             self._cache[j], self._cached = G, self._cached + size
@@ -89,8 +95,9 @@ class RecordedSource(GradSource):
     def stats(self) -> Stats:
         """Covariance sums of this process's shards (read once each)."""
         total = Stats.empty()
-        for store, i, _, _ in self.parts:
+        for j, (store, i, _, _) in enumerate(self.parts):
             sh = store.read_shard(i, self.names)
+            self._remember(j, sh.G)
             total.add(sh.A, sh.S, sh.n_tokens, sh.n_examples)
         return total
 

@@ -171,6 +171,11 @@ class GradientStore:
             fix="free disk space, or pass an --out folder you can write to",
         )
 
+    def set_rows(self, n: int) -> None:
+        """Set the row count (of a store written as rows came, by a training callback) before its last shard."""
+        self.meta["n_examples"] = n
+        self._write_json(self.meta_path, self.meta)
+
     @staticmethod
     def shard_name(i: int) -> str:
         return f"shard_{i:05d}.safetensors"

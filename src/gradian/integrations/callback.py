@@ -27,7 +27,8 @@ class GradianCallback(TrainerCallback):
     ``options`` or keyword arguments: :class:`gradian.options.CallbackOptions`."""
 
     def __init__(self, options: CallbackOptions | None = None, **kwargs: Any) -> None:
-        self.options = (options or CallbackOptions()).replace(**kwargs) if kwargs else options or CallbackOptions()
+        base = options or CallbackOptions()
+        self.options = base.replace(**kwargs) if kwargs else base
         self._rec: Any = None  # the recording in progress (_Recording)
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, model: Any = None, train_dataloader: Any = None,

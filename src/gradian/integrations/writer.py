@@ -77,8 +77,7 @@ class RankWriter:
         """Write the last (short) shard; the store's row count becomes the rows seen. Returns it."""
         n = self.next_row + self.rows + len(self.hashes)
         if n and n != self.store.meta["n_examples"]:  # before the last shard: its row range reads the count
-            self.store.meta["n_examples"] = n
-            self.store._write_json(self.store.meta_path, self.store.meta)
+            self.store.set_rows(n)
         if self.hashes:
             self._write(len(self.hashes))
         return n
