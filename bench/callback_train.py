@@ -17,11 +17,14 @@ EX = Path(__file__).resolve().parents[1] / "examples" / "stories260k"
 
 
 def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = None, seed: int = 0, *,
-          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1
-          ) -> Path:  # fmt: skip
+          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1,
+          save_steps: int | None = None, crash_at: int | None = None, resume: bool = False,
+          options: dict | None = None) -> Path:  # fmt: skip
     """Train into ``out`` (the adapter, trainer_state.json, train.jsonl and eval.jsonl beside it). ``random_init``:
     lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model). ``repeat``: the
-    rows that many times, copy k's prompts prefixed with ``k.`` so no two rows are the same (for timing only)."""
+    rows that many times, copy k's prompts prefixed with ``k.`` so no two rows are the same (for timing only).
+    ``save_steps``: a checkpoint every that many steps; ``crash_at``: raise at that step (an interrupted run);
+    ``resume``: go on from the last checkpoint; ``options``: the callback's (``gradian.options.CallbackOptions``)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -40,7 +43,8 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     cfg = SFTConfig(
         output_dir=str(out), learning_rate=lr, num_train_epochs=epochs, per_device_train_batch_size=batch,
         gradient_accumulation_steps=accum, max_length=128, completion_only_loss=True, logging_steps=5,
-        save_strategy="no", report_to=[], seed=seed, use_cpu=True, bf16=False, dataloader_num_workers=0,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[], seed=seed,
+        use_cpu=True, bf16=False, dataloader_num_workers=0,
     )  # fmt: skip
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM",
                       init_lora_weights=not random_init)  # fmt: skip
@@ -48,15 +52,29 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     if callback:
         from gradian.integrations import GradianCallback
 
-        callbacks.append(GradianCallback())
+        callbacks.append(GradianCallback(**(options or {})))
+    if crash_at is not None:
+        callbacks.append(_Crash(crash_at))
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(str(EX / "base")), args=cfg, train_dataset=Dataset.from_list(data),
         processing_class=AutoTokenizer.from_pretrained(str(EX / "base")), peft_config=lora, callbacks=callbacks,
     )  # fmt: skip
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(str(out))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     return out
+
+
+def _Crash(step: int):
+    """A callback that raises at ``step`` (a run killed mid-epoch)."""
+    from transformers import TrainerCallback
+
+    class Crash(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                raise RuntimeError(f"stopped at step {step}")
+
+    return Crash()
 
 
 def main() -> None:

@@ -46,6 +46,23 @@ def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path) -> None:
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
 
 
+def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> None:
+    """Killed at step 20 of 24 (checkpoints every 3 steps, shards of 16 rows) and resumed from checkpoint-18: the
+    shard written before, the rows buffered at the checkpoint and the rest make a record that scores as the pass."""
+    from callback_train import train
+
+    kw = {"epochs": 2, "rows": 48, "lr": 0.0, "batch": 4, "random_init": True, "save_steps": 3,
+          "options": {"shard_rows": 16}}  # fmt: skip
+    with pytest.raises(RuntimeError, match="stopped at step 20"):
+        train(tmp_path / "run", True, crash_at=20, **kw)
+    assert not (tmp_path / "run" / "gradian-record" / "record.json").exists()
+    run = train(tmp_path / "run", True, resume=True, **kw)
+    cb = _attribute(run, tmp_path / "cb", query="all")
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
+    assert cb.settings["gradient_source"] == "callback"
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
 @pytest.mark.slow
 def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
     """Two gloo ranks each record the rows they trained on; attribute in one process maps both stores to the file's

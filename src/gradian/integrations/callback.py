@@ -51,6 +51,10 @@ class GradianCallback(TrainerCallback):
         if self._rec is not None:
             self._rec.take()
 
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._rec is not None:
+            self._rec.writer.save_pending()
+
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._finish(state)
 

@@ -107,14 +107,13 @@ class Capture:
             self.reset()
             return None
         bt, am = self.batch, self.batch["attention_mask"].bool()
-        scale = self._scale()
-        deltas = [None if d is None else d * scale for d in self.deltas]
+        scale = self._scale()  # G is linear in the output gradients, S quadratic, A does not depend on them
         col.A, col.S, col.n_tokens, col.n_examples = {}, {}, 0, 0
         with torch.no_grad():
-            G = col.from_deltas(self.calls, deltas, am)
-        out = Batch({k: v.detach().float().cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
-                    (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A), dict(col.S), col.n_tokens,
-                    scale)  # fmt: skip
+            G = col.from_deltas(self.calls, self.deltas, am)
+        out = Batch({k: (v.detach().float() * scale).cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
+                    (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A),
+                    {k: v * scale**2 for k, v in col.S.items()}, col.n_tokens, scale)  # fmt: skip
         self.reset()
         return out
 

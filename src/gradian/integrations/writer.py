@@ -29,7 +29,8 @@ def store_parts(blocks: list[Any], proj: dict[str, Any], dtype: str, epoch: int,
 
 class RankWriter:
     """Buffers one rank's rows and writes a shard every ``shard`` rows. A shard already recorded (a resumed run)
-    is kept, not written again."""
+    is kept, not written again; the rows buffered at a checkpoint are saved beside the store (:meth:`save_pending`)
+    and taken up again by a run resumed from that checkpoint."""
 
     def __init__(self, root: Path, parts: dict[str, Any], n_rows: int, shard: int, dtype: str, first_row: int = 0):
         meta = {"n_examples": n_rows, "shard_size": shard, "dtype": dtype, "parts": parts,
@@ -39,6 +40,8 @@ class RankWriter:
         self.next_row = first_row - first_row % shard  # rows before it, in a shard not recorded, are lost
         self.rows = first_row - self.next_row
         self._clear()
+        if self.rows:
+            self._load_pending(first_row)
 
     def _clear(self) -> None:
         self.G: dict[str, list[torch.Tensor]] = {}
@@ -73,6 +76,39 @@ class RankWriter:
         self.next_row, self.rows = self.next_row + self.rows + n, 0
         # rows carried over have no covariance sums of their own: shards are whole batches, so none are
 
+    @property
+    def _pending(self) -> Path:
+        return self.store.dir / "pending.safetensors"
+
+    def save_pending(self) -> None:
+        """Save the rows buffered since the last shard (at a checkpoint: a run resumed from it goes on from them)."""
+        from safetensors.torch import save_file
+
+        tensors = {f"g.{k}": torch.cat(v) for k, v in self.G.items()}
+        tensors |= {f"A.{k}": v.clone() for k, v in self.stats.A_sum.items()}
+        tensors |= {f"S.{k}": v.clone() for k, v in self.stats.S_sum.items()}
+        info = {"next_row": self.next_row, "rows": self.rows, "hashes": self.hashes, "skipped": self.skipped,
+                "n_tokens": self.stats.n_tokens, "n_examples": self.stats.n_examples}  # fmt: skip
+        tmp = self._pending.with_name(f"pending.{os.getpid()}.tmp")
+        save_file(tensors, str(tmp), metadata={"gradian": json.dumps(info)})
+        os.replace(tmp, self._pending)
+
+    def _load_pending(self, first_row: int) -> None:
+        """Take up the rows a checkpoint saved, when they end where this run starts."""
+        from safetensors import safe_open
+
+        if not self._pending.is_file():
+            return
+        with safe_open(str(self._pending), "pt") as f:
+            info = json.loads((f.metadata() or {})["gradian"])
+            t = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+        if info["rows"] or info["next_row"] != self.next_row or info["next_row"] + len(info["hashes"]) != first_row:
+            return
+        self.rows, self.hashes, self.skipped = 0, list(info["hashes"]), [tuple(x) for x in info["skipped"]]
+        self.G = {k[2:]: [v] for k, v in t.items() if k.startswith("g.")}
+        A = {k[2:]: v for k, v in t.items() if k.startswith("A.")}
+        self.stats.add(A, {k[2:]: v for k, v in t.items() if k.startswith("S.")}, info["n_tokens"], info["n_examples"])
+
     def finish(self) -> int:
         """Write the last (short) shard; the store's row count becomes the rows seen. Returns it."""
         n = self.next_row + self.rows + len(self.hashes)
@@ -80,6 +116,7 @@ class RankWriter:
             self.store.set_rows(n)
         if self.hashes:
             self._write(len(self.hashes))
+        self._pending.unlink(missing_ok=True)
         return n
 
 
