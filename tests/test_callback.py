@@ -63,6 +63,18 @@ def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> N
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
 
 
+def test_a_record_left_by_an_earlier_training_is_not_used(tmp_path) -> None:
+    """Trained again into the same folder without the callback: the old record matches the rows but not the
+    adapter, so attribute computes its pass and says why."""
+    from callback_train import train
+
+    train(tmp_path / "run", True, epochs=1, rows=16, batch=4)
+    run = train(tmp_path / "run", False, epochs=1, rows=16, batch=4, seed=1, random_init=True)
+    res = _attribute(run, tmp_path / "out", query="all")
+    assert res.settings["gradient_source"] == "pass"
+    assert any("not the one the record ended with" in n for n in res.notes)
+
+
 @pytest.mark.slow
 def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
     """Two gloo ranks each record the rows they trained on; attribute in one process maps both stores to the file's

@@ -55,6 +55,17 @@ def weights_note(m: dict[str, Any]) -> str:
     )
 
 
+def weight_norms(blocks: Sequence[Any]) -> dict[str, float]:
+    """Each LoRA block's squared weight norm: which adapter a record belongs to (a retrained one differs)."""
+    return {b.name: float(b.module.weight.detach().double().pow(2).sum()) for b in blocks}
+
+
+def same_adapter(recorded: dict[str, float], blocks: Sequence[Any], rtol: float = 1e-2) -> bool:
+    """Whether the loaded adapter is the one the record ended with (up to the saved precision)."""
+    now = weight_norms(blocks)
+    return all(abs(now.get(k, 0.0) - v) <= rtol * max(abs(v), 1e-12) for k, v in recorded.items())
+
+
 class RecordedSource(GradSource):
     """The recorded rows of this process's share of the shards, mapped to training-row positions."""
 
@@ -115,6 +126,9 @@ def open_record(rec: Path, blocks: Sequence[Any], run_key: dict[str, Any], train
     if m["blocks"] != want or m["proj_dim"] != run_key["proj_dim"] or m["proj_seed"] != run_key["proj_seed"]:
         why = (f"their LoRA blocks or projection (proj_dim {m['proj_dim']}, seed {m['proj_seed']}) differ from this "
                f"run's (proj_dim {run_key['proj_dim']}, seed {run_key['proj_seed']})")  # fmt: skip
+        return None, [], f"recorded gradients in {rec} not used: {why}"
+    if "weight_norms" in m and not same_adapter(m["weight_norms"], blocks):
+        why = "the adapter is not the one the record ended with (trained again without the callback?)"
         return None, [], f"recorded gradients in {rec} not used: {why}"
     at: dict[str, list[int]] = {}
     for q in range(len(train_fx)):

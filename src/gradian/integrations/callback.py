@@ -117,6 +117,7 @@ class _Recording:
             self.writer.add(b)
 
     def finish(self, state: Any) -> None:
+        from gradian.attribute.recorded import weight_norms
         from gradian.integrations.writer import write_manifest
 
         self.take()
@@ -130,7 +131,8 @@ class _Recording:
         n = self.writer.finish()
         _barrier()
         if self.writer.store.meta["parts"]["rank"] == 0 and n:
-            write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys})
+            write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys,
+                                       "weight_norms": weight_norms(self.capture.blocks)})  # fmt: skip
 
 
 def _barrier() -> None:
