@@ -91,6 +91,11 @@ HELDOUT = (
 )
 
 
+def _ratio_median(name: str, key: str) -> str:
+    """A bench_callback result's median CPU ratio."""
+    return f"{_json(name)[key]['cpu_s']['median']:.2f}"
+
+
 def _heldout_table() -> str:
     lines = ["| set | runs | pass, scored blind | pass | controls silent |", "|---|---:|---:|---:|---:|"]
     for label, now, blind in HELDOUT:
@@ -190,6 +195,16 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "callback_spearman": ("callback.json", lambda: f"{_json('callback.json')['quality']['spearman']:.2f}"),
     "callback_auc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_callback']:.3f}"),
     "callback_auc_post_hoc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_post_hoc']:.3f}"),
+    "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),
+    "callback_attribute_ratio": ("callback.json", lambda: _ratio_median("callback.json", "attribute_ratio")),
+    "callback_train_ratio_4020": (
+        "callback_rows4020.json",
+        lambda: _ratio_median("callback_rows4020.json", "training_ratio"),
+    ),
+    "callback_attribute_ratio_4020": (
+        "callback_rows4020.json",
+        lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
+    ),
     "t_store_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 1)),
 }
 
