@@ -41,7 +41,19 @@ class GradianCallback(TrainerCallback):
         if why:
             log.warning("GradianCallback records nothing: %s", why)
             return
-        self._rec = _Recording.start(self.options, args, state, model, train_dataloader, epoch, epochs)
+        from gradian.attribute.collector import find_lora_blocks
+        from gradian.errors import GradianError
+
+        try:
+            blocks = find_lora_blocks(model)
+        except GradianError as e:  # DoRA: not attributable, and no reason to stop the training
+            blocks, why = [], str(e)
+        else:
+            why = "the model has no Linear LoRA layers"
+        if not blocks:
+            log.warning("GradianCallback records nothing: %s", why)
+            return
+        self._rec = _Recording.start(self.options, args, state, model, blocks, train_dataloader, epoch, epochs)
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._rec is not None:
@@ -81,15 +93,14 @@ class _Recording:
         self.capture, self.col, self.writer, self.root, self.info, self.keys = capture, col, writer, root, info, keys
 
     @classmethod
-    def start(cls, o: CallbackOptions, args: Any, state: Any, model: Any, dl: Any, epoch: int, epochs: int
-              ) -> _Recording:  # fmt: skip
-        from gradian.attribute.collector import GradientCollector, attach_projections, find_lora_blocks
+    def start(cls, o: CallbackOptions, args: Any, state: Any, model: Any, blocks: list[Any], dl: Any, epoch: int,
+              epochs: int) -> _Recording:  # fmt: skip
+        from gradian.attribute.collector import GradientCollector, attach_projections
         from gradian.attribute.plan import auto_proj_dim, shard_rows
         from gradian.attribute.store import store_key
         from gradian.integrations.capture import Capture
         from gradian.integrations.writer import RankWriter, record_root, store_parts
 
-        blocks = find_lora_blocks(model)
         proj_dim = o.proj_dim if o.proj_dim is not None else auto_proj_dim(blocks)
         attach_projections(blocks, proj_dim, o.proj_seed)
         bs = int(args.per_device_train_batch_size)
