@@ -154,7 +154,20 @@ def _store_1b() -> str:
     raise KeyError("the default --proj-dim row")
 
 
+def _recovery_fit(key: str) -> str:
+    """A ``key: value`` line of expected_recovery.md (the slope, the runs, how many land within 0.25)."""
+    for line in (RESULTS / "expected_recovery.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith(f"{key}: "):
+            return line.split(": ", 1)[1]
+    raise KeyError(key)
+
+
 SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
+    "recovery_slope": ("expected_recovery.md", lambda: _recovery_fit("slope")),
+    "recovery_runs": ("expected_recovery.md", lambda: _recovery_fit("runs")),
+    "recovery_within": ("expected_recovery.md", lambda: _recovery_fit("within 0.25")),
+    "t_expected_recovery": ("expected_recovery.md", lambda: _md_table("expected_recovery.md", 0)),
+    "t_realmodel": ("realmodel_suite.md", lambda: _md_table("realmodel_suite.md", 0)),
     "suite_pass": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json")),
     "suite_controls": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json", controls=True)),
     "heldout6_blind": ("verdict_heldout26_blind.json", lambda: _passes("verdict_heldout26_blind.json")),

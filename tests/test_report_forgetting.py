@@ -62,3 +62,13 @@ def test_expected_recovery_is_the_rows_share_of_the_positive_harm():
     assert harm_share(scores, [0, 3]) == pytest.approx(0.6)  # a helpful row adds no harm
     assert expected_recovery(scores, [0, 1, 2], per_share=1.5) == 1.0  # capped
     assert expected_recovery({0: -1.0}, [0]) == 0.0
+
+
+def test_the_recovery_factor_is_the_fitted_one():
+    """RECOVERY_PER_HARM_SHARE is the slope bench/expected_recovery_fit.py wrote (one number, one source)."""
+    from conftest import REPO
+    from gradian.report.recovery import RECOVERY_PER_HARM_SHARE
+
+    text = (REPO / "bench" / "results" / "expected_recovery.md").read_text()
+    slope = next(line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("slope: "))
+    assert f"{RECOVERY_PER_HARM_SHARE:.2f}" == slope

@@ -320,6 +320,8 @@ def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: S
     if verdict.kind == "spread":
         verdict.next_steps.insert(0, FORGETTING_STEP)
         verdict.cause = "forgetting"
+    elif (verdict.expected_recovery or 0.0) < 0.5:  # dropping the rows brings back the smaller part
+        verdict.next_steps.insert(0, FORGETTING_STEP)
     else:
         verdict.next_steps.append(FORGETTING_STEP)
 

@@ -3,10 +3,10 @@
 A narrow fine-tune (math rows only, say) pulls the model away from what it did before on everything else. Its
 signature in the attribution has two parts, both read from the run itself:
 
-1. **The bulk carries the harm.** The rows the verdict does not name carry most of the net harm to the regressed
-   items (``bulk_share``: their summed score over every row's), and most of them push the same way: the share of
-   them with positive harm is far above the half that rows unrelated to the items give (``positive_share``, a sign
-   test against a fair coin, ``p``).
+1. **The bulk carries the harm.** The rows the verdict does not name carry most of the positive harm to the
+   regressed items (``bulk_share``): no group explains the regression, whatever group stands out beside it. (The
+   share of them with positive harm, ``positive_share``, and its sign test ``p`` are reported, not required: on a
+   real chat model that forgot general chat from math rows, 78 of 160 rows had positive harm at the final adapter.)
 2. **The items are unlike the training data.** A regressed item is *far* when its nearest training row (word-set
    Jaccard similarity) is less similar to it than nearly every training row's nearest other row is to that row (under
    the ``far_quantile`` of those similarities): learned from the file, no word lists.
@@ -36,9 +36,7 @@ POOL_ROWS = 2000
 class ForgettingPolicy:
     """The thresholds of :func:`forgetting` (defaults; CulpritPolicy carries the ones a user can set)."""
 
-    min_bulk_share: float = 0.5  # the bulk carries at least this share of the net harm
-    min_positive_share: float = 0.6  # and at least this share of its rows have positive harm
-    alpha: float = 0.01  # the sign test's level
+    min_bulk_share: float = 0.5  # the rows not named carry at least this share of the positive harm
     far_quantile: float = 0.05  # an item is far when its nearest row is less similar than this quantile of the rows'
     min_far_share: float = 0.5  # at least this share of the regressed items are far
 
@@ -47,7 +45,7 @@ class ForgettingPolicy:
 class Forgetting:
     """What :func:`forgetting` measured, and whether it calls the regression forgetting."""
 
-    bulk_share: float
+    bulk_share: float  # the rows not named: their share of the positive harm
     positive_share: float
     p: float
     n_bulk: int
@@ -101,27 +99,22 @@ def forgetting(
     policy: ForgettingPolicy | None = None,
 ) -> Forgetting | None:
     """Whether the regression is forgetting (see the module doc): ``scores`` are the rows' harm to the regressed
-    items, ``named`` the rows the verdict names, ``item_texts`` the regressed items' texts. None when there is no
-    net harm or no text to compare."""
+    items, ``named`` the rows the verdict names, ``item_texts`` the regressed items' texts. None when no row has
+    positive harm or there is no text to compare."""
     policy = policy or ForgettingPolicy()
-    total = sum(scores.values())
+    pos_total = sum(s for s in scores.values() if s > 0)
     named_set = set(named)
     bulk = [s for r, s in scores.items() if r not in named_set]
-    if total <= 0 or not bulk or not item_texts or not train_texts:
+    if pos_total <= 0 or not bulk or not item_texts or not train_texts:
         return None
-    share = sum(bulk) / total
+    share = sum(s for s in bulk if s > 0) / pos_total
     pos = sum(1 for s in bulk if s > 0)
     p = binomial_tail(pos, len(bulk), 0.5)
     train = [words(t) for t in train_texts.values()]
     cut = far_cut(train, policy.far_quantile)
     pool = train if len(train) <= POOL_ROWS else random.Random(1).sample(train, POOL_ROWS)
     far = sum(1 for t in item_texts if nearest(words(t), pool) < cut)
-    found = (
-        share >= policy.min_bulk_share
-        and pos / len(bulk) >= policy.min_positive_share
-        and p < policy.alpha
-        and far >= policy.min_far_share * len(item_texts)
-    )
+    found = share >= policy.min_bulk_share and far >= policy.min_far_share * len(item_texts)
     return Forgetting(share, pos / len(bulk), p, len(bulk), far, len(item_texts), cut, found)
 
 
@@ -134,8 +127,8 @@ FORGETTING_STEP = (
 
 def forgetting_sentence(f: Forgetting) -> str:
     return (
-        f"The model forgot: the rows not named carry {f.bulk_share:.0%} of the net harm, {f.positive_share:.0%} of "
-        f"them push the regressed items the same way (p = {f.p:.1g}), and {f.far_items} of the {f.n_items} regressed "
-        "items are unlike any training row (less similar to their nearest row than nearly every training row is to "
-        "its own): the fine-tune's data as a whole pulls the model away from them."
+        f"The model forgot: the rows not named carry {f.bulk_share:.0%} of the harm, spread thin over them, and "
+        f"{f.far_items} of the {f.n_items} regressed items are unlike any training row (less similar to their nearest "
+        "row than nearly every training row is to its own): the fine-tune's data as a whole pulls the model away from "
+        "them, and dropping rows will not bring that part back."
     )

@@ -41,7 +41,14 @@ def headline(v: Verdict) -> str:
         back = f"about {_pct(v.expected_recovery)} of the regression"
         what = _what(v.groups[0]) if len(v.groups) == 1 else ""
         act = "fix or drop them" if v.cause == "mechanical" else "drop them"
-        tail = "; the rest is forgetting: mix general data back in." if forgot else "."
+        if forgot and (v.expected_recovery or 0.0) < 0.5:  # most of the regression is the data's as a whole
+            return (
+                f"The model forgot: mix general data back in; dropping {n} rows ({share} of the harm, drop_rows.txt) "
+                f"should bring back {back}."
+            )
+        tail = "; the rest is forgetting: mix general data in." if forgot else "."
+        if forgot:
+            back = f"about {_pct(v.expected_recovery)}"
         return _fits(
             f"{n} training rows {what} carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
             f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
@@ -78,7 +85,7 @@ def evidence(v: Verdict) -> list[str]:
     f = v.forgetting or {}
     if f.get("found"):
         out.append(
-            f"The rows not named carry {_pct(f.get('bulk_share'))} of the net harm, and {f.get('far_items')} of the "
+            f"The rows not named carry {_pct(f.get('bulk_share'))} of the harm, and {f.get('far_items')} of the "
             f"{f.get('n_items')} regressed items are unlike every training row."
         )
     if v.kind == "concentrated" and v.groups and len(out) < 3:
