@@ -5,8 +5,8 @@ the named rows' share of the positive harm, over the runs of both suites whose v
 
 Stories260K (``bench/results/expected_recovery_stories.json``, ``bench/expected_recovery_data.py``): the truth is
 `gradian verify`'s retrain without ``drop_rows``. Real-model suite (``bench/results/realmodel_suite.json``,
-``bench/realmodel/suite.py``): the truth is the retrain without the planted rows, used where the verdict named
-exactly them or nearly (precision and recall >= 0.8).
+``bench/realmodel/suite.py``): the truth is the retrain without the planted rows, against the planted rows' share
+of the positive harm (the same relation for another row set: its share, and the retrain without it).
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ def points() -> list[tuple[str, str, float, float]]:
             out.append(("stories260K", r["name"], r["named_pos_share"], r["verify_total_flagged"]))
     real = RESULTS / "realmodel_suite.json"
     for r in json.loads(real.read_text()) if real.is_file() else []:
-        ok = (r.get("precision") or 0) >= 0.8 and (r.get("recall") or 0) >= 0.8
-        if r.get("named") and ok and r.get("truth_recovery_planted") is not None:
-            run = f"{r['run']} ({r['eval']})"
-            out.append(("SmolLM2 + TRL", run, r["named_pos_share"], r["truth_recovery_planted"]))
+        if r.get("planted_pos_share") is not None and r.get("truth_recovery_planted") is not None:
+            run = f"{r['run']} ({r['eval']}), the planted rows"
+            out.append(("SmolLM2 + TRL", run, r["planted_pos_share"], r["truth_recovery_planted"]))
     return out
 
 

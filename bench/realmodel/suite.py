@@ -389,6 +389,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "recall": len(named & planted) / len(planted) if planted else None,
         "auc": _auc(scores, planted), "expected_recovery": v.get("expected_recovery"),
         "named_pos_share": harm_share(scores, sorted(named)) if named else 0.0,
+        "planted_pos_share": harm_share(scores, sorted(planted)) if planted else None,
         "forgetting": (v.get("forgetting") or {}).get("found"),
         "truth_recovery_planted": truth.get("recovery_drop_planted"),
         "truth_median_planted": truth.get("median_drop_planted"),
