@@ -56,7 +56,7 @@ def chat_run(smollm2_model_dir, tmp_path_factory, shared_dir):
     torch.manual_seed(0)
     run = work / "run"
     cfg = SFTConfig(
-        output_dir=str(run), learning_rate=1e-3, num_train_epochs=2, per_device_train_batch_size=8, max_length=192,
+        output_dir=str(run), learning_rate=5e-4, num_train_epochs=2, per_device_train_batch_size=8, max_length=192,
         logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False, warmup_steps=1,
         dataloader_num_workers=0,
     )  # fmt: skip
