@@ -140,7 +140,8 @@ def test_dom_renders_and_hostile_text_is_text(page):
     for section in ("verdict", "regressed", "clusters", "top-rows-section", "setup-findings", "plots"):
         assert section in dom.ids, section
     assert "verdict-box" in dom.ids and "cluster-table" in dom.ids
-    assert "12 rows carry 96% of the estimated harm" in text and "verdict-groups" in dom.ids
+    assert "12 training rows" in text and "carry 96% of the harm" in text and "verdict-groups" in dom.ids
+    assert "verdict-evidence" in dom.ids and "details" in dom.tags  # the headline's bullets; the rest folded
     assert "zorbax" in text
     assert dom.tags.count("svg") >= 5
     assert {"polyline", "rect", "circle"} <= set(dom.tags)
