@@ -297,8 +297,8 @@ def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
     if verdict.kind != "concentrated" or not verdict.drop_rows:
         return
     verdict.expected_recovery = round(expected_recovery(scores, verdict.drop_rows), 3)
-    at = next((i + 1 for i, t in enumerate(verdict.sentences) if t.startswith(f"The {len(verdict.drop_rows)} row")),
-              min(len(verdict.sentences), 1 if verdict.reliable else 2))  # fmt: skip
+    driven = verdict.how is not None and bool(verdict.how.driven)  # _note_driven put its sentence at 1 (2 unreliable)
+    at = min(len(verdict.sentences), (1 if verdict.reliable else 2) + driven)
     verdict.sentences.insert(at, recovery_sentence(verdict.expected_recovery, len(verdict.drop_rows)))
 
 

@@ -4,13 +4,10 @@ sentences stay as the details, shown folded (HTML) or after a blank line (termin
 
 from __future__ import annotations
 
+from gradian.numbers import pct
 from gradian.report.verdict_schema import Verdict, VerdictGroup
 
 MAX_WORDS = 25
-
-
-def _pct(x: float | None) -> str:
-    return "?" if x is None else f"{x:.0%}"
 
 
 def _what(g: VerdictGroup) -> str:
@@ -37,23 +34,22 @@ def headline(v: Verdict) -> str:
     n = len(v.drop_rows)
     forgot = bool((v.forgetting or {}).get("found"))
     if v.kind == "concentrated" and n:
-        share = _pct(v.how.head_share if v.how else None)
-        back = f"about {_pct(v.expected_recovery)} of the regression"
-        what = _what(v.groups[0]) if len(v.groups) == 1 else ""
+        share = pct(v.how.head_share if v.how else None, "?")
+        back = f"about {pct(v.expected_recovery, '?')}"
         act = "fix or drop them" if v.cause == "mechanical" else "drop them"
         if forgot and (v.expected_recovery or 0.0) < 0.5:  # most of the regression is the data's as a whole
             return (
                 f"The model forgot: mix general data back in; dropping {n} rows ({share} of the harm, drop_rows.txt) "
-                f"should bring back {back}."
+                f"should bring back {back} of the regression."
             )
-        tail = "; the rest is forgetting: mix general data in." if forgot else "."
-        if forgot:
-            back = f"about {_pct(v.expected_recovery)}"
+        what = _what(v.groups[0]) if len(v.groups) == 1 else ""
+        rows = f"{n} training rows {what}" if what else f"{n} training rows"
+        end = f"{back}; the rest is forgetting: mix general data in." if forgot else f"{back} of the regression."
         return _fits(
-            f"{n} training rows {what} carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
-            f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt) to bring back {back}{tail}",
+            f"{rows} carry {share} of the harm: {act} (drop_rows.txt) to bring back {end}",
+            f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt) to bring back {end}",
             f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt).",
-        ).replace("  ", " ")
+        )
     if v.kind == "spread" and forgot:
         return "The model forgot: the training data as a whole pulls it away from these items; mix general data in."
     if v.kind == "spread":
@@ -71,8 +67,8 @@ def evidence(v: Verdict) -> list[str]:
     if v.kind == "concentrated" and how is not None:
         stab = f", agreement {v.confidence.stability:.2f}" if v.confidence.stability is not None else ""
         out.append(
-            f"{len(v.drop_rows)} rows carry {_pct(how.head_share)} of the harm; resampling the regressed items finds "
-            f"the same rows (confidence {v.confidence.level}{stab})."
+            f"{len(v.drop_rows)} rows carry {pct(how.head_share, '?')} of the harm; resampling the regressed items "
+            f"finds the same rows (confidence {v.confidence.level}{stab})."
         )
         d = how.driven
         if d:
@@ -85,7 +81,7 @@ def evidence(v: Verdict) -> list[str]:
     f = v.forgetting or {}
     if f.get("found"):
         out.append(
-            f"The rows not named carry {_pct(f.get('bulk_share'))} of the harm, and {f.get('far_items')} of the "
+            f"The rows not named carry {pct(f.get('bulk_share'), '?')} of the harm, and {f.get('far_items')} of the "
             f"{f.get('n_items')} regressed items are unlike every training row."
         )
     if v.kind == "concentrated" and v.groups and len(out) < 3:
