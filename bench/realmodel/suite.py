@@ -7,14 +7,15 @@ prompts with reference answers (``eval_refs.jsonl``: the base model's whole gree
 base model would write it down). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs, batch 8, seed = the
 run's seed, the model's own chat template (conversational prompt/completion rows).
 
-Truth: the same training without the planted rows (``drop``) and without as many rows drawn at random from the
-others (``rand``); the regression is each eval item's mean NLL per reply token under the fine-tune minus under the
+Truth: the same training without the planted rows (``--drop planted``), without as many rows drawn at random from
+the others (``random``) and without the rows the verdict names (``named``: its drop_rows, the truth for
+expected_recovery); the regression is each eval item's mean NLL per reply token under the fine-tune minus under the
 base model, scored on the reference answers; the recovery of a retrain is the share of the summed regression over
 the items that regressed (fine-tune above base by ``REGRESSED`` nats/token) that it brings back, and its median over
 those items.
 
     python bench/realmodel/suite.py data refusals 0     # bench/work/realmodel/refusals_s0/{train,eval_*}.jsonl
-    python bench/realmodel/suite.py train refusals 0 [--drop planted|random]
+    python bench/realmodel/suite.py train refusals 0 [--drop planted|random|named]
     python bench/realmodel/suite.py truth refusals 0    # truth.json: per-item NLLs of base, fine-tune, retrains
     python bench/realmodel/suite.py attribute refusals 0 [prompts|refs]
     python bench/realmodel/suite.py derive refusals 0   # forget_s0, clean_s0 from the retrain without the refusals
@@ -306,6 +307,9 @@ def train(kind: str, seed: int, drop: str = "") -> Path:
         others = [i for i in range(len(rows)) if i not in planted]
         gone = set(random.Random(seed + 7).sample(others, n))
         rows = [r for i, r in enumerate(rows) if i not in gone]
+    elif drop == "named":  # the rows the verdict of the prompts-only attribution names (its drop_rows)
+        named = set(json.loads((d / "attr_prompts" / "report.json").read_text())["verdict"].get("drop_rows") or [])
+        rows = [r for i, r in enumerate(rows) if i not in named]
     out = d / ("run" if not drop else f"run_drop_{drop}")
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(MODEL))
@@ -353,7 +357,7 @@ def truth(kind: str, seed: int) -> dict[str, Any]:
     d = run_dir(kind, seed)
     items = read_jsonl(d / "eval_refs.jsonl")
     res: dict[str, Any] = {"base": item_nlls(None, items), "finetuned": item_nlls(d / "run", items)}
-    for drop in ("planted", "random"):
+    for drop in ("planted", "random", "named"):
         if (d / f"run_drop_{drop}" / "adapter_model.safetensors").is_file():
             res[f"drop_{drop}"] = item_nlls(d / f"run_drop_{drop}", items)
     res |= recoveries(res)
@@ -366,7 +370,7 @@ def recoveries(res: dict[str, Any]) -> dict[str, Any]:
     base, ft = res["base"], res["finetuned"]
     reg = [i for i, (b, f) in enumerate(zip(base, ft, strict=True)) if f - b > REGRESSED]
     out: dict[str, Any] = {"regressed": reg, "regression": sum(ft[i] - base[i] for i in reg)}
-    for key in ("drop_planted", "drop_random"):
+    for key in ("drop_planted", "drop_random", "drop_named"):
         if key in res and reg:
             r = res[key]
             out[f"recovery_{key}"] = sum(ft[i] - r[i] for i in reg) / out["regression"]
@@ -463,6 +467,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_planted": truth.get("recovery_drop_planted"),
         "truth_median_planted": truth.get("median_drop_planted"),
         "truth_recovery_random": truth.get("recovery_drop_random"),
+        "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
@@ -488,7 +493,7 @@ def score() -> list[dict[str, Any]]:
     (RESULTS / "realmodel_suite.json").write_text(json.dumps(rows, indent=1))
     cols = ["run", "eval", "planted", "items", "regressed", "median_item_tokens", "verdict", "cause", "named",
             "precision", "recall", "auc", "expected_recovery", "forgetting", "truth_recovery_planted",
-            "truth_median_planted", "truth_recovery_random", "agreement_with_seen"]  # fmt: skip
+            "truth_median_planted", "truth_recovery_random", "truth_recovery_named", "agreement_with_seen"]  # fmt: skip
 
     def fmt(x: Any) -> str:
         return f"{x:.2f}" if isinstance(x, float) else ("–" if x is None else str(x))
@@ -498,11 +503,10 @@ def score() -> list[dict[str, Any]]:
     (RESULTS / "realmodel_suite.md").write_text(
         "# Real-model suite: SmolLM2-135M-Instruct fine-tuned by the real TRL\n\n"
         "Produced by `python bench/realmodel/suite.py score` (bench/realmodel/suite.py's docstring has every step).\n"
-        "truth_recovery_*: the share of the summed regression a retrain without the planted (or as many random) rows\n"
-        "brings back; truth_median_*: its median per regressed item; agreement_with_seen: the share of eval prompts\n"
-        "where Gradian's 'regressed' matches a visible change between the two models' greedy replies.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "truth_recovery_*: the share of the summed regression a retrain without the planted rows (or as many random\n"
+        "rows, or the verdict's drop_rows: named) brings back; truth_median_*: its median per regressed item;\n"
+        "agreement_with_seen: the share of eval prompts where Gradian's 'regressed' matches a visible change between\n"
+        "the two models' greedy replies.\n\n" + "\n".join(lines) + "\n"
     )
     return rows
 
