@@ -10,7 +10,7 @@ Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the plant
 "none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
 verdict is recomputed as the default ``--query regressed`` run would make it: the regression rule picks the items,
 their per-item harm is summed (scores are linear in the query, so this equals a fresh run) and
-:func:`gradian.report.verdict.make_verdict` decides. A run passes when the verdict's ``drop_rows`` reach precision
+:func:`gradian.verdict.make.make_verdict` decides. A run passes when the verdict's ``drop_rows`` reach precision
 and recall >= 0.8 against the planted rows and the cause is right, or, on a control, when no culprit is named.
 """
 
@@ -38,8 +38,8 @@ from scenarios.recipes import SETS, run_set  # noqa: E402
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
 from gradian.attribute.token_profiles import TokenProfiles  # noqa: E402
 from gradian.report.cli import load_token_profiles  # noqa: E402
-from gradian.report.culprits import CulpritPolicy  # noqa: E402
-from gradian.report.verdict import make_verdict  # noqa: E402
+from gradian.verdict.culprits import CulpritPolicy  # noqa: E402
+from gradian.verdict.make import make_verdict  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -241,9 +241,9 @@ def truth_on_items(run_dir: Path, items: list[int], prefix: str) -> dict:
 
 def truth_recoveries(run_dir: Path, run: Run, S: np.ndarray, reg_items: list[int]) -> dict:
     """The truth's recoveries on every regressed item (``truth_reg_*``) and on the items the planted rows drive
-    (``truth_drv_*``, when significantly many; :mod:`gradian.report.driven` at verify's defaults)."""
+    (``truth_drv_*``, when significantly many; :mod:`gradian.verdict.driven` at verify's defaults)."""
     from gradian.options import VerifyOptions
-    from gradian.report.driven import driven_items
+    from gradian.verdict.driven import driven_items
 
     out = truth_on_items(run_dir, reg_items, "truth_reg")
     out["truth_bar"] = verify_bar(out, "truth_reg")
@@ -346,7 +346,7 @@ def judge(run: Run, named: set[int], causes: set[str]) -> tuple[float, float, bo
 def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tuple[float, bool]:
     """(F1 of the culprit rows with the cause right, or 1/0 on a control; pass) straight from
     :func:`find_culprits` (no texts, no sentences): what --search optimises."""
-    from gradian.report.culprits import find_culprits
+    from gradian.verdict.culprits import find_culprits
 
     if S is None:
         ok = run.cause == "none" or not run.planted
@@ -442,7 +442,7 @@ def markdown_table(rows: list[dict]) -> str:
     is right; runs that pass, and among the explained runs those that pass and those where some cut of the ranking
     would (:func:`best_cut`: the ceiling of any verdict that names the top rows); the truth's recoveries. Then,
     where `gradian verify` ran, on the explained runs: its recoveries for the verdict's rows and random rows on every
-    regressed item and on the items the verdict's rows drive (:mod:`gradian.report.driven`), on how many runs each
+    regressed item and on the items the verdict's rows drive (:mod:`gradian.verdict.driven`), on how many runs each
     met the bar (:func:`verify_bar`), and on how many of those same runs the planted rows themselves meet it
     (:func:`truth_recoveries`)."""
 
@@ -533,7 +533,7 @@ def ceiling_table(rows: list[dict]) -> str:
 
 
 def hints_table(rows: list[dict]) -> str:
-    """Rows to read (:mod:`gradian.report.term_hints`) per kind: on how many runs the verdict lists some, how many
+    """Rows to read (:mod:`gradian.verdict.term_hints`) per kind: on how many runs the verdict lists some, how many
     rows, how many of them planted, and how many of the planted rows drop_rows missed they point at."""
 
     def total(group: list[dict], key: str) -> int:

@@ -44,8 +44,8 @@ import calibrate_verdict as CV  # noqa: E402
 from scenarios import pool as P  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
-from gradian.report.culprits import CulpritPolicy  # noqa: E402
-from gradian.report.verdict import make_verdict  # noqa: E402
+from gradian.verdict.culprits import CulpritPolicy  # noqa: E402
+from gradian.verdict.make import make_verdict  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 OUT_JSON = RESULTS / "expected_recovery_stories.json"

@@ -12,7 +12,7 @@
     python bench/tried_nulls_and_rankings.py coherent-items fixed --set suite  # regressed items weighted by coherence
     python bench/tried_nulls_and_rankings.py token-core 0.25 --set suite  # rows join by harm on the group's tokens
 
-``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
+``null`` swaps :func:`gradian.verdict.culprits.head_mask` for the variant and scores the verdict as
 ``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
 ``bench/results/verdict_suite_91.json``. ``ranking`` and ``tokens`` report ROC-AUC and precision@K of the planted rows
 per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a run's fine-tune (about 20 s each on two
@@ -49,7 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_verdict as cal  # noqa: E402
 
-import gradian.report.culprits as cu  # noqa: E402
+import gradian.verdict.culprits as cu  # noqa: E402
 from gradian.attribute.regression import RegressionRule  # noqa: E402
 
 RUNS = cal.REPO / "bench" / "work" / "scenarios"
@@ -285,7 +285,7 @@ def run_coherent_items(mode: str, which: str) -> None:
 
 
 def run_token_core(c: float, which: str) -> None:
-    import gradian.report.harm_tokens as ht
+    import gradian.verdict.harm_tokens as ht
 
     def on(profiles, r: int, keys: list[str]) -> float:
         return sum(profiles.rows.get(r, (0.0, {}))[1].get(k, 0.0) for k in keys)

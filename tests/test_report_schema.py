@@ -8,7 +8,7 @@ import json
 
 from gradian.report.build import build_report
 from gradian.report.schema import ClusterMap, EvalItem, RankedRow, Report
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.schema import Verdict
 
 
 def same_json(data: dict) -> bool:

@@ -31,7 +31,7 @@ class VerifyOptions(Options):
     driven_z: float = option(
         2.0,
         "An item counts as driven by the blamed rows when their harm on it is this many standard deviations above "
-        "that of random rows of the same size (gradian.report.driven).",
+        "that of random rows of the same size (gradian.verdict.driven).",
         min=0.0,
     )
     driven_alpha: float = option(

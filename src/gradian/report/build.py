@@ -20,8 +20,6 @@ from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
 from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
-from gradian.report.culprits import CulpritPolicy
-from gradian.report.headline import summarize
 from gradian.report.schema import (
     SCHEMA,
     TOP_ROWS_SHOWN,
@@ -35,8 +33,10 @@ from gradian.report.schema import (
     Report,
     TrainerLog,
 )
-from gradian.report.verdict import make_verdict
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.culprits import CulpritPolicy
+from gradian.verdict.headline import summarize
+from gradian.verdict.make import make_verdict
+from gradian.verdict.schema import Verdict
 
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
@@ -292,7 +292,7 @@ class _VerdictInputs:
 
 def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
     """``verdict.expected_recovery`` and its sentence (after the driven items'), for a verdict that names rows."""
-    from gradian.report.recovery import expected_recovery, recovery_sentence
+    from gradian.verdict.recovery import expected_recovery, recovery_sentence
 
     if verdict.kind != "concentrated" or not verdict.drop_rows:
         return
@@ -304,8 +304,8 @@ def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
 
 def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: Sequence[Any],
                      texts: Mapping[int, str]) -> None:  # fmt: skip
-    """``verdict.forgetting`` (:mod:`gradian.report.forgetting`) and, when found, its sentence and fix."""
-    from gradian.report.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
+    """``verdict.forgetting`` (:mod:`gradian.verdict.forgetting`) and, when found, its sentence and fix."""
+    from gradian.verdict.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
 
     if verdict.kind not in ("concentrated", "spread"):
         return
@@ -330,7 +330,7 @@ def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[i
     """Which regressed items the verdict's rows drive (``verdict.how.driven`` and a sentence), at `gradian verify`'s
     cut (:class:`gradian.options.VerifyOptions`): the items verify will judge them on."""
     from gradian.options import VerifyOptions
-    from gradian.report.driven import driven_items, driven_sentence
+    from gradian.verdict.driven import driven_items, driven_sentence
 
     o = VerifyOptions()
     found = driven_items(S, items, rows, verdict.drop_rows, z=o.driven_z, alpha=o.driven_alpha)

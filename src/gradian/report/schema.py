@@ -3,7 +3,7 @@
 :class:`Report` is report.json: attribute's result (``method``, ``settings``, ``options``, ``examples`` as
 :class:`RankedRow`, ``regressed`` / ``eval`` as :class:`EvalItem`) joined with what the report layer derives
 (``clusters`` as :class:`Cluster`, ``clustering``, ``findings`` as :class:`gradian.diagnose.types.Finding`,
-``verdict`` as :class:`gradian.report.verdict_schema.Verdict`, ``logs``). In-process code reads attributes; the
+``verdict`` as :class:`gradian.verdict.schema.Verdict`, ``logs``). In-process code reads attributes; the
 one ``to_dict`` / ``from_dict`` pair writes and reads report.json.
 
 A report is read, not trusted: a missing field takes the value an empty report has, and a key this version does not
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from gradian.diagnose.types import Finding, Fix
 from gradian.options.attribute import AttributeOptions, report_options
-from gradian.report.record import Record
-from gradian.report.verdict_schema import Verdict
+from gradian.record import Record
+from gradian.verdict.schema import Verdict
 
 __all__ = ["Cluster", "ClusterFinding", "ClusterMap", "ClusteringInfo", "Contribution", "EvalItem", "Finding", "Fix",
            "LogPoint", "RankedRow", "Record", "Report", "TrainerLog", "Verdict"]  # fmt: skip

@@ -7,7 +7,7 @@ suite, flipped rows rank among their label's rows at AUC 0.5-0.87, and no cut of
 then says "spread", which alone would send the user to the learning rate while the labels are what to check.
 
 So when the verdict is spread, each label (rows whose completion is short enough to be a label, :func:`label_of`,
-shared by 2 to n - 2 rows) is tested as a diagnose finding's rows are (:func:`gradian.report.culprits.carrying_sets`:
+shared by 2 to n - 2 rows) is tested as a diagnose finding's rows are (:func:`gradian.verdict.culprits.carrying_sets`:
 positive harm at least ``enrichment`` x their share of the rows, a one-sided rank-sum test under the verdict's one
 Bonferroni level, held in ``keep_frequency`` of the resamples of the regressed items). A label that carries it is a
 *lead*: its rows are listed to check, most harmful first, and stay out of ``drop_rows``, since dropping a label's rows
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gradian.report.culprits import CulpritPolicy, carrying_sets
+from gradian.verdict.culprits import CulpritPolicy, carrying_sets
 
 
 @dataclass

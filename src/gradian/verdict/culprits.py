@@ -42,7 +42,7 @@ column sum):
 6. **Explain away.** The rows the groups hold are set aside and the rest is read again (steps 1, 2 and 4 on the
    rest): a stable head there, or a finding whose rows carry the rest's harm, is a further group (two defects at
    once, or a defect's weaker half). Every finding test of the verdict shares one Bonferroni level. The rest is
-   also read on the regressed items no group drives (:mod:`gradian.report.driven` at ``driven_z``, as `gradian
+   also read on the regressed items no group drives (:mod:`gradian.verdict.driven` at ``driven_z``, as `gradian
    verify` reads them): a second defect's items are outweighed in the sum by the first's, so its rows may stand out
    only there. A stable head found on those items joins only when its rows also carry the rest's harm over every
    regressed item (the finding test of step 4 on its rows), so rows that lead a few drifting items do not. Repeated
@@ -55,11 +55,11 @@ column sum):
 8. **Harm tokens** (with the attribution's token profiles, ``--token-profiles``). Once the harm is found
    concentrated, each named content group takes the profiled rows whose harm sits on the few tokens its own harm
    sits on, unless those tokens are what the rows are, and lets go of its profiled rows with none of their harm
-   there (:mod:`gradian.report.harm_tokens`, ``token_share``); the tokens never undo the decision. A content
+   there (:mod:`gradian.verdict.harm_tokens`, ``token_share``); the tokens never undo the decision. A content
    group's findings and terms are then read on its final rows.
 
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
-rows are and listed as rows to read (:mod:`gradian.report.term_hints`), never added to the groups.
+rows are and listed as rows to read (:mod:`gradian.verdict.term_hints`), never added to the groups.
 
 Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
 calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
@@ -67,9 +67,8 @@ calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md),
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -79,9 +78,10 @@ from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Severity
 from gradian.numbers import apart
 from gradian.options.verify import VerifyOptions
-from gradian.report.clusters import distinctive_terms, finding_train_rows, terms_of
-from gradian.report.driven import driven_items
-from gradian.report.harm_tokens import extend_by_tokens
+from gradian.verdict.driven import driven_items
+from gradian.verdict.harm_tokens import extend_by_tokens
+from gradian.verdict.stats import jaccard, local_fdr, rank_sum_p, resampled_sums, robust
+from gradian.verdict.terms import distinctive_terms, finding_train_rows, terms_of
 
 _VERIFY = VerifyOptions()  # the driven-items cut is verify's: the items the verdict's rows are judged on
 
@@ -199,7 +199,7 @@ class CulpritPolicy:
         default=_VERIFY.driven_z,
         metadata={
             "help": "Explain away: a regressed item is driven by the groups when their harm on it is this many "
-            "standard deviations above that of random rows of the same size (gradian.report.driven, as gradian "
+            "standard deviations above that of random rows of the same size (gradian.verdict.driven, as gradian "
             "verify reads it); the rest is also read on the items no group drives (0: off)."
         },
     )
@@ -237,7 +237,7 @@ class Group:
     shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
     terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
     by_direction: int = 0  # rows that joined it by their gradient direction (extend_by_direction)
-    tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.report.harm_tokens)
+    tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.verdict.harm_tokens)
     token_hold: float | None = None  # share of the rows holding them whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
     off_tokens: list[int] = field(default_factory=list)  # its profiled rows with none of their harm on its tokens
@@ -311,7 +311,7 @@ class Culprits:
     # groups rest on the finding tests, and stability is the least share of resamples in which one of them held
     basis: str = "head"
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
-    tests: int = 0  # finding tests made (one Bonferroni family; gradian.report.term_hints continues it)
+    tests: int = 0  # finding tests made (one Bonferroni family; gradian.verdict.term_hints continues it)
     undriven: list[UndrivenRead] = field(default_factory=list)  # heads found on the items no group drives
     set_aside: list[Group] = field(default_factory=list)  # content groups too light beside a mechanical one (minor)
 
@@ -331,16 +331,6 @@ class Culprits:
         }
 
 
-def _robust(x: np.ndarray) -> tuple[float, float]:
-    """Median and robust spread (1.4826 x MAD; the standard deviation, or 1, when the MAD is 0) of the finite values."""
-    x = x[np.isfinite(x)]
-    if not len(x):
-        return float("nan"), 1.0
-    med = float(np.median(x))
-    spread = 1.4826 * float(np.median(np.abs(x - med)))
-    return med, spread if spread > 0 else (float(np.std(x)) or 1.0)
-
-
 def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
     """Rows whose harm stands out from the bulk, positive, at most ``max_head_fraction`` of the rows (the most
     harmful ones): ``s > median + head_z x robust spread``, or with ``head_fdr`` the rows whose local false discovery
@@ -349,7 +339,7 @@ def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
     n = len(s)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    med, spread = _robust(s)
+    med, spread = robust(s)
     if policy.head_fdr > 0:
         mask = (local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)
     else:
@@ -365,78 +355,6 @@ def cap_head(s: np.ndarray, mask: np.ndarray, policy: CulpritPolicy) -> np.ndarr
     out = np.zeros(len(s), dtype=bool)
     out[np.argsort(-s, kind="stable")[:cap]] = True
     return out
-
-
-def local_fdr(s: np.ndarray, med: float, spread: float, grid: int = 1024) -> np.ndarray:
-    """Efron's local false discovery rate of each value: ``pi0 x f0(s) / f(s)`` with the empirical null ``f0`` a
-    normal at the bulk's median and robust spread, ``f`` a Gaussian kernel density of all values (Scott's bandwidth,
-    binned on ``grid`` points so it costs O(n)) and ``pi0`` the share of values within one spread over a normal's
-    68.3%, capped at 1."""
-    s = np.asarray(s, dtype=np.float64)
-    out = np.ones(len(s))
-    ok = np.isfinite(s)
-    x = s[ok]
-    sd = float(np.std(x)) if len(x) else 0.0
-    if len(x) < 3 or sd <= 0 or not (np.isfinite(med) and np.isfinite(spread) and spread > 0):
-        return out  # a value that is not finite is never a discovery
-    centers, density, _ = binned_density(x, grid)
-    f = np.interp(x, centers, density)
-    f0 = np.exp(-0.5 * ((x - med) / spread) ** 2) / (spread * np.sqrt(2 * np.pi))
-    pi0 = min(1.0, float(np.mean(np.abs(x - med) < spread)) / 0.6827)
-    out[ok] = np.clip(pi0 * f0 / np.maximum(f, 1e-300), 0.0, 1.0)
-    return out
-
-
-def binned_density(x: np.ndarray, grid: int = 1024) -> tuple[np.ndarray, np.ndarray, float]:
-    """A Gaussian kernel density of ``x`` (at least 3 values, not all equal; Scott's bandwidth) on ``grid`` bin
-    centres, binned so it costs O(n): (centres, density, bandwidth)."""
-    h = 1.06 * float(np.std(x)) * len(x) ** -0.2  # Scott's rule
-    lo, hi = float(x.min()) - 4 * h, float(x.max()) + 4 * h
-    counts, edges = np.histogram(x, bins=grid, range=(lo, hi))
-    step = edges[1] - edges[0]
-    half = int(np.ceil(4 * h / step))
-    offsets = np.arange(-half, half + 1) * step
-    kernel = np.exp(-0.5 * (offsets / h) ** 2) / (h * np.sqrt(2 * np.pi))
-    density = np.convolve(counts / len(x), kernel, mode="same")
-    return (edges[:-1] + edges[1:]) / 2, density, h
-
-
-def rank_sum_p(s: np.ndarray, flagged: Sequence[np.ndarray]) -> list[float]:
-    """For each mask in ``flagged``: the one-sided Mann-Whitney rank-sum test's p (normal approximation, ties given
-    their mean rank) that the flagged values rank this far above the others if both came from one distribution."""
-    n = len(s)
-    order = np.argsort(s, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(s[order]) != 0])  # first position of each run of equal values
-    counts = np.diff(np.r_[starts, n])
-    ranks = np.empty(n)
-    ranks[order] = np.repeat(starts + (counts + 1) / 2.0, counts)  # 1-based mean rank of each run
-    tie = float((counts.astype(np.float64) ** 3 - counts).sum()) / (n * (n - 1)) if n > 1 else 0.0
-    out = []
-    for fm in flagged:
-        n1 = int(fm.sum())
-        n2 = n - n1
-        var = n1 * n2 / 12.0 * ((n + 1) - tie)
-        if n1 == 0 or n2 == 0 or var <= 0:
-            out.append(1.0)
-            continue
-        u = float(ranks[fm].sum()) - n1 * (n1 + 1) / 2
-        out.append(0.5 * math.erfc((u - n1 * n2 / 2 - 0.5) / math.sqrt(2 * var)))
-    return out
-
-
-def resampled_sums(S: np.ndarray, policy: CulpritPolicy) -> Iterator[np.ndarray]:
-    """The row harms of ``bootstrap`` resamples of the regressed items (rows of ``S``, with replacement, seeded), each
-    of ``resample_items`` items when there are more."""
-    rng = np.random.default_rng(policy.seed)
-    m = S.shape[0]
-    size = min(m, int(policy.resample_items)) if policy.resample_items else m
-    for _ in range(int(policy.bootstrap)):
-        yield np.bincount(rng.integers(0, m, size=size), minlength=m).astype(S.dtype) @ S
-
-
-def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
-    union = int((a | b).sum())
-    return 1.0 if union == 0 else int((a & b).sum()) / union
 
 
 def find_culprits(
@@ -613,7 +531,7 @@ def _explain_away(
 
 
 def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
-    """The ``live`` items (rows of ``S``) that the columns ``cols`` drive (:func:`gradian.report.driven.driven_items`),
+    """The ``live`` items (rows of ``S``) that the columns ``cols`` drive (:func:`gradian.verdict.driven.driven_items`),
     when they drive more of them than random columns would; else none."""
     idx = np.flatnonzero(live)
     out = np.zeros(len(live), dtype=bool)
@@ -712,7 +630,7 @@ def stable_head(S: np.ndarray | None, s: np.ndarray, policy: CulpritPolicy) -> H
         else:
             hb = head_mask(sb, policy)
         freq += hb
-        jac.append(_jaccard(mask, hb))
+        jac.append(jaccard(mask, hb))
     freq /= max(1, int(policy.bootstrap))
     kept = mask & (freq >= policy.keep_frequency)
     stability = float(np.mean(jac)) if jac else None
@@ -940,7 +858,7 @@ def direction_z(unit: np.ndarray, js: Sequence[int], bulk: np.ndarray) -> np.nda
     ``bulk`` rows are."""
     mean = unit[list(js)].mean(0)
     sim = unit @ (mean / max(float(np.linalg.norm(mean)), 1e-30))
-    center, spread = _robust(sim[bulk])
+    center, spread = robust(sim[bulk])
     return (sim - center) / spread
 
 

@@ -11,14 +11,14 @@ criteria, in order:
   (:mod:`gradian.attribute.regression`): the verdict says so instead of ranking noise.
 - **No harm.** Items regressed, but no training row has positive harm.
 - **Concentrated.** The rows whose harm stands out from the bulk, carrying a sizeable share of the harm, and stable
-  when the regressed items are resampled (:mod:`gradian.report.culprits`). They are grouped by what they share: a
+  when the regressed items are resampled (:mod:`gradian.verdict.culprits`). They are grouped by what they share: a
   *mechanical* finding (a rule that declares it is about how rows became tokens) enriched in them makes a mechanical
   group whose fix comes first; the rest is a content group, named by its distinctive terms and the content findings
   most of its rows carry. ``drop_rows`` are those rows, most harmful first.
 - **Spread.** Otherwise no group of rows explains the regression; the verdict says why (nothing stands out, too
   small a share, or unstable under resampling) and names no culprit.
 
-The thresholds live in :class:`gradian.report.culprits.CulpritPolicy`, recorded in ``verdict.policy``.
+The thresholds live in :class:`gradian.verdict.culprits.CulpritPolicy`, recorded in ``verdict.policy``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from gradian.attribute.regression import by_chance_clause, describe_change
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import apart, pct
-from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
-from gradian.report.label_leads import LabelLead, label_leads
-from gradian.report.schema import Cluster, RankedRow
-from gradian.report.term_hints import TermHint, term_hints
-from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
+from gradian.verdict.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
+from gradian.verdict.evidence import ClusterLike, rows_of
+from gradian.verdict.label_leads import LabelLead, label_leads
+from gradian.verdict.schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
+from gradian.verdict.term_hints import TermHint, term_hints
 
 SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
@@ -139,9 +139,9 @@ def _confidence(stability: float | None, basis: str, policy: CulpritPolicy) -> C
 
 
 def make_verdict(
-    clusters: Sequence[Cluster],
+    clusters: Sequence[ClusterLike],
     findings: Sequence[Finding | Mapping[str, Any]],
-    examples: Sequence[RankedRow | Mapping[str, Any]],
+    examples: Sequence[Any],
     regressed: Sequence[Any],
     *,
     n_rows: int | None = None,
@@ -153,8 +153,9 @@ def make_verdict(
     embeddings: np.ndarray | None = None,
     token_profiles: TokenProfiles | None = None,
 ) -> Verdict:
-    """Decide what the report says. ``examples`` are the ranked rows (:class:`RankedRow`, or report.json's
-    ``{"index", "id", "score"}``); ``clusters`` the report's clusters (only named, for the cluster table);
+    """Decide what the report says. ``examples`` are the ranked rows (report.json's ``{"index", "id", "score",
+    "label"}`` or objects with those attributes); ``clusters`` the report's clusters (only named, for the cluster
+    table);
     ``regressed`` the regressed items (only counted); ``item_scores`` is the per-item harm of the regressed items
     (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is attribute's
     ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows' gradient
@@ -166,11 +167,11 @@ def make_verdict(
     ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
     """
     policy = policy or CulpritPolicy()
-    rows_ = [e if isinstance(e, RankedRow) else RankedRow.from_dict(e) for e in examples]
+    rows_ = rows_of(examples)
     fs = typed_findings(findings)
     n_rows = n_rows if n_rows is not None else len(rows_)
     rows = [e.index for e in rows_]
-    scores = {e.index: float(e.score or 0.0) for e in rows_}
+    scores = {e.index: e.score for e in rows_}
     ids = {e.index: e.id for e in rows_}
     errors = setup_errors(fs, n_rows)
     verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.to_dict(),
@@ -532,7 +533,7 @@ def _concentrated(
     found: Culprits,
     hints: Sequence[TermHint],
     typed_of: Mapping[int, Finding],
-    clusters: Sequence[Cluster],
+    clusters: Sequence[ClusterLike],
     ids: Mapping[int, Any],
     n_rows: int,
     n_reg: str,

@@ -13,10 +13,10 @@ import pytest
 
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
-from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
 from gradian.report.render import rows_to_read
-from gradian.report.verdict import SPREAD_THIN, TOKEN_PROFILES_HINT, make_verdict, setup_errors
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
+from gradian.verdict.make import SPREAD_THIN, TOKEN_PROFILES_HINT, make_verdict, setup_errors
+from gradian.verdict.schema import Verdict
 
 N = 400
 
@@ -367,7 +367,7 @@ def test_local_fdr_head_keeps_the_planted_rows_with_far_fewer_innocent_ones():
     """The local-fdr head (Efron's empirical null) keeps every planted row at 1% and at 20% of the file, with at most
     half the innocent rows a fixed z cut keeps; on pure heavy-tailed noise it keeps at most half as many rows too (the
     resampling check then drops what is left)."""
-    from gradian.report.culprits import local_fdr
+    from gradian.verdict.culprits import local_fdr
 
     pol, zcut = CulpritPolicy(head_fdr=0.2), CulpritPolicy(head_fdr=0.0, head_z=2.0)
     for seed in (4, 5, 6):
@@ -388,7 +388,7 @@ def test_rank_sum_p_equals_scipy_mann_whitney():
     corrections), with and without ties."""
     from scipy.stats import mannwhitneyu
 
-    from gradian.report.culprits import rank_sum_p
+    from gradian.verdict.culprits import rank_sum_p
 
     rng = np.random.default_rng(0)
     for decimals in (None, 1):
@@ -487,7 +487,7 @@ def test_a_group_set_aside_lets_a_second_one_stand_out(seed):
     """A strong group of 25% of the file inflates the bulk's median and spread so that a second, weaker group of 5%
     barely stands out beside it (fewer than 60% of its rows make the first head); set aside what the first group
     explains, and the second's harm stands out from the rest."""
-    from gradian.report.culprits import stable_head
+    from gradian.verdict.culprits import stable_head
 
     strong = list(range(0, N, 4))
     weak = [r for r in range(2, 200, 5) if r % 4][:20]
@@ -710,7 +710,7 @@ def test_a_content_group_lets_go_of_rows_with_no_harm_on_its_tokens(seed):
     (they lead other items). Without token profiles all 26 are named; with them the 6 leave the group
     (``off_tokens``) and the verdict says why. Should letting them go leave the rest under the share a culprit group
     needs, the tokens do not undo the decision: the group stays as it was."""
-    from gradian.report.culprits import CulpritPolicy
+    from gradian.verdict.culprits import CulpritPolicy
 
     planted, innocent = list(range(0, N, 20)), list(range(5, 125, 20))
     S = harm_matrix(planted + innocent, seed=seed, strength=8.0)
@@ -760,7 +760,7 @@ def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():
     """A group's harm tokens: the fewest keys carrying half its rows' positive harm, and none when that takes more keys
     than a profile keeps per row (harm spread over the rows' words is no token's)."""
     from gradian.attribute.token_profiles import KEYS_PER_ROW
-    from gradian.report.harm_tokens import harm_tokens
+    from gradian.verdict.harm_tokens import harm_tokens
 
     on_he = TokenProfiles({r: (10.0, {"he": 4.0, "his": 2.0, f"w{r}": 4.0}) for r in range(6)}, {})
     assert harm_tokens(range(6), on_he, 0.5) == ["he", "his"]  # 4 + 2 of 10 per row; "he" alone carries 40%

@@ -5,7 +5,7 @@ sentences stay as the details, shown folded (HTML) or after a blank line (termin
 from __future__ import annotations
 
 from gradian.numbers import pct
-from gradian.report.verdict_schema import Verdict, VerdictGroup
+from gradian.verdict.schema import Verdict, VerdictGroup
 
 MAX_WORDS = 25
 
