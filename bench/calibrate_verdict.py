@@ -37,8 +37,8 @@ from scenarios.recipes import SETS, run_set  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
 from gradian.attribute.token_profiles import TokenProfiles  # noqa: E402
+from gradian.options.verdict import VerdictOptions  # noqa: E402
 from gradian.report.cli import load_token_profiles  # noqa: E402
-from gradian.verdict.culprits import CulpritPolicy  # noqa: E402
 from gradian.verdict.make import make_verdict  # noqa: E402
 
 
@@ -262,7 +262,7 @@ def truth_recoveries(run_dir: Path, run: Run, S: np.ndarray, reg_items: list[int
     return out
 
 
-def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: int = 0) -> dict:
+def evaluate(run: Run, rule: RegressionRule, policy: VerdictOptions, *, run_verify: int = 0) -> dict:
     call = call_regressions(run.base, run.ft, rule)
     ev_index = list(range(len(run.base)))
     reg_items = [i for i in ev_index if call.regressed[i]]
@@ -328,7 +328,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
 RUNS_ROOT: list[Path] = []
 
 
-def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_verify: int = 0) -> tuple[int, list]:
+def score(runs: list[Run], rule: RegressionRule, policy: VerdictOptions, run_verify: int = 0) -> tuple[int, list]:
     rows = [evaluate(r, rule, policy, run_verify=run_verify) for r in runs]
     return sum(r["pass"] for r in rows), rows
 
@@ -343,7 +343,7 @@ def judge(run: Run, named: set[int], causes: set[str]) -> tuple[float, float, bo
     return (hit / len(judged) if judged else 0.0), hit / len(run.planted), right
 
 
-def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tuple[float, bool]:
+def fast_objective(run: Run, S: np.ndarray | None, policy: VerdictOptions) -> tuple[float, bool]:
     """(F1 of the culprit rows with the cause right, or 1/0 on a control; pass) straight from
     :func:`find_culprits` (no texts, no sentences): what --search optimises."""
     from gradian.verdict.culprits import find_culprits
@@ -572,9 +572,9 @@ RULE_GRID = {
 }
 
 
-def policy_from(pairs: list[str]) -> CulpritPolicy:
+def policy_from(pairs: list[str]) -> VerdictOptions:
     """The default policy with ``key=value`` overrides, each value read as its field's type."""
-    default, changed = CulpritPolicy(), {}
+    default, changed = VerdictOptions(), {}
     for key, value in (kv.split("=", 1) for kv in pairs):
         kind = type(getattr(default, key))
         changed[key] = value.lower() in ("1", "true") if kind is bool else kind(value)
@@ -613,10 +613,10 @@ def main() -> None:
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
-            GRID[k] = [getattr(CulpritPolicy(), k)]
+            GRID[k] = [getattr(VerdictOptions(), k)]
     if args.narrow:
         for k in GRID:
-            GRID[k] = [getattr(CulpritPolicy(), k)]
+            GRID[k] = [getattr(VerdictOptions(), k)]
     if args.policy_only:
         for k in RULE_GRID:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
@@ -633,7 +633,7 @@ def main() -> None:
             rule = RegressionRule(**dict(zip(RULE_GRID, rv, strict=True)))
             mats = [regressed_scores(r, rule) for r in runs]
             for pv in itertools.product(*GRID.values()):
-                policy = CulpritPolicy(**dict(zip(GRID, pv, strict=True)), bootstrap=args.bootstrap)
+                policy = VerdictOptions(**dict(zip(GRID, pv, strict=True)), bootstrap=args.bootstrap)
                 per = [fast_objective(r, S, policy) for r, S in zip(runs, mats, strict=True)]
                 results.append((float(np.mean([o for o, _ in per])), sum(p for _, p in per), rule, policy, per))
         results.sort(key=lambda t: (-t[0], -t[1]))

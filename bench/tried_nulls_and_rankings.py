@@ -55,7 +55,7 @@ from gradian.attribute.regression import RegressionRule  # noqa: E402
 RUNS = cal.REPO / "bench" / "work" / "scenarios"
 
 
-def clipped_head(s: np.ndarray, policy: cu.CulpritPolicy, first=cu.head_mask, rounds: int = 10) -> np.ndarray:
+def clipped_head(s: np.ndarray, policy: cu.VerdictOptions, first=cu.head_mask, rounds: int = 10) -> np.ndarray:
     """The shipped head (``first``), its null (median, robust spread) refitted on the rows outside it until no row
     joins."""
     s = np.asarray(s, dtype=np.float64)
@@ -86,7 +86,7 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
     return float(centers[k]), float(np.sqrt(max(sig**2 - h**2, (0.25 * sig) ** 2)))
 
 
-def peak_head(s: np.ndarray, policy: cu.CulpritPolicy) -> np.ndarray:
+def peak_head(s: np.ndarray, policy: cu.VerdictOptions) -> np.ndarray:
     s = np.asarray(s, dtype=np.float64)
     med, spread = peak_null(s)
     return cu.cap_head(s, (cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0), policy)
@@ -270,7 +270,7 @@ def run_coherent_items(mode: str, which: str) -> None:
         ex = [{"index": e["index"], "id": None, "score": float(v)} for e, v in zip(args[2], W.sum(0), strict=True)]
         return make(*args[:2], ex, *args[3:], item_scores=W, **kw)
 
-    def resampled(S: np.ndarray, policy: cu.CulpritPolicy):
+    def resampled(S: np.ndarray, policy: cu.VerdictOptions):
         rng = np.random.default_rng(policy.seed)
         mine = raw and S.shape == raw["W"].shape and np.array_equal(S, raw["W"])
         for _ in range(int(policy.bootstrap)):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.options import AttributeOptions, RunInputs
+from gradian.options import AttributeOptions, RunInputs, VerdictOptions
 from gradian.report.schema import Report
 
 
@@ -27,12 +27,14 @@ def attribute_and_report(
     out: str | Path,
     inputs: RunInputs | None = None,
     options: AttributeOptions | None = None,
+    verdict: VerdictOptions | None = None,
     diagnose_rows: int | None = None,
     progress: bool = False,
     **kwargs: Any,
 ) -> RunOutput:
     """Run attribution and the setup checks on the same inputs, join them and write the report into ``out``.
-    ``kwargs``: any :class:`RunInputs` path or :class:`AttributeOptions` field, over ``inputs`` / ``options``.
+    ``kwargs``: any :class:`RunInputs` path or :class:`AttributeOptions` field, over ``inputs`` / ``options``;
+    ``verdict``: the verdict's thresholds (default :class:`VerdictOptions`).
 
     The attribution streams the training file; the setup checks and the cluster labels hold rows in memory (about
     7.5 KiB each), so on a file bigger than that budget they read only its first ``diagnose_rows`` rows (default:
@@ -48,7 +50,7 @@ def attribute_and_report(
     # read once: attribute and diagnose share the run's files, setup and formatting settings
     loaded = load_run(ins.run, **ins.as_kwargs("train", "eval", "config", "logs", "adapter", "base", "tokenizer"),
                       read_rows=False)  # fmt: skip
-    checks = SetupChecks(ins, loaded, diagnose_rows)
+    checks = SetupChecks(ins, loaded, diagnose_rows, verdict or VerdictOptions())
     wants = checks.names_content_group if opts.token_profiles and not opts.token_profiles_always else None
     res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress, wants_profiles=wants)
     if res.partial:
@@ -59,7 +61,7 @@ def attribute_and_report(
     if setup.limited:
         res.notes.append(setup.limited)
         train_rows = train_rows + _shown_rows(setup.ctx.train_file, res, {e.index for e in setup.ctx.train})
-    return _write_report(out, res, setup.findings, setup.ctx, train_rows)
+    return _write_report(out, res, setup.findings, setup.ctx, train_rows, checks.verdict)
 
 
 @dataclass
@@ -82,6 +84,7 @@ class SetupChecks:
     inputs: RunInputs
     loaded: Any
     diagnose_rows: int | None
+    verdict: VerdictOptions
     done: SetupRead | None = None
 
     def read(self, res: Any) -> SetupRead:
@@ -110,11 +113,12 @@ class SetupChecks:
         setup = self.read(res)
         verdict = draft_verdict(res.to_json(), findings=setup.findings, embeddings=res.embeddings,
                                 embedding_index=res.embedding_index, train_examples=setup.rows,
-                                item_scores=res.item_scores)  # fmt: skip
+                                item_scores=res.item_scores, policy=self.verdict)  # fmt: skip
         return verdict.names_content_group
 
 
-def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any]) -> RunOutput:
+def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any],
+                  verdict: VerdictOptions) -> RunOutput:  # fmt: skip
     """Join the attribution and the findings into the report, save what `gradian report` re-renders from, and
     render the report files."""
     from gradian.report.build import build_report
@@ -146,6 +150,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
         logs=ctx.logs,
         item_scores=res.item_scores,
         token_profiles=res.token_profiles,
+        policy=verdict,
     )
     paths = render_all(report, out)
     return RunOutput(res, report, paths, findings)

@@ -19,6 +19,7 @@ from gradian.diagnose.minhash import normalize
 from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
+from gradian.options.verdict import VerdictOptions
 from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
 from gradian.report.schema import (
     SCHEMA,
@@ -33,7 +34,6 @@ from gradian.report.schema import (
     Report,
     TrainerLog,
 )
-from gradian.verdict.culprits import CulpritPolicy
 from gradian.verdict.headline import summarize
 from gradian.verdict.make import make_verdict
 from gradian.verdict.schema import Verdict
@@ -41,16 +41,16 @@ from gradian.verdict.schema import Verdict
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
-LABEL_WORDS = 5  # a completion of at most this many words can be a label (as diagnose reads a label set: D122)
 
 
-def label_of(example: Any) -> str | None:
-    """An Example's completion, lowercased with its spaces collapsed, when it has at most ``LABEL_WORDS`` words;
-    None for a longer one, a text row or anything that is not an Example."""
+def label_of(example: Any, words: int | None = None) -> str | None:
+    """An Example's completion, lowercased with its spaces collapsed, when it has at most ``words`` words (default
+    :attr:`VerdictOptions.label_words`); None for a longer one, a text row or anything that is not an Example."""
     if isinstance(example, Mapping) or not hasattr(example, "target_text") or example.text is not None:
         return None
     label = normalize(example.target_text())  # the key diagnose's label and repeated-target rules read targets by
-    return label if label and len(label.split()) <= LABEL_WORDS else None
+    most = VerdictOptions().label_words if words is None else words
+    return label if label and len(label.split()) <= most else None
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -170,7 +170,7 @@ def build_report(
     k: int | None = None,
     seed: int = 0,
     item_scores: np.ndarray | None = None,
-    policy: CulpritPolicy | None = None,
+    policy: VerdictOptions | None = None,
     token_profiles: TokenProfiles | None = None,
 ) -> Report:
     """The final report (report.json is its ``to_dict()``).
@@ -183,7 +183,7 @@ def build_report(
     ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
     labels and the text shown. ``logs``: TrainerLogs or its dict form. ``item_scores``: the per-item harm
     (``settings.query_items`` x rows, columns in ``embedding_index`` order) for the verdict's stability check;
-    ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`); ``token_profiles``: where the top rows'
+    ``policy``: the verdict's thresholds (default :class:`VerdictOptions`); ``token_profiles``: where the top rows'
     harm sits by token, which content groups extend along.
 
     Sets ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
@@ -199,10 +199,11 @@ def build_report(
         report.set(schema=SCHEMA)
     typed = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings] if findings is not None else None
     found = list(previous.findings) if typed is None else typed
+    policy = policy or report.verdict_options or VerdictOptions()
 
     examples = _ranked_examples(report.examples)
     scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
-    texts = _train_texts(train_examples, previous.texts, examples)
+    texts = _train_texts(train_examples, previous.texts, examples, policy.label_words)
     eval_texts, eval_ids = texts_of(eval_examples)
 
     if embeddings is not None:
@@ -218,7 +219,7 @@ def build_report(
 
     n_rows = max(len(examples), len(row_cluster))
     report.set(examples=examples, regressed=regressed, n_rows=n_rows, clusters=clusters, clustering=clustering,
-               findings=found)  # fmt: skip
+               findings=found, verdict_options=policy)  # fmt: skip
     inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
     verdict = inputs.verdict(report, clusters, found, examples, regressed, n_rows, texts)
     report.set(verdict=verdict)
@@ -236,7 +237,7 @@ def draft_verdict(
     embedding_index: Sequence[int] | None = None,
     train_examples: Sequence[Any] | Mapping[int, str] | None = None,
     item_scores: np.ndarray | None = None,
-    policy: CulpritPolicy | None = None,
+    policy: VerdictOptions | None = None,
     token_profiles: TokenProfiles | None = None,
 ) -> Verdict:
     """The verdict :func:`build_report` reaches on the same inputs, without clustering the rows or building the
@@ -244,7 +245,8 @@ def draft_verdict(
     content group (``Verdict.names_content_group``), which is what token profiles are computed for."""
     report = Report.from_dict(attribution)
     examples = _ranked_examples(report.examples)
-    texts = _train_texts(train_examples, {}, examples)
+    policy = policy or VerdictOptions()
+    texts = _train_texts(train_examples, {}, examples, policy.label_words)
     found = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
     inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
     return inputs.verdict(report, [], found, examples, list(report.regressed), len(examples), texts)
@@ -258,7 +260,7 @@ class _VerdictInputs:
     embeddings: np.ndarray | None
     embedding_index: Sequence[int] | None
     item_scores: np.ndarray | None
-    policy: CulpritPolicy | None
+    policy: VerdictOptions | None
     token_profiles: TokenProfiles | None
 
     def verdict(self, report: Report, clusters: list[Cluster], found: list[Finding], examples: list[RankedRow],
@@ -281,36 +283,37 @@ class _VerdictInputs:
             embeddings=self.embeddings,
             token_profiles=self.token_profiles,
         )
+        policy = self.policy or VerdictOptions()
         if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
-            _note_driven(verdict, *matched)
+            _note_driven(verdict, *matched, policy)
         scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
-        _note_recovery(verdict, scores)
-        _note_forgetting(verdict, scores, regressed, texts)
+        _note_recovery(verdict, scores, policy)
+        _note_forgetting(verdict, scores, regressed, texts, policy)
         summarize(verdict)
         return verdict
 
 
-def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
+def _note_recovery(verdict: Verdict, scores: Mapping[int, float], policy: VerdictOptions) -> None:
     """``verdict.expected_recovery`` and its sentence (after the driven items'), for a verdict that names rows."""
     from gradian.verdict.recovery import expected_recovery, recovery_sentence
 
     if verdict.kind != "concentrated" or not verdict.drop_rows:
         return
-    verdict.expected_recovery = round(expected_recovery(scores, verdict.drop_rows), 3)
+    verdict.expected_recovery = round(expected_recovery(scores, verdict.drop_rows, policy.recovery_per_harm_share), 3)
     driven = verdict.how is not None and bool(verdict.how.driven)  # _note_driven put its sentence at 1 (2 unreliable)
     at = min(len(verdict.sentences), (1 if verdict.reliable else 2) + driven)
     verdict.sentences.insert(at, recovery_sentence(verdict.expected_recovery, len(verdict.drop_rows)))
 
 
 def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: Sequence[Any],
-                     texts: Mapping[int, str]) -> None:  # fmt: skip
+                     texts: Mapping[int, str], policy: VerdictOptions) -> None:  # fmt: skip
     """``verdict.forgetting`` (:mod:`gradian.verdict.forgetting`) and, when found, its sentence and fix."""
     from gradian.verdict.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
 
     if verdict.kind not in ("concentrated", "spread"):
         return
     item_texts = [str(t) for r in regressed if (t := getattr(r, "text", None))]
-    f = forgetting(scores, verdict.drop_rows, item_texts, texts)
+    f = forgetting(scores, verdict.drop_rows, item_texts, texts, policy)
     if f is None:
         return
     verdict.forgetting = f.to_dict()
@@ -320,20 +323,18 @@ def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: S
     if verdict.kind == "spread":
         verdict.next_steps.insert(0, FORGETTING_STEP)
         verdict.cause = "forgetting"
-    elif (verdict.expected_recovery or 0.0) < 0.5:  # dropping the rows brings back the smaller part
+    elif (verdict.expected_recovery or 0.0) < policy.forgetting_leads_below:  # dropping them brings back little
         verdict.next_steps.insert(0, FORGETTING_STEP)
     else:
         verdict.next_steps.append(FORGETTING_STEP)
 
 
-def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:
-    """Which regressed items the verdict's rows drive (``verdict.how.driven`` and a sentence), at `gradian verify`'s
-    cut (:class:`gradian.options.VerifyOptions`): the items verify will judge them on."""
-    from gradian.options import VerifyOptions
+def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int], policy: VerdictOptions) -> None:
+    """Which regressed items the verdict's rows drive (``verdict.how.driven`` and a sentence), at the verdict's cut
+    (``driven_z``, ``driven_alpha``), which `gradian verify` reads too: the items verify will judge them on."""
     from gradian.verdict.driven import driven_items, driven_sentence
 
-    o = VerifyOptions()
-    found = driven_items(S, items, rows, verdict.drop_rows, z=o.driven_z, alpha=o.driven_alpha)
+    found = driven_items(S, items, rows, verdict.drop_rows, z=policy.driven_z, alpha=policy.driven_alpha)
     if verdict.how is not None:
         verdict.how.driven = found.to_dict()
     # after the sentence on the rows' share of the harm, which follows the one setup-error sentence when there is one
@@ -352,7 +353,10 @@ def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
 
 
 def _train_texts(
-    train_examples: Sequence[Any] | Mapping[int, str] | None, saved: Mapping[int, str], examples: Sequence[RankedRow]
+    train_examples: Sequence[Any] | Mapping[int, str] | None,
+    saved: Mapping[int, str],
+    examples: Sequence[RankedRow],
+    label_words: int,
 ) -> dict[int, str]:
     """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids, and
     each row's label (:func:`label_of`) where the given rows are Examples."""
@@ -361,7 +365,7 @@ def _train_texts(
         texts.setdefault(i, text)
     labels = {}
     if train_examples and not isinstance(train_examples, Mapping):
-        labels = {int(x.index): lab for x in train_examples if (lab := label_of(x)) is not None}
+        labels = {int(x.index): lab for x in train_examples if (lab := label_of(x, label_words)) is not None}
     for e in examples:
         if e.id is None and e.index in ids:
             e.set(id=ids[e.index])

@@ -61,8 +61,8 @@ column sum):
 After the decision, rows outside the groups that hold a content group's distinctive term are tested as a finding's
 rows are and listed as rows to read (:mod:`gradian.verdict.term_hints`), never added to the groups.
 
-Every number lives in :class:`CulpritPolicy` and is recorded in report.json (``verdict.policy``); the defaults are
-calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
+Every number lives in :class:`gradian.options.VerdictOptions` and is recorded in report.json (``verdict.policy``);
+the defaults are calibrated on the planted-fault suite (``bench/scenarios``; docs/benchmarks.md), never on one run.
 """
 
 from __future__ import annotations
@@ -77,13 +77,11 @@ import numpy as np
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Severity
 from gradian.numbers import apart
-from gradian.options.verify import VerifyOptions
+from gradian.options.verdict import VerdictOptions
 from gradian.verdict.driven import driven_items
 from gradian.verdict.harm_tokens import extend_by_tokens
 from gradian.verdict.stats import jaccard, local_fdr, rank_sum_p, resampled_sums, robust
 from gradian.verdict.terms import distinctive_terms, finding_train_rows, terms_of
-
-_VERIFY = VerifyOptions()  # the driven-items cut is verify's: the items the verdict's rows are judged on
 
 # Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
 LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
@@ -98,132 +96,6 @@ def finding_cause(f: Mapping[str, Any]) -> str:
     if code in LEGACY_CONTENT_RULES:
         return "content"
     return "mechanical" if code.startswith("D") else "setup"
-
-
-@dataclass(frozen=True)
-class CulpritPolicy:
-    """The thresholds the verdict's culprit decision reads (see the module docstring)."""
-
-    head_z: float = field(default=2.0, metadata={"help": "Head: harm above median + this many robust spreads."})
-    max_head_fraction: float = field(default=0.3, metadata={"help": "Head: at most this share of the rows."})
-    min_head_share: float = field(
-        default=0.2,
-        metadata={
-            "help": "A culprit head carries at least this share of the positive harm, unless every group is a "
-            "finding's rows that the finding test found carrying the harm; beside a mechanical group, so does each "
-            "content group (a lighter one is set aside: listed to read, not named)."
-        },
-    )
-    bootstrap: int = field(default=200, metadata={"help": "Resamples of the regressed items for the stability check."})
-    resample_items: int = field(
-        default=40,
-        metadata={
-            "help": "Each resample draws this many of the regressed items (with replacement; as many as there are "
-            "when fewer), so that agreement means the same on a large eval set as on the eval sets the thresholds "
-            "were calibrated on: a resample of all of 200 items repeats most of them, and any head agrees with it "
-            "(0: as many as there are)."
-        },
-    )
-    min_stability: float = field(
-        default=0.6,
-        metadata={
-            "help": "A culprit head's mean Jaccard agreement with the rows that lead each resample of the regressed "
-            "items (its len(head) most harmful rows)."
-        },
-    )
-    high_stability: float = field(
-        default=0.8,
-        metadata={
-            "help": "Confidence: high at this agreement (or share of resamples, for a verdict that rests on findings), "
-            "medium from min_stability, low under it. On the suite, 92% of the high verdicts that name rows and 81% "
-            "of the medium ones reach precision 0.8 (CHANGELOG.md, the planted-fault suite)."
-        },
-    )
-    keep_frequency: float = field(
-        default=0.5,
-        metadata={"help": "A head row is kept when it is among the rows that lead this share of the resamples."},
-    )
-    min_items_for_stability: int = field(
-        default=3, metadata={"help": "Fewer regressed items than this: stability cannot be measured."}
-    )
-    flag_share: float = field(
-        default=0.5, metadata={"help": "A finding describes a group when it flags this share of the group's rows."}
-    )
-    min_group_share: float = field(
-        default=0.2,
-        metadata={
-            "help": "A mechanical group holds at least this share of the head rows; beside one, a content group holds "
-            "this share of the groups' rows once rows pointing its way have moved there, or is set aside."
-        },
-    )
-    enrichment: float = field(
-        default=1.75,
-        metadata={
-            "help": "Effect size: a mechanical finding describes the head when its share of the head rows is this "
-            "multiple of its share of the file, and a finding's rows carry the harm when their share of the positive "
-            "harm is this multiple of their share of the rows."
-        },
-    )
-    extend_mechanical: bool = field(
-        default=True,
-        metadata={
-            "help": "A mechanical group also takes the finding's other rows, those whose harm helps too: the defect is "
-            "in every row the finding flags, and its fix is the finding's."
-        },
-    )
-    extend_z: float = field(
-        default=3.0,
-        metadata={
-            "help": "A content group also takes rows with harm above the median whose gradient direction is this many "
-            "robust spreads closer to the group's mean direction than the low-harm rows are; content rows this close "
-            "to a mechanical group move to it (0: off)."
-        },
-    )
-    head_fdr: float = field(
-        default=0.2,
-        metadata={
-            "help": "When > 0, the head is the rows whose local false discovery rate against the bulk's empirical "
-            "null is below this, instead of the head_z cut."
-        },
-    )
-    finding_alpha: float = field(
-        default=0.05,
-        metadata={
-            "help": "A finding whose flagged rows carry >= enrichment x their row share of the positive harm and "
-            "whose harm ranks above the other rows' (one-sided rank-sum test at this level over the findings tested, "
-            "in the full set and in keep_frequency of the resamples) adds its rows with harm above the median to the "
-            "head, even when no head stands out (0: off)."
-        },
-    )
-    driven_z: float = field(
-        default=_VERIFY.driven_z,
-        metadata={
-            "help": "Explain away: a regressed item is driven by the groups when their harm on it is this many "
-            "standard deviations above that of random rows of the same size (gradian.verdict.driven, as gradian "
-            "verify reads it); the rest is also read on the items no group drives (0: off)."
-        },
-    )
-    driven_alpha: float = field(
-        default=_VERIFY.driven_alpha,
-        metadata={"help": "The groups drive items only when they drive more than random rows would at this level."},
-    )
-    token_share: float = field(
-        default=0.5,
-        metadata={
-            "help": "A named content group's harm tokens carry this share of its rows' positive harm; a row with harm "
-            "above the median whose positive harm sits on them at this share joins it, unless this share of the "
-            "rows that hold the tokens do too (the tokens are then what the rows are, such as a label) (0: off)."
-        },
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of the resamples."})
-
-    def __post_init__(self) -> None:
-        for name, v in asdict(self).items():
-            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-                raise ValueError(f"CulpritPolicy.{name} must be a finite number >= 0, got {v!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -331,7 +203,7 @@ class Culprits:
         }
 
 
-def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+def head_mask(s: np.ndarray, policy: VerdictOptions) -> np.ndarray:
     """Rows whose harm stands out from the bulk, positive, at most ``max_head_fraction`` of the rows (the most
     harmful ones): ``s > median + head_z x robust spread``, or with ``head_fdr`` the rows whose local false discovery
     rate is below it."""
@@ -347,7 +219,7 @@ def head_mask(s: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
     return cap_head(s, mask, policy)
 
 
-def cap_head(s: np.ndarray, mask: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+def cap_head(s: np.ndarray, mask: np.ndarray, policy: VerdictOptions) -> np.ndarray:
     """``mask``, or the ``max_head_fraction`` most harmful rows when it holds more."""
     cap = max(1, int(policy.max_head_fraction * len(s)))
     if mask.sum() <= cap:
@@ -365,7 +237,7 @@ def find_culprits(
     findings: Sequence[Mapping[str, Any]] = (),
     texts: Mapping[int, str] | None = None,
     embeddings: np.ndarray | None = None,
-    policy: CulpritPolicy | None = None,
+    policy: VerdictOptions | None = None,
     token_profiles: TokenProfiles | None = None,
     labels: Mapping[int, str] | None = None,
 ) -> Culprits:
@@ -374,7 +246,7 @@ def find_culprits(
     ``embeddings`` (rows x k, same order: each row's gradient direction) let each group take the rows that point its
     way, and ``token_profiles`` the rows whose harm sits on its tokens, once the harm is found concentrated;
     ``labels`` (row -> its completion, when short enough to be a label) tell a group whose rows share one."""
-    policy = policy or CulpritPolicy()
+    policy = policy or VerdictOptions()
     s = np.asarray(scores, dtype=np.float64)
     S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
     if S is not None and not (S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability):
@@ -421,7 +293,7 @@ def find_culprits(
     )  # fmt: skip
 
 
-def minor(groups: list[Group], policy: CulpritPolicy) -> tuple[list[Group], list[Group]]:
+def minor(groups: list[Group], policy: VerdictOptions) -> tuple[list[Group], list[Group]]:
     """(groups to name, content groups set aside). Beside a mechanical group, a content group is set aside when it
     carries under ``min_head_share`` of the positive harm, or holds fewer than ``min_group_share`` of the groups' rows
     once its rows that point the mechanical group's way have moved there. The finding names the defect's rows; head
@@ -452,7 +324,7 @@ class _Reading:
     findings: Sequence[Mapping[str, Any]]
     texts: Mapping[int, str] | None
     emb: np.ndarray | None
-    policy: CulpritPolicy
+    policy: VerdictOptions
     labels: Mapping[int, str] | None = None
     family: list[int] = field(default_factory=lambda: [0])
 
@@ -530,7 +402,7 @@ def _explain_away(
     return undriven
 
 
-def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: CulpritPolicy) -> np.ndarray:
+def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: VerdictOptions) -> np.ndarray:
     """The ``live`` items (rows of ``S``) that the columns ``cols`` drive (:func:`gradian.verdict.driven.driven_items`),
     when they drive more of them than random columns would; else none."""
     idx = np.flatnonzero(live)
@@ -544,7 +416,7 @@ def driven_mask(S: np.ndarray, cols: Sequence[int], live: np.ndarray, policy: Cu
 
 
 def undriven_head(
-    S_rest: np.ndarray, live: np.ndarray, s_rest: np.ndarray, policy: CulpritPolicy, family: list[int]
+    S_rest: np.ndarray, live: np.ndarray, s_rest: np.ndarray, policy: VerdictOptions, family: list[int]
 ) -> tuple[np.ndarray, UndrivenRead] | None:
     """The rest (``S_rest``: every regressed item x the rows outside the groups; ``s_rest`` its column sums) read on
     the items no group drives (``live``): a second defect's items are swamped in the sum by the first's, so its rows
@@ -571,7 +443,7 @@ def _decision(
     head_share: float,
     harmful: Sequence[FindingTest],
     basis: str,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
 ) -> tuple[bool, str]:
     """Whether the culprit rows make a concentrated verdict, and why or why not, in words. The share bar is for rows
     that stand out one by one; groups that are each a finding's rows the finding test found carrying the harm (at
@@ -611,7 +483,7 @@ class Head:
     stable: bool  # stability is not measurable, or at least min_stability with a row kept
 
 
-def stable_head(S: np.ndarray | None, s: np.ndarray, policy: CulpritPolicy) -> Head:
+def stable_head(S: np.ndarray | None, s: np.ndarray, policy: VerdictOptions) -> Head:
     """:func:`head_mask` of ``s``, checked against ``bootstrap`` resamples of ``S``'s items (rows of ``S`` sum to
     ``s``): in each resample, the rows that rank among its top ``len(head)`` by harm. What is checked is *which* rows
     lead, not how many stand out: a resample's median, spread and density move the head's cut (on a pronoun flip at
@@ -643,7 +515,7 @@ def harmful_findings(
     s: np.ndarray,
     rows: Sequence[int],
     findings: Sequence[Mapping[str, Any]],
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
     *,
     on_rest: bool = False,
@@ -675,7 +547,7 @@ def carrying_sets(
     S: np.ndarray | None,
     s: np.ndarray,
     masks: Sequence[np.ndarray],
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
 ) -> list[tuple[int, float, float | None]]:
     """Which row sets (masks over ``s``, 2 to n - 2 rows; others are not tested) carry the harm: their positive harm
@@ -714,7 +586,7 @@ def _settle(
     s: np.ndarray,
     rows: Sequence[int],
     pos_total: float,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
 ) -> None:
     """Settle the groups: with the row directions, :func:`reassign_by_direction` then :func:`extend_by_direction`;
     then a mechanical group left under ``min_group_share`` of the groups' rows (a finding that flags a few rows of a
@@ -747,7 +619,7 @@ def group_rows(
     findings: Sequence[Mapping[str, Any]],
     terms: RowTerms,
     n_rows: int,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     carriers: Sequence[Mapping[str, Any]] = (),
     grouped: Collection[int] = (),
 ) -> list[Group]:
@@ -825,7 +697,7 @@ class RowTerms:
 
 
 def describe_content(
-    group: Group, findings: Sequence[Mapping[str, Any]], terms: RowTerms, policy: CulpritPolicy
+    group: Group, findings: Sequence[Mapping[str, Any]], terms: RowTerms, policy: VerdictOptions
 ) -> None:
     """A content group's traits from its rows as they are now: the content findings that flag at least
     ``flag_share`` of them (most rows first), the one completion that many of them share (``terms.labels``: each
@@ -863,7 +735,7 @@ def direction_z(unit: np.ndarray, js: Sequence[int], bulk: np.ndarray) -> np.nda
 
 
 def reassign_by_direction(
-    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: CulpritPolicy
+    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: VerdictOptions
 ) -> None:
     """A content group's rows that point a mechanical group's way (``extend_z`` as in :func:`extend_by_direction`)
     are that group's rows its finding missed. What is left of the content group is judged by :func:`minor`, which lists
@@ -889,7 +761,7 @@ def reassign_by_direction(
 
 
 def extend_by_direction(
-    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: CulpritPolicy
+    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: VerdictOptions
 ) -> None:
     """Each content group takes the rows (harm above the median, in no group yet) whose gradient direction is closer
     to the group's mean direction than ``extend_z`` robust spreads beyond how close the low-harm rows (harm at or

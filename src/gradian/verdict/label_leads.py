@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from gradian.verdict.culprits import CulpritPolicy, carrying_sets
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import carrying_sets
 
 
 @dataclass
@@ -55,7 +56,7 @@ def label_leads(
     s: np.ndarray,
     rows: Sequence[int],
     labels: Mapping[int, str] | None,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
 ) -> list[LabelLead]:
     """The labels whose rows carry the harm ``s`` (row ``rows[j]`` has harm ``s[j]``; ``S`` the regressed items x

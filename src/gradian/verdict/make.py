@@ -18,7 +18,7 @@ criteria, in order:
 - **Spread.** Otherwise no group of rows explains the regression; the verdict says why (nothing stands out, too
   small a share, or unstable under resampling) and names no culprit.
 
-The thresholds live in :class:`gradian.verdict.culprits.CulpritPolicy`, recorded in ``verdict.policy``.
+The thresholds live in :class:`gradian.verdict.culprits.VerdictOptions`, recorded in ``verdict.policy``.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from gradian.attribute.regression import by_chance_clause, describe_change
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import apart, pct
-from gradian.verdict.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import Culprits, FindingTest, Group, find_culprits
 from gradian.verdict.evidence import ClusterLike, rows_of
 from gradian.verdict.label_leads import LabelLead, label_leads
 from gradian.verdict.schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
 from gradian.verdict.term_hints import TermHint, term_hints
 
-SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
     "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
 )
@@ -61,16 +61,19 @@ def typed_findings(findings: Sequence[Finding | Mapping[str, Any]]) -> list[Find
     return [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
 
 
-def setup_errors(findings: Sequence[Finding | Mapping[str, Any]], n_rows: int) -> list[Finding]:
+def setup_errors(
+    findings: Sequence[Finding | Mapping[str, Any]], n_rows: int, policy: VerdictOptions | None = None
+) -> list[Finding]:
     """ERROR findings that make attribution unreliable: config/log errors (no rows), or row errors covering at least
-    ``SETUP_ROW_SHARE`` of the training rows."""
+    ``setup_row_share`` of the training rows."""
+    share = (policy or VerdictOptions()).setup_row_share
     out = []
     for f in typed_findings(findings):
         if f.severity is not Severity.ERROR:
             continue
         rows = f.train_rows()
         has_rows = bool(rows) or bool(f.evidence.get("rows"))
-        if not has_rows or (n_rows and len(set(rows)) >= SETUP_ROW_SHARE * n_rows):
+        if not has_rows or (n_rows and len(set(rows)) >= share * n_rows):
             out.append(f)
     return out
 
@@ -129,7 +132,7 @@ class _Draft:
         return self.verdict
 
 
-def _confidence(stability: float | None, basis: str, policy: CulpritPolicy) -> Confidence:
+def _confidence(stability: float | None, basis: str, policy: VerdictOptions) -> Confidence:
     """high at ``policy.high_stability``, medium at ``min_stability`` (what a culprit head needs), else low."""
     if stability is None:
         return Confidence(None, "unmeasured", basis)
@@ -149,7 +152,7 @@ def make_verdict(
     item_rows: Sequence[int] | None = None,
     texts: Mapping[int, str] | None = None,
     regression: Mapping[str, Any] | None = None,
-    policy: CulpritPolicy | None = None,
+    policy: VerdictOptions | None = None,
     embeddings: np.ndarray | None = None,
     token_profiles: TokenProfiles | None = None,
 ) -> Verdict:
@@ -166,15 +169,15 @@ def make_verdict(
     ``spread``, ``setup`` (rows stood out, but a setup error makes the run unreliable: none named); ``cause`` one of
     ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
     """
-    policy = policy or CulpritPolicy()
+    policy = policy or VerdictOptions()
     rows_ = rows_of(examples)
     fs = typed_findings(findings)
     n_rows = n_rows if n_rows is not None else len(rows_)
     rows = [e.index for e in rows_]
     scores = {e.index: e.score for e in rows_}
     ids = {e.index: e.id for e in rows_}
-    errors = setup_errors(fs, n_rows)
-    verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.to_dict(),
+    errors = setup_errors(fs, n_rows, policy)
+    verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.policy(),
                       config_changes=[_config_change(f) for f in errors])  # fmt: skip
     draft = _Draft(errors, fs, verdict)
     if errors:
@@ -234,7 +237,7 @@ TOKEN_PROFILES_HINT = (
 )
 
 
-def criterion_text(policy: CulpritPolicy) -> str:
+def criterion_text(policy: VerdictOptions) -> str:
     """The culprit criterion in words (report.json's ``verdict.criterion``)."""
     head_rule = (
         f"whose local false discovery rate against the bulk's empirical null is under {policy.head_fdr:g}"

@@ -170,7 +170,7 @@ class Verdict:
     headline: str
     reliable: bool = True
     criterion: str = ""
-    policy: dict[str, Any] = field(default_factory=dict)  # CulpritPolicy.to_dict(): the thresholds it read
+    policy: dict[str, Any] = field(default_factory=dict)  # VerdictOptions.policy(): the thresholds it read
     confidence: Confidence = field(default_factory=Confidence)
     groups: list[VerdictGroup] = field(default_factory=list)
     culprit_clusters: list[int] = field(default_factory=list)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from gradian.verdict.culprits import CulpritPolicy
+    from gradian.options.verdict import VerdictOptions
 
 
 def robust(x: np.ndarray) -> tuple[float, float]:
@@ -81,7 +81,7 @@ def rank_sum_p(s: np.ndarray, flagged: Sequence[np.ndarray]) -> list[float]:
     return out
 
 
-def resampled_sums(S: np.ndarray, policy: CulpritPolicy) -> Iterator[np.ndarray]:
+def resampled_sums(S: np.ndarray, policy: VerdictOptions) -> Iterator[np.ndarray]:
     """The row harms of ``bootstrap`` resamples of the regressed items (rows of ``S``, with replacement, seeded), each
     of ``resample_items`` items when there are more."""
     rng = np.random.default_rng(policy.seed)

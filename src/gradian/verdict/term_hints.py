@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gradian.verdict.culprits import CulpritPolicy, Group, carrying_sets
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import Group, carrying_sets
 from gradian.verdict.terms import terms_of
 
 
@@ -53,7 +54,7 @@ def term_hints(
     rows: Sequence[int],
     groups: Sequence[Group],
     texts: Mapping[int, str] | None,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
 ) -> list[TermHint]:
     """For each content group's distinctive terms (``Group.terms``): the rows outside every group holding the term,
