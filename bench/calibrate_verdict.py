@@ -346,7 +346,7 @@ def judge(run: Run, named: set[int], causes: set[str]) -> tuple[float, float, bo
 def fast_objective(run: Run, S: np.ndarray | None, policy: VerdictOptions) -> tuple[float, bool]:
     """(F1 of the culprit rows with the cause right, or 1/0 on a control; pass) straight from
     :func:`find_culprits` (no texts, no sentences): what --search optimises."""
-    from gradian.verdict.culprits import find_culprits
+    from gradian.verdict.steps import find_culprits
 
     if S is None:
         ok = run.cause == "none" or not run.planted

@@ -50,6 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_verdict as cal  # noqa: E402
 
 import gradian.verdict.culprits as cu  # noqa: E402
+import gradian.verdict.stats as st  # noqa: E402
+import gradian.verdict.steps as vs  # noqa: E402
 from gradian.attribute.regression import RegressionRule  # noqa: E402
 
 RUNS = cal.REPO / "bench" / "work" / "scenarios"
@@ -63,7 +65,7 @@ def clipped_head(s: np.ndarray, policy: cu.VerdictOptions, first=cu.head_mask, r
     for _ in range(rounds):
         if not mask.any():
             break
-        med, spread = cu._robust(s[~mask])
+        med, spread = st.robust(s[~mask])
         new = cu.cap_head(s, mask | ((cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)), policy)
         if (new == mask).all():
             break
@@ -76,8 +78,8 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
     (the kernel's own width taken out): Efron's central matching at its simplest."""
     x = s[np.isfinite(s)]
     if len(x) < 3 or float(np.std(x)) <= 0:
-        return cu._robust(x)
-    centers, dens, h = cu.binned_density(x, grid)
+        return st.robust(x)
+    centers, dens, h = st.binned_density(x, grid)
     k = int(np.argmax(dens))
     left = k
     while left > 0 and dens[left] > dens[k] / 2:
@@ -315,7 +317,7 @@ def run_token_core(c: float, which: str) -> None:
             g.rows.append(r)
             g.by_tokens += 1
 
-    cu.extend_by_tokens = extend
+    vs.extend_by_tokens = extend
     sys.argv = ["calibrate_verdict.py", "--runs", str(RUNS), "--set", which]
     cal.main()
 
@@ -405,7 +407,7 @@ def label_disagreement_cells(d: Path) -> list[str]:
     labels = [c for c, n in collections.Counter(r["completion"] for r in rows).items() if n >= 5]
     run = cal.load_run(d)
     S = cal.regressed_scores(run, RegressionRule())
-    found = cu.find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb)
+    found = vs.find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb)
     named = [r for g in found.groups for r in g.rows] if found.concentrated else []
 
     def logp(prompt: str, completion: str, adapter: bool) -> float:

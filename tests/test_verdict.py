@@ -15,9 +15,12 @@ from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
 from gradian.options.verdict import VerdictOptions
 from gradian.report.render import rows_to_read
-from gradian.verdict.culprits import find_culprits, finding_cause, head_mask
-from gradian.verdict.make import SPREAD_THIN, TOKEN_PROFILES_HINT, make_verdict, setup_errors
+from gradian.verdict.culprits import head_mask
+from gradian.verdict.groups import finding_cause
+from gradian.verdict.make import make_verdict
 from gradian.verdict.schema import Verdict
+from gradian.verdict.steps import find_culprits, setup_errors
+from gradian.verdict.words import SPREAD_THIN, TOKEN_PROFILES_HINT
 
 N = 400
 
@@ -126,12 +129,12 @@ def test_a_label_set_names_the_label_from_the_rows_themselves():
 
     from gradian.data.types import Example
     from gradian.report import build_report
-    from gradian.report.build import label_of
+    from gradian.verdict.evidence import label_of
 
     train = [Example(index=i, source="train.jsonl", format="prompt_completion", prompt=f"Review {i}: ...",
                      completion=" Negative" if i in PLANTED or i % 2 else " positive") for i in range(N)]  # fmt: skip
-    assert label_of(train[0]) == "negative" and label_of(train[2]) == "positive"
-    assert label_of(Example(index=0, source="t", format="text", text="a story")) is None
+    assert label_of(train[0], 5) == "negative" and label_of(train[2], 5) == "positive"
+    assert label_of(Example(index=0, source="t", format="text", text="a story"), 5) is None
     S = harm_matrix(PLANTED, seed=7)
     attribution = {
         "method": "ekfac",
@@ -143,7 +146,7 @@ def test_a_label_set_names_the_label_from_the_rows_themselves():
     v = built["verdict"]
     assert v["kind"] == "concentrated" and len(set(v["drop_rows"]) & set(PLANTED)) >= 0.9 * len(v["drop_rows"])
     (g,) = [g for g in v["groups"] if g["cause"] == "content"]
-    negative = sum(label_of(train[r]) == "negative" for r in g["rows"])
+    negative = sum(label_of(train[r], 5) == "negative" for r in g["rows"])
     assert g["label"] == "negative" and g["label_share"] == negative / len(g["rows"])
     assert built["examples"][0]["label"] == "negative"  # report.json keeps each row's label
     assert v["next_steps"][0].startswith(f"Check the labels of the {negative} rows whose completion is 'negative'")
@@ -368,7 +371,7 @@ def test_local_fdr_head_keeps_the_planted_rows_with_far_fewer_innocent_ones():
     """The local-fdr head (Efron's empirical null) keeps every planted row at 1% and at 20% of the file, with at most
     half the innocent rows a fixed z cut keeps; on pure heavy-tailed noise it keeps at most half as many rows too (the
     resampling check then drops what is left)."""
-    from gradian.verdict.culprits import local_fdr
+    from gradian.verdict.stats import local_fdr
 
     pol, zcut = VerdictOptions(head_fdr=0.2), VerdictOptions(head_fdr=0.0, head_z=2.0)
     for seed in (4, 5, 6):
@@ -389,7 +392,7 @@ def test_rank_sum_p_equals_scipy_mann_whitney():
     corrections), with and without ties."""
     from scipy.stats import mannwhitneyu
 
-    from gradian.verdict.culprits import rank_sum_p
+    from gradian.verdict.stats import rank_sum_p
 
     rng = np.random.default_rng(0)
     for decimals in (None, 1):

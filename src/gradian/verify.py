@@ -496,17 +496,16 @@ def driven_by(
 ) -> DrivenItems | None:
     """The regressed items the blamed rows drive, from the per-item harm the attribution saved in ``out``
     (item_scores.npy; :mod:`gradian.verdict.driven`), decided before any re-train; None when it saved none."""
-    from gradian.report.build import regressed_item_scores
     from gradian.report.cli import load_embedding_index, load_item_scores
     from gradian.verdict.driven import driven_items
+    from gradian.verdict.evidence import matched_item_harm
 
     scores = load_item_scores(out)
-    matched = None if scores is None else regressed_item_scores(scores, report.settings, regressed,
-                                                                load_embedding_index(out))  # fmt: skip
+    query = report.settings.get("query_items") or []
+    matched = None if scores is None else matched_item_harm(scores, query, regressed, load_embedding_index(out))
     if matched is None:
         return None
-    S, items, rows = matched
-    return driven_items(S, items, rows, drop, z=opts.driven_z, alpha=opts.driven_alpha)
+    return driven_items(matched.S, matched.items, matched.rows, drop, z=opts.driven_z, alpha=opts.driven_alpha)
 
 
 def item_median(run: dict[str, Any], keep: set[int] | None = None) -> float | None:

@@ -228,7 +228,7 @@ def rerender(out_dir: str | Path, *, seed: int = 0, verdict: Mapping[str, Any] |
         seed=seed,
         item_scores=item_scores,
         token_profiles=load_token_profiles(out),
-        policy=policy,
+        verdict=policy,
     )
     return render_all(report, out)
 

@@ -67,72 +67,19 @@ the defaults are calibrated on the planted-fault suite (``bench/scenarios``; doc
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Severity
 from gradian.numbers import apart
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.driven import driven_items
-from gradian.verdict.harm_tokens import extend_by_tokens
+from gradian.verdict.groups import Group, RowTerms, group_rows, settle
 from gradian.verdict.stats import jaccard, local_fdr, rank_sum_p, resampled_sums, robust
-from gradian.verdict.terms import distinctive_terms, finding_train_rows, terms_of
-
-# Findings about what the rows *say* (not how they became tokens), for findings saved before rules declared it.
-LEGACY_CONTENT_RULES = frozenset({"D104", "D105", "D116", "D117", "D118", "D121", "D122", "D123"})
-
-
-def finding_cause(f: Mapping[str, Any]) -> str:
-    """``mechanical``, ``content`` or ``setup``: what the rule behind a finding declares (older findings: by code)."""
-    cause = f.get("cause")
-    if cause in ("mechanical", "content", "setup"):
-        return str(cause)
-    code = str(f.get("code") or "")
-    if code in LEGACY_CONTENT_RULES:
-        return "content"
-    return "mechanical" if code.startswith("D") else "setup"
-
-
-@dataclass
-class Group:
-    """Head rows that share one thing."""
-
-    cause: str  # "mechanical" | "content"
-    rows: list[int]  # training-row indices, most harmful first
-    harm_share: float  # share of the total positive harm
-    finding: Mapping[str, Any] | None = None  # the mechanical finding that defines it
-    shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
-    terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
-    by_direction: int = 0  # rows that joined it by their gradient direction (extend_by_direction)
-    tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.verdict.harm_tokens)
-    token_hold: float | None = None  # share of the rows holding them whose harm sits there too
-    by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
-    off_tokens: list[int] = field(default_factory=list)  # its profiled rows with none of their harm on its tokens
-    label: str | None = None  # the one completion >= flag_share of its rows share (content groups; a label)
-    label_share: float | None = None  # the share of its rows whose completion that is
-
-    def to_dict(self) -> dict[str, Any]:
-        f = self.finding
-        return {
-            "cause": self.cause,
-            "rows": self.rows,
-            "size": len(self.rows),
-            "harm_share": self.harm_share,
-            "finding": None if f is None else {"code": f.get("code"), "name": f.get("name")},
-            "shared": self.shared,
-            "terms": self.terms,
-            "by_direction": self.by_direction,
-            "tokens": self.tokens,
-            "token_hold": self.token_hold,
-            "by_tokens": self.by_tokens,
-            "off_tokens": self.off_tokens,
-            **({"label": self.label, "label_share": self.label_share} if self.label else {}),
-        }
+from gradian.verdict.terms import finding_train_rows
 
 
 @dataclass
@@ -229,70 +176,6 @@ def cap_head(s: np.ndarray, mask: np.ndarray, policy: VerdictOptions) -> np.ndar
     return out
 
 
-def find_culprits(
-    item_scores: np.ndarray | None,
-    scores: np.ndarray,
-    rows: Sequence[int],
-    *,
-    findings: Sequence[Mapping[str, Any]] = (),
-    texts: Mapping[int, str] | None = None,
-    embeddings: np.ndarray | None = None,
-    policy: VerdictOptions | None = None,
-    token_profiles: TokenProfiles | None = None,
-    labels: Mapping[int, str] | None = None,
-) -> Culprits:
-    """Decide whether the harm is concentrated and in which rows. ``scores[j]`` is the harm of training row
-    ``rows[j]``; ``item_scores`` (regressed items x rows, same column order) adds the stability check;
-    ``embeddings`` (rows x k, same order: each row's gradient direction) let each group take the rows that point its
-    way, and ``token_profiles`` the rows whose harm sits on its tokens, once the harm is found concentrated;
-    ``labels`` (row -> its completion, when short enough to be a label) tell a group whose rows share one."""
-    policy = policy or VerdictOptions()
-    s = np.asarray(scores, dtype=np.float64)
-    S = None if item_scores is None else np.asarray(item_scores, dtype=np.float64)
-    if S is not None and not (S.ndim == 2 and S.shape[1] == len(s) and S.shape[0] >= policy.min_items_for_stability):
-        S = None
-    emb = None if embeddings is None or policy.extend_z <= 0 else np.asarray(embeddings, dtype=np.float64)
-    rd = _Reading(S, s, [int(r) for r in rows], findings, texts, emb, policy, labels)
-    head = stable_head(S, s, policy)
-    harmful = harmful_findings(S, s, rd.rows, findings, policy, rd.family)
-    carriers = [t.finding for t in harmful]
-    seeded = np.logical_or.reduce([t.flagged for t in harmful], initial=False) & rd.above
-    groups: list[Group] = []
-    stability, basis = head.stability, "head"
-    if head.stable and head.kept.any():
-        groups = rd.group(head.kept | seeded, carriers)
-    elif seeded.any():  # no head stands out, but the rows a finding flags carry the harm
-        groups = rd.group(seeded, carriers)
-        freqs = [t.frequency for t in harmful if t.frequency is not None]
-        stability, basis = (min(freqs) if freqs else None), "finding"
-    undriven = _explain_away(rd, groups, harmful, carriers)
-    groups, set_aside = minor(groups, policy)
-    culprit_rows, head_share = rd.named(groups, head.kept)
-    concentrated, reason = _decision(head, groups, culprit_rows, head_share, harmful, basis, policy)
-    if concentrated and groups and token_profiles is not None:  # the tokens never undo the decision
-        before = [replace(g, rows=list(g.rows)) for g in groups]
-        extend_by_tokens(groups, token_profiles, s, rd.rows, policy.token_share, [r for g in set_aside for r in g.rows])
-        _reorder(groups, s, rd.rows, rd.pos_total)
-        groups, lighter = minor(groups, policy)  # rows that left by their tokens can leave a group too light
-        named, share = rd.named(groups, head.kept)
-        still, why = _decision(head, groups, named, share, harmful, basis, policy)
-        if still:
-            culprit_rows, head_share, reason = named, share, why
-            set_aside += lighter
-        else:
-            groups = before
-    if not concentrated:
-        groups, undriven, set_aside = [], [], []
-        stability, basis = head.stability, "head"
-    for g in groups + set_aside:  # rows joined or left by direction or tokens: what a content group shares
-        if g.cause == "content":
-            describe_content(g, findings, rd.terms, policy)
-    return Culprits(
-        concentrated, culprit_rows, head_share, stability, groups, reason, harmful, basis, head.raw, rd.family[0],
-        undriven, set_aside,
-    )  # fmt: skip
-
-
 def minor(groups: list[Group], policy: VerdictOptions) -> tuple[list[Group], list[Group]]:
     """(groups to name, content groups set aside). Beside a mechanical group, a content group is set aside when it
     carries under ``min_head_share`` of the positive harm, or holds fewer than ``min_group_share`` of the groups' rows
@@ -314,7 +197,7 @@ def minor(groups: list[Group], policy: VerdictOptions) -> tuple[list[Group], lis
 
 
 @dataclass
-class _Reading:
+class Reading:
     """What every reading of one verdict shares: the harm, the rows, the findings, the policy and the count of
     finding tests made (one Bonferroni family)."""
 
@@ -348,25 +231,36 @@ class _Reading:
         return rows, sum(g.harm_share for g in groups)
 
     def group(
-        self, mask: np.ndarray, carriers: Sequence[Mapping[str, Any]], groups: Sequence[Group] = ()
+        self, mask: np.ndarray, carriers: Sequence[Mapping[str, Any]], groups: Sequence[Group] = (), *, settled: bool
     ) -> list[Group]:
-        """``groups`` and new groups of the rows in ``mask`` (:func:`group_rows`), settled together (``_settle``)."""
+        """``groups`` and new groups of the rows in ``mask`` (:func:`group_rows`), settled together when ``settled``
+        (:func:`settle`: the extension step)."""
         grouped = {x for g in groups for x in g.rows}
         out = list(groups) + group_rows(
             self.ranked(mask), self.score_of, self.pos_total, self.findings, self.terms, len(self.rows), self.policy,
             carriers, grouped,
         )  # fmt: skip
-        _settle(out, self.emb, self.s, self.rows, self.pos_total, self.policy)
+        if settled:
+            self.settle(out)
         return out
 
+    def settle(self, groups: list[Group]) -> None:
+        settle(groups, self.emb, self.s, self.rows, self.pos_total, self.policy)
 
-def _explain_away(
-    rd: _Reading, groups: list[Group], harmful: list[FindingTest], carriers: list[Mapping[str, Any]]
+
+def explain_away(
+    rd: Reading,
+    groups: list[Group],
+    harmful: list[FindingTest],
+    carriers: list[Mapping[str, Any]],
+    *,
+    settled: bool = True,
 ) -> list[UndrivenRead]:
     """Set aside what the groups explain and read the rest again, until nothing more is found (step 6 of the module
     doc): for a head of its own, on every item and on the items no group drives, and for findings whose rows carry
     the rest's harm (a second defect's share of all harm is diluted by the first). ``groups``, ``harmful`` and
-    ``carriers`` grow in place; returns the heads found on the undriven items."""
+    ``carriers`` grow in place; ``settled``: the groups are settled (:func:`settle`) each round. Returns the heads
+    found on the undriven items."""
     S, s, rows, policy = rd.S, rd.s, rd.rows, rd.policy
     live = np.ones(0 if S is None else S.shape[0], dtype=bool)  # regressed items no group drives yet
     undriven: list[UndrivenRead] = []
@@ -398,7 +292,7 @@ def _explain_away(
         harmful += new
         carriers += [t.finding for t in new]
         read |= set(rd.ranked(more))
-        groups[:] = rd.group(more, carriers, groups)
+        groups[:] = rd.group(more, carriers, groups, settled=settled)
     return undriven
 
 
@@ -436,7 +330,7 @@ def undriven_head(
     return head.kept, UndrivenRead(int(head.kept.sum()), n_live, len(live), float(carried[0][1]), policy.driven_z)
 
 
-def _decision(
+def concentration(
     head: Head,
     groups: Sequence[Group],
     culprit_rows: Sequence[int],
@@ -578,223 +472,3 @@ def carrying_sets(
         hits += np.array(rank_sum_p(sb, [m for _, m, _ in found])) < alpha
     freqs = hits / int(policy.bootstrap)
     return [(k, p, float(f)) for (k, _, p), f in zip(found, freqs, strict=True) if f >= policy.keep_frequency]
-
-
-def _settle(
-    groups: list[Group],
-    emb: np.ndarray | None,
-    s: np.ndarray,
-    rows: Sequence[int],
-    pos_total: float,
-    policy: VerdictOptions,
-) -> None:
-    """Settle the groups: with the row directions, :func:`reassign_by_direction` then :func:`extend_by_direction`;
-    then a mechanical group left under ``min_group_share`` of the groups' rows (a finding that flags a few rows of a
-    larger group) joins the largest group: its rows harm, but its finding does not describe the defect."""
-    if emb is not None and groups:
-        reassign_by_direction(groups, emb, s, rows, pos_total, policy)
-        extend_by_direction(groups, emb, s, rows, pos_total, policy)
-    total = sum(len(g.rows) for g in groups)
-    for g in sorted(groups, key=lambda g: len(g.rows)):
-        big = max(groups, key=lambda x: len(x.rows))
-        if g is not big and g.cause == "mechanical" and len(g.rows) < max(2, policy.min_group_share * total):
-            big.rows += g.rows
-            g.rows = []
-    groups[:] = [g for g in groups if g.rows]
-    _reorder(groups, s, rows, pos_total)
-
-
-def _reorder(groups: list[Group], s: np.ndarray, rows: Sequence[int], pos_total: float) -> None:
-    """After rows moved between groups: each group's rows most harmful first, and its share of the positive harm."""
-    score = {int(r): float(v) for r, v in zip(rows, s, strict=True)}
-    for g in groups:
-        g.rows = sorted(g.rows, key=lambda r: (-score.get(r, 0.0), r))
-        g.harm_share = sum(max(0.0, score.get(r, 0.0)) for r in g.rows) / pos_total if pos_total > 0 else 0.0
-
-
-def group_rows(
-    head: Sequence[int],
-    score_of: Mapping[int, float],
-    pos_total: float,
-    findings: Sequence[Mapping[str, Any]],
-    terms: RowTerms,
-    n_rows: int,
-    policy: VerdictOptions,
-    carriers: Sequence[Mapping[str, Any]] = (),
-    grouped: Collection[int] = (),
-) -> list[Group]:
-    """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
-    rows, whatever their harm, when ``policy.extend_mechanical``) and one content group. A mechanical
-    finding in ``carriers`` (its flagged rows carry the harm: :func:`harmful_findings`) needs only two rows in the
-    head: its own test is stronger evidence than its share of the head. Rows in ``grouped`` (earlier groups') are
-    never added again."""
-
-    def share(rs: Sequence[int]) -> float:
-        return sum(max(0.0, score_of.get(r, 0.0)) for r in rs) / pos_total if pos_total > 0 else 0.0
-
-    def ordered(rs: set[int]) -> list[int]:
-        return sorted(rs, key=lambda r: (-score_of.get(r, 0.0), r))
-
-    left = set(head)
-    taken: set[int] = set()
-    groups: list[Group] = []
-    flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
-    while left:
-        best = None
-        for f, frows in flagged:
-            hit = frows & left
-            carried = any(f is c for c in carriers)
-            if len(hit) < (2 if carried else max(2, policy.min_group_share * len(head))):
-                continue
-            if not carried and n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
-                continue
-            if best is None or len(hit) > len(best[1]):
-                best = (f, hit)
-        if best is None:
-            break
-        f, hit = best
-        if policy.extend_mechanical:  # the fix is the finding's: every row it flags belongs to the group
-            frows = next(r for g, r in flagged if g is f)
-            hit = hit | (frows - taken - set(grouped))
-        group = Group("mechanical", ordered(hit), share(list(hit)), finding=f)
-        for g, grows in flagged:  # other mechanical findings on the same rows explain them too (truncation + cut)
-            if g is not f and len(grows & hit) >= policy.flag_share * len(hit):
-                group.shared.append(_shared(g, len(grows & hit), len(hit)))
-        groups.append(group)
-        left -= hit
-        taken |= hit
-        flagged = [(g, r) for g, r in flagged if g is not f]
-    if groups and len(left) < max(2, policy.min_group_share * len(taken | left)):
-        # too few for a group of their own: they ride along (as often the rows a finding missed as rows beside it)
-        big = max(groups, key=lambda g: len(g.rows))
-        big.rows = ordered(set(big.rows) | left)
-        big.harm_share = share(big.rows)
-        left = set()
-    if left:  # a content group; beside a mechanical one, a light or small one is set aside later (minor)
-        rest = ordered(left)
-        group = Group("content", rest, share(rest))
-        describe_content(group, findings, terms, policy)
-        groups.append(group)
-    groups.sort(key=lambda g: -g.harm_share)
-    return groups
-
-
-class RowTerms:
-    """Each row's words (:func:`gradian.report.clusters.terms_of` of its text), read once per verdict: a content
-    group is described when it is made and again on its final rows, each time against every other row. ``labels``:
-    each row's completion, when it is short enough to be a label."""
-
-    def __init__(self, texts: Mapping[int, str] | None, labels: Mapping[int, str] | None = None) -> None:
-        self.texts = texts or {}
-        self.labels = labels or {}
-        self._memo: dict[int, Counter[str]] = {}
-
-    def of(self, row: int) -> Counter[str]:
-        got = self._memo.get(row)
-        if got is None:
-            got = self._memo[row] = terms_of(self.texts[row])
-        return got
-
-
-def describe_content(
-    group: Group, findings: Sequence[Mapping[str, Any]], terms: RowTerms, policy: VerdictOptions
-) -> None:
-    """A content group's traits from its rows as they are now: the content findings that flag at least
-    ``flag_share`` of them (most rows first), the one completion that many of them share (``terms.labels``: each
-    row's completion when it is short enough to be a label; without them, the target a shared finding names), and
-    their distinctive terms against every other row with a text."""
-    rows = set(group.rows)
-    group.shared = []
-    for f in findings:
-        n_hit = len(set(finding_train_rows(f)) & rows) if finding_cause(f) == "content" else 0
-        if n_hit and n_hit >= policy.flag_share * len(rows):
-            group.shared.append(_shared(f, n_hit, len(rows)))
-    group.shared.sort(key=lambda d: -d["count"])
-    group.label, group.label_share = None, None
-    if terms.labels:
-        top = Counter(terms.labels[r] for r in group.rows if r in terms.labels).most_common(1)
-        if top and top[0][1] >= policy.flag_share * len(rows):
-            group.label, group.label_share = top[0][0], top[0][1] / len(rows)
-    else:
-        named = next((sh for sh in group.shared if sh.get("target")), None)
-        if named is not None:
-            group.label, group.label_share = str(named["target"]), float(named["share"])
-    if terms.texts:
-        inside = [terms.of(r) for r in group.rows if r in terms.texts]
-        outside = [terms.of(r) for r in terms.texts if r not in rows]
-        group.terms = distinctive_terms(inside, outside)
-
-
-def direction_z(unit: np.ndarray, js: Sequence[int], bulk: np.ndarray) -> np.ndarray:
-    """How close each row's direction is to the mean direction of rows ``js``, in robust spreads beyond how close the
-    ``bulk`` rows are."""
-    mean = unit[list(js)].mean(0)
-    sim = unit @ (mean / max(float(np.linalg.norm(mean)), 1e-30))
-    center, spread = robust(sim[bulk])
-    return (sim - center) / spread
-
-
-def reassign_by_direction(
-    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: VerdictOptions
-) -> None:
-    """A content group's rows that point a mechanical group's way (``extend_z`` as in :func:`extend_by_direction`)
-    are that group's rows its finding missed. What is left of the content group is judged by :func:`minor`, which lists
-    a small one instead of dropping it."""
-    mech = [g for g in groups if g.cause == "mechanical" and len(g.rows) >= 2]
-    content = [g for g in groups if g.cause == "content"]
-    if emb.ndim != 2 or emb.shape[0] != len(s) or not mech or not content:
-        return
-    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-30)
-    col = {int(r): j for j, r in enumerate(rows)}
-    bulk = s <= float(np.median(s))
-    zs = [direction_z(unit, [col[r] for r in g.rows if r in col], bulk) for g in mech]
-    for c in content:
-        for r in list(c.rows):
-            if r not in col:
-                continue
-            best = max(range(len(mech)), key=lambda i: zs[i][col[r]])
-            if zs[best][col[r]] > policy.extend_z:
-                c.rows.remove(r)
-                mech[best].rows.append(r)
-    groups[:] = [g for g in groups if g.rows]
-    _reorder(groups, s, rows, pos_total)
-
-
-def extend_by_direction(
-    groups: list[Group], emb: np.ndarray, s: np.ndarray, rows: Sequence[int], pos_total: float, policy: VerdictOptions
-) -> None:
-    """Each content group takes the rows (harm above the median, in no group yet) whose gradient direction is closer
-    to the group's mean direction than ``extend_z`` robust spreads beyond how close the low-harm rows (harm at or
-    below the median) are; a row close to two groups goes to the closer. A culprit group's weaker rows point the same
-    way as its strongest ones, so they are found even when their harm alone does not stand out. A mechanical group
-    is left as its finding made it: measured on the planted-fault suite, rows added to one by direction were mostly
-    innocent once its finding named the defect's rows (docs/benchmarks.md, the planted-fault suite)."""
-    if emb.ndim != 2 or emb.shape[0] != len(s):
-        return
-    unit = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-30)
-    col = {int(r): j for j, r in enumerate(rows)}
-    med = float(np.median(s))
-    bulk = s <= med
-    best_z = np.full(len(s), -np.inf)
-    best_g = np.full(len(s), -1)
-    for gi, g in enumerate(groups):
-        js = [col[r] for r in g.rows if r in col]
-        if g.cause != "content" or len(js) < 2:
-            continue
-        z = direction_z(unit, js, bulk)
-        closer = z > best_z
-        best_z[closer], best_g[closer] = z[closer], gi
-    taken = {r for g in groups for r in g.rows}
-    for j in np.flatnonzero((best_z > policy.extend_z) & (s > med)).tolist():
-        if int(rows[j]) not in taken:
-            groups[int(best_g[j])].rows.append(int(rows[j]))
-            groups[int(best_g[j])].by_direction += 1
-    _reorder(groups, s, rows, pos_total)
-
-
-def _shared(f: Mapping[str, Any], hit: int, size: int) -> dict[str, Any]:
-    """A finding as a group's shared trait: which, how many of the group's rows, its fix, and the one completion its
-    rows share when its evidence names it (a label, such as D116's repeated target)."""
-    target = (f.get("evidence") or {}).get("target")
-    out = {"code": f.get("code"), "name": f.get("name"), "count": hit, "share": hit / size, "fix": f.get("fix")}
-    return out | ({"target": str(target)} if isinstance(target, str) and target.strip() else {})

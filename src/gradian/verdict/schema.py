@@ -117,8 +117,8 @@ class ConfigChange:
 
 
 @dataclass
-class Decision(Record):
-    """The culprit decision behind a verdict (report.json ``verdict.how``: :class:`gradian.verdict.culprits.Culprits`
+class How(Record):
+    """How the verdict was decided (report.json ``verdict.how``: :class:`gradian.verdict.culprits.Culprits`
     as it writes it, ``head`` cut to 200 rows; keys it gains later are kept)."""
 
     concentrated: bool = False
@@ -137,7 +137,7 @@ class Decision(Record):
     driven: dict[str, Any] = field(default_factory=dict)  # gradian.verdict.driven.DrivenItems.to_dict() of drop_rows
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+    def from_dict(cls, data: Mapping[str, Any]) -> How:
         return cls._read(
             data,
             concentrated=bool(data.get("concentrated")),
@@ -177,7 +177,7 @@ class Verdict:
     drop_rows: list[int] = field(default_factory=list)  # most harmful first
     drop_ids: list[Any] = field(default_factory=list)
     config_changes: list[ConfigChange] = field(default_factory=list)
-    how: Decision | None = None  # None when no culprit decision was made (no regression, no harm)
+    how: How | None = None  # None when no culprit decision was made (no regression, no harm)
     sentences: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
     # the share of the summed regression dropping drop_rows should bring back (gradian.verdict.recovery)
@@ -241,7 +241,7 @@ class Verdict:
             drop_rows=_ints(data.get("drop_rows")),
             drop_ids=list(data.get("drop_ids") or []),
             config_changes=[ConfigChange.from_dict(c) for c in data.get("config_changes") or []],
-            how=Decision.from_dict(how) if isinstance(how, Mapping) else None,
+            how=How.from_dict(how) if isinstance(how, Mapping) else None,
             sentences=sentences,
             next_steps=[str(s) for s in data.get("next_steps") or []],
             expected_recovery=finite_float(data.get("expected_recovery")),
