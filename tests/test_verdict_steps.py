@@ -164,3 +164,19 @@ def test_a_pipeline_run_decides_its_verdict_once(tmp_path, monkeypatch):
     assert calls == [(False, "tokens"), (True, None)]  # one decision, resumed once the token profiles are in
     v = out.report.verdict
     assert v.kind == "concentrated" and v.cause == "content" and out.report.verdict_options == VerdictOptions()
+
+
+def test_the_evidence_aligns_the_saved_harm_to_the_ranked_rows():
+    """Per-item harm and directions saved in attribution's column order are read in the ranking's order (zeros for
+    a row without them); the regressed items are picked out of a ``--query all`` matrix by eval index."""
+    from gradian.verdict.evidence import matched_item_harm
+
+    S = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    ranked = [{"index": 7, "score": 9.0, "label": "yes"}, {"index": 3, "score": 6.0}, {"index": 5, "score": 1.0}]
+    ev = evidence(ranked, [], 2, item_scores=S[:2], item_rows=[3, 7, 9], embeddings=np.eye(3), n_rows=4)
+    assert ev.index == [7, 3, 5] and ev.labels == {7: "yes"} and ev.n_rows == 4
+    assert ev.S.tolist() == [[2.0, 1.0, 0.0], [5.0, 4.0, 0.0]]
+    assert ev.embeddings.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    picked = matched_item_harm(S, [10, 11, 12], [12, 10], [3, 7, 9])
+    assert picked is not None and picked.items == [10, 12] and picked.S.tolist() == [S[0].tolist(), S[2].tolist()]
+    assert matched_item_harm(S, [10, 11], [10], None) is None  # the matrix is not the query's
