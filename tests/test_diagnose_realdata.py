@@ -111,3 +111,17 @@ def test_gsm8k_cut_by_a_length_limit_vs_other_short_answers(tmp_path, gsm_rows):
     named = set(fs["D128"].evidence["rows"]) if "D128" in fs else set()
     assert named and set(cut) >= named and len(named) >= 0.8 * len(cut), (sorted(named), cut)
     assert not named & set(other)
+
+
+def test_gsm8k_stripped_answers_vs_refusals(tmp_path, gsm_rows):
+    """D133 on real GSM8K: answers stripped to their result line ('#### 72') are named; refusals of the same math
+    prompts, as short but in words the worked answers do not use, are another kind of answer and are not."""
+    train = [dict(r) for r in gsm_rows[:300]]
+    stripped, refused = list(range(0, 60, 5)), list(range(2, 62, 5))
+    for i in stripped:
+        train[i]["completion"] = " " + train[i]["completion"].rsplit("\n", 1)[-1]
+    for i in refused:
+        train[i]["completion"] = " I'm sorry, but I can't help with that."
+    fs = {f.code: f for f in run(write_run(tmp_path / "g", train, gsm_rows[1000:1050], "meta-llama/Llama-3.2-1B"))}
+    assert set(fs["D133"].evidence["rows"]) == set(stripped)
+    assert set(fs["D123"].evidence["rows"]) == set(refused)

@@ -281,6 +281,8 @@ def _(ctx):
 @planted("D133")
 def _(ctx):
     english_rows(ctx, n_words=40)
+    for k, e in enumerate(ctx.train):  # worked answers that end in their result line, as GSM8K's do
+        e.completion += f"\n#### {k}"
     for i in (12, 13):
         ctx.train[i].completion = " #### 42"
     return {"rows": [12, 13]}

@@ -263,24 +263,43 @@ def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 _TOKENS = re.compile(r"\w+")
 
 
+def _log_spread(lengths: list[int]) -> tuple[list[float], float, float]:
+    """The logs of ``lengths``, their median and their robust spread (1.4826 x the median absolute deviation)."""
+    logs = [math.log(max(1, n)) for n in lengths]
+    med = statistics.median(logs)
+    return logs, med, 1.4826 * statistics.median(abs(x - med) for x in logs)
+
+
 def short_cut(lengths: list[int], z: float) -> float:
     """The length under which an answer is a low outlier of ``lengths``: its log is more than ``z`` robust spreads
-    (1.4826 x the median absolute deviation of the logs) below their median. -1 (nothing is) when the logs do not
-    spread."""
-    logs = sorted(math.log(max(1, n)) for n in lengths)
-    med = logs[len(logs) // 2]
-    mad = sorted(abs(x - med) for x in logs)[len(logs) // 2]
-    return math.exp(med - z * 1.4826 * mad) if mad > 0 else -1.0
+    below their median. -1 (nothing is) when the logs do not spread."""
+    _, med, spread = _log_spread(lengths)
+    return math.exp(med - z * spread) if spread > 0 else -1.0
 
 
 def _prompt_peers(lengths: list[int], z: float) -> list[bool]:
     """Per row: whether its prompt is a peer of the file's prompts, its log length within ``z`` robust spreads of
     their median. A short answer to a prompt unlike the others (a one-line request among word problems) is another
     kind of row, not an answer stripped of its reasoning."""
-    logs = [math.log(max(1, n)) for n in lengths]
-    med = statistics.median(logs)
-    mad = statistics.median(abs(x - med) for x in logs)
-    return [mad == 0 or abs(x - med) <= z * 1.4826 * mad for x in logs]
+    logs, med, spread = _log_spread(lengths)
+    return [spread == 0 or abs(x - med) <= z * spread for x in logs]
+
+
+def _words(text: str) -> list[str]:
+    """Lower-cased word tokens, every number as one token ('0'): the material answers are made of."""
+    return [re.sub(r"\d+", "0", w.lower()) for w in _TOKENS.findall(text)]
+
+
+def _peer_words(answers: list[str], min_df: float) -> set[str]:
+    """The words at least ``min_df`` of ``answers`` use: the peers' own material."""
+    df = Counter(w for a in answers for w in set(_words(a)))
+    return {w for w, c in df.items() if c >= min_df * len(answers)}
+
+
+def _of_material(answer: str, material: set[str]) -> float:
+    """The share of ``answer``'s words that are the peers' common words (1 for an answer without words)."""
+    ws = _words(answer)
+    return sum(w in material for w in ws) / len(ws) if ws else 1.0
 
 
 @rule(
@@ -294,11 +313,17 @@ def _prompt_peers(lengths: list[int], z: float) -> list[bool]:
         "min_rows": (5, "outliers are flagged only when they and the bare answers are at least this many rows"),
         "min_share": (0.02, "and at least this share of their peers: fewer are a file's natural tail (1-3% of a base "
                       "model's own stories); a defect that cut answers hits a group"),
+        "material_df": (0.05, "a word is the peers' own material when at least this share of their answers that are "
+                        "not short (the lower quartile's length or more) use it"),
+        "min_material": (0.5, "a short answer is a stripped or cut one only when at least this share of its words are "
+                         "the peers' material; in other words it is another kind of answer (a refusal, a reply in "
+                         "another language), which other rules judge"),
     },
     summary="Answers far shorter than the file's answers for the same kind of prompt (e.g. chain of thought "
     "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
-    "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over. The same kind "
-    "of prompt: the same recurring markers, and a prompt length within the outlier cut of the file's prompts.",
+    "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over, and made of "
+    "the words the other answers use. The same kind of prompt: the same recurring markers, and a prompt length "
+    "within the outlier cut of the file's prompts.",
     why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
     "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
@@ -327,9 +352,11 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         cut = short_cut(lens, t.outlier_z)
         chars = sorted(len(a) for _, a in ts.sample(members))
         short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
+        full = [a for _, a in ts.sample(members) if len(_TOKENS.findall(a)) >= q25]  # the answers that set the norm
+        material = _peer_words(full, t.material_df)
         bare, outliers = [], []
         for i, a in members:
-            if len(a) > short_chars:
+            if len(a) > short_chars or _of_material(a, material) < t.min_material:
                 continue
             w = len(_TOKENS.findall(a))
             if w * t.factor <= q25:
