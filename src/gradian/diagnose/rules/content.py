@@ -32,46 +32,73 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     return {i for i, f in firsts if f != top and words[i] >= 0.5 * typical}
 
 
+def _cut_rows(items: list[tuple[int, str]], t: Params, marks_own: bool) -> tuple[set[int], set[int], float] | None:
+    """(rows that end mid-sentence, rows without the file's final-line marker, the clean share) among ``items``
+    (row, text), or None when they have no clean-ending norm. With ``marks_own`` (text rows: excerpts of plays and
+    books), a punctuation mark that ends many of them (a play's '--' for an interrupted speech) is one of the file's
+    own ways to end, not a cut: an export cuts prose at random characters, so no one mark recurs among its cuts."""
+    classes = [(i, ts.end_class(a), len(a.split()), a.rstrip()[-1:]) for i, a in items]
+    judged = [(i, c, a) for i, c, n, a in classes if n >= t.min_words and c in ("clean", "word", "mid")]
+    if len(judged) < 20:
+        return None
+    marks = Counter(a for _, c, a in judged if c == "mid")
+    own = {m for m, k in marks.items() if k >= max(3, t.own_mark_share * len(judged))} if marks_own else set()
+    clean = sum(1 for _, c, a in judged if c == "clean" or a in own)
+    if clean / len(judged) < t.norm_share:
+        return None
+    mid = {i for i, c, a in judged if c != "clean" and a not in own}
+    return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
+
+
 @rule(
-    "D128", "cut_completion", "warning", needs=("train",), tiers="W/E", cause="mechanical",
+    "D128", "cut_completion", "warning", needs=("train",), tiers="I/W/E", cause="mechanical",
     thresholds={
         "norm_share": (0.8, "share of the file's answers that end cleanly for the file to have an ending norm"),
         "min_words": (5, "only answers at least this many words long are judged (short answers end anyhow)"),
+        "own_mark_share": (0.01, "a last punctuation mark ('-', ':') ending at least this share of the judged text "
+                           "rows (and 3) is one of the file's own endings"),
+        "text_percent": (1.0, "percent of text rows cut under which it is a note: excerpts of plays and books end "
+                         "irregularly now and then"),
         "error_percent": (5.0, "percent of answers cut at which it is an error"),
     },
-    summary="Answers that end mid-sentence (on a letter, comma, colon or dash) in a file whose answers normally end "
-    "cleanly (terminal punctuation in any script, a closing quote or bracket after it, or a number), or whose last "
-    "line lacks the marker nearly every answer's last line starts with (GSM8K's '#### 72').",
+    summary="Answers, or text rows, that end mid-sentence (on a letter, comma, colon or dash) in a file whose rows "
+    "normally end cleanly (terminal punctuation in any script, a closing quote or bracket after it, a number, or an "
+    "ending mark that recurs across the file), or whose last line lacks the marker nearly every row's last line "
+    "starts with (GSM8K's '#### 72'). Answers and text rows each have their own norm.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
     example='Most completions end with "." and 40 of them end with "... and then the".',
-    fix="Regenerate the cut answers with a larger max_tokens, or drop them.",
+    fix="Regenerate the cut answers with a larger max_tokens (or re-export the cut text rows whole), or drop them.",
     seen_in="synthetic-data pipelines (finish_reason 'length')",
 )  # fmt: skip
 def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ans = [(i, a) for i, _, a in ts.answers(ctx) if a.strip()]
-    classes = [(i, ts.end_class(a), len(a.split())) for i, a in ans]
-    judged = [(i, c) for i, c, n in classes if n >= t.min_words and c in ("clean", "word", "mid")]
-    if len(judged) < 20:
-        return
-    clean = sum(1 for _, c in judged if c == "clean")
-    if clean / len(judged) < t.norm_share:
-        return
-    mid = {i for i, c in judged if c != "clean"}
-    unsigned = _off_signature(ans, float(t.norm_share)) - mid
-    rows = sorted(mid | unsigned)
-    if rows:
-        p = pct(len(rows), len(ctx.train))
-        said = [f"{len(mid)} end mid-sentence, while {clean / len(judged):.0%} of the file's answers end cleanly"]
+    texts = [(e.index, e.text) for e in ctx.train if e.text is not None and e.text.strip()]
+    for items, what in ((ans, "an answer"), (texts, "a text")):
+        found = _cut_rows(items, t, what == "a text")
+        if not found:
+            continue
+        mid, unsigned, share = found
+        rows = sorted(mid | unsigned)
+        if not rows:
+            continue
+        p, p_of = pct(len(rows), len(ctx.train)), pct(len(rows), len(items))
+        said = [f"{len(mid)} end mid-sentence, while {share:.0%} of the file's rows of that shape end cleanly"]
         if unsigned:
-            said.append(f"{len(unsigned)} end without the final line nearly every answer of the file ends with, at a "
+            said.append(f"{len(unsigned)} end without the final line nearly every row of the file ends with, at a "
                         "length where a limit cuts")  # fmt: skip
+        sev = "error" if p >= t.error_percent else "warning"
         yield Hit(
-            f"{len(rows)} row(s) ({p}%) have an answer that looks cut: " + "; ".join(said[not mid :]),
-            severity="error" if p >= t.error_percent else "warning",
-            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, clean_share=round(clean / len(judged), 3)),
-            fix=drop_fix("Regenerate the cut answers (larger max_tokens) or drop them", rows, ctx.train_file, "D128"),
+            f"{len(rows)} row(s) ({p}%) have {what} that looks cut: " + "; ".join(said[not mid :]),
+            severity="info" if what == "a text" and p_of < t.text_percent else sev,
+            evidence=rows_ev(rows, len(ctx.train), ctx.train_file, clean_share=round(share, 3)),
+            fix=drop_fix(
+                "Regenerate the cut rows whole (larger max_tokens, a full export) or drop them",
+                rows,
+                ctx.train_file,
+                "D128",
+            ),
         )
 
 
