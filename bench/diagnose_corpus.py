@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from foreign_reviews import REVIEWS  # noqa: E402
+
 import realsets  # noqa: E402
 
 SHARE = 0.15
@@ -140,8 +142,17 @@ EXPECT = {
     "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
     "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],
     "label_flip": ["D135"], "duplicates": ["D104"],
+    "near_dup_gsm8k": ["D104"], "near_dup_sentiment": ["D104"], "near_dup_shakespeare": ["D104"],
+    "near_dup_stories": ["D104"],
+    "label_noise_sentiment": ["D135"], "label_noise_yelp": ["D135"], "label_noise_amazon_imdb": ["D135"],
+    "foreign_sentiment": ["D134"], "foreign_sentiment_small": ["D134"], "foreign_yelp": ["D134"],
     "cut_text_shakespeare": ["D128"], "cut_text_gsm8k": ["D128"], "cut_text_stories": ["D128"],
 }  # fmt: skip
+
+# The precision each kind is held to besides recall >= 0.8 (0.5 unless named): a flipped label on a unique review
+# shows only through a text model of the file, and a bag-of-words model also disagrees with about one correct short
+# review in five, so at recall 0.8 its review list (a note) holds about three correct rows per flipped one.
+MIN_PRECISION = {"label_noise_sentiment": 0.2, "label_noise_yelp": 0.2, "label_noise_amazon_imdb": 0.2}
 
 
 def _chat(rows: list[dict]) -> list[dict]:
@@ -280,6 +291,32 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
     """The near-duplicate, label-noise, foreign-review and cut-text cases, and clean sets of their shapes."""
     rng = random.Random(seed * 1000 + 500)
     gsm_b, stories = realsets.gsm8k(800, start=1000), realsets.stories()
+    shakes = realsets.shakespeare(500, chars=400)
+    sent = realsets.sentiment(seed=3)[:1200]
+    for name, (rows, n, min_w) in {"gsm8k": (gsm_b, 30, 20), "sentiment": (sent, 40, 10),
+                                   "shakespeare": (shakes, 25, 20), "stories": (stories, 20, 20)}.items():  # fmt: skip
+        planted_rows, idx = _near_dups(rows, rng, n, min_w)
+        _save(out, manifest, f"near_dup_{name}", name, planted_rows, idx)
+    for kind, rows, share in (
+        ("label_noise_sentiment", realsets.sentiment(seed=5)[:1500], 0.10),
+        ("label_noise_yelp", sentiment_from("yelp", seed=6), 0.15),
+        ("label_noise_amazon_imdb", sentiment_from("amazon", "imdb", seed=7)[:800], 0.08),
+    ):
+        idx = _pick(len(rows), rng, share)
+        _save(out, manifest, kind, "sentiment", _plant_each(rows, idx, _flip), idx)  # fmt: skip
+    foreign = [{"prompt": f"Review: {s}\nSentiment:", "completion": " positive" if lab else " negative"}
+               for s, lab in REVIEWS]  # fmt: skip
+    for kind, rows, share in (
+        ("foreign_sentiment", realsets.sentiment(seed=8)[:1200], 0.05),
+        ("foreign_sentiment_small", realsets.sentiment(seed=9)[:600], 0.08),
+        ("foreign_yelp", sentiment_from("yelp", seed=10), 0.06),
+    ):
+        idx = _pick(len(rows), rng, share)
+        pool = rng.sample(foreign, len(idx))
+        out_rows = [dict(r) for r in rows]
+        for i, f in zip(idx, pool, strict=True):
+            out_rows[i] = f
+        _save(out, manifest, kind, "sentiment", out_rows, idx)  # fmt: skip
     for kind, rows, share in (
         ("cut_text_shakespeare", realsets.shakespeare(600, chars=800), 0.15),
         ("cut_text_gsm8k", as_text(realsets.gsm8k(700, start=2000)), 0.10),
@@ -296,34 +333,39 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
         manifest["clean"][name] = f"clean_{name}.jsonl"
 
 
+def best_finding(fs: list, expect: list[str], planted: set[int]) -> tuple[str, set[int], list[str]]:
+    """(rule, rows, severities) of what catches the planted rows best among the expected rules' findings: one finding
+    alone, or all of one rule's findings together, whichever flags the most planted rows (then the fewest rows). One
+    rule can say two things (label conflicts between copies, and a review list from a text model): each is scored on
+    its own rows."""
+    cands: list[tuple[str, set[int], list[str]]] = []
+    for code in expect:
+        mine = [f for f in fs if f.code == code]
+        cands += [(code, set(f.evidence.get("rows") or []), [f.severity.value]) for f in mine]
+        cands.append((code, {r for f in mine for r in f.evidence.get("rows") or []},
+                      sorted({f.severity.value for f in mine})))  # fmt: skip
+    return max(cands, key=lambda c: (len(c[1] & planted), -len(c[1])))
+
+
 def score(out: Path, manifest: dict, select: tuple[str, ...] = ("D",)) -> dict:
-    """Per planted kind: the expected rule that flags the most planted rows, its recall, precision and severities;
-    per clean set: every error or warning finding (a false alarm)."""
+    """Per planted kind: what of the expected rules flags the most planted rows (:func:`best_finding`), its recall,
+    precision and severities; per clean set: every error or warning finding (a false alarm)."""
     from gradian.diagnose.api import diagnose_full
     from gradian.diagnose.settings import DiagnoseSettings
 
-    def run(path: Path) -> tuple[dict[str, set[int]], dict[str, set[str]], list[str]]:
-        fs, _, _ = diagnose_full(train=path, select=list(select), settings=DiagnoseSettings())
-        rows: dict[str, set[int]] = {}
-        sev: dict[str, set[str]] = {}
-        for f in fs:
-            rows.setdefault(f.code, set()).update(f.evidence.get("rows") or [])
-            sev.setdefault(f.code, set()).add(f.severity.value)
-        return rows, sev, [f"{f.code}:{f.severity.value}" for f in fs if f.severity.value != "info"]
+    def run(path: Path) -> list:
+        return diagnose_full(train=path, select=list(select), settings=DiagnoseSettings())[0]
 
     res: dict = {"kinds": {}, "clean": {}}
     for kind, m in manifest["kinds"].items():
-        rows, sev, _ = run(out / m["file"])
         planted = set(m["rows"])
-        best = max(m["expect"], key=lambda c: (len(rows.get(c, set()) & planted), -len(rows.get(c, set()))))
-        got = rows.get(best, set())
+        best, got, sev = best_finding(run(out / m["file"]), m["expect"], planted)
         tp = len(got & planted)
         res["kinds"][kind] = {"base": m["base"], "n": m["n"], "planted": len(planted), "rule": best, "found": tp,
                               "recall": round(tp / len(planted), 3),
-                              "precision": round(tp / len(got), 3) if got else None,
-                              "severity": sorted(sev.get(best, set()))}  # fmt: skip
+                              "precision": round(tp / len(got), 3) if got else None, "severity": sev}  # fmt: skip
     for name, f in manifest["clean"].items():
-        res["clean"][name] = run(out / f)[2]
+        res["clean"][name] = [f"{x.code}:{x.severity.value}" for x in run(out / f) if x.severity.value != "info"]
     return res
 
 

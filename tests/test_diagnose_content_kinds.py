@@ -58,3 +58,56 @@ def test_cut_text_rows_flagged_against_the_files_own_endings(tmp_path):
     assert describe_rows(cut[:2], str(path)) == (f"lines in {path}", [str(cut[0] + 1), str(cut[1] + 1)])
     clean = realsets.write_jsonl(tmp_path / "clean.jsonl", rows)
     assert loud(run(clean, "D128")) == []
+
+
+def test_near_duplicates_with_a_few_words_edited_warn(tmp_path):
+    """GSM8K questions, 30 of 600 repeated later with a word or number changed, dropped, added or misspelt: the
+    later copies are near duplicates (a warning at 5% of the rows); the real set alone has none, and the bundled
+    example's template stories, which recombine the same sentences in other orders, are not copies."""
+    rows = realsets.gsm8k(600, start=3000)
+    planted, idx = C._near_dups(rows, random.Random(2), 30, 20)
+    fs = run(realsets.write_jsonl(tmp_path / "near.jsonl", planted), "D104")
+    got = flagged(fs)
+    assert len(got & set(idx)) >= 0.9 * len(idx) and len(got - set(idx)) <= 2, (len(got & set(idx)), len(got))
+    assert [f.severity.value for f in fs] == ["warning"] and "near duplicates" in fs[0].message
+    assert run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D104") == []
+    assert loud(run(REPO / "examples" / "stories260k" / "data" / "train.jsonl", "D104")) == []
+
+
+def _sentiment_with(rows, idx, fn):
+    return [fn(r) if k in set(idx) else r for k, r in enumerate(rows)]
+
+
+def test_foreign_reviews_in_an_english_sentiment_file(tmp_path):
+    """Hand-written French, Spanish, German, Portuguese, Italian and Dutch reviews in 40 of 800 English review rows
+    (the labels stay English words): the inputs are judged, not the labels, and the short ones by a character model
+    of the file's own reviews; the English file alone stays silent."""
+    rows = realsets.sentiment(seed=11)[:800]
+    idx = sorted(random.Random(3).sample(range(len(rows)), 40))
+    pool = iter(random.Random(3).sample(C.REVIEWS, 40))
+
+    def foreign(r):
+        s, lab = next(pool)
+        return {"prompt": f"Review: {s}\nSentiment:", "completion": " positive" if lab else " negative"}
+
+    fs = run(realsets.write_jsonl(tmp_path / "mixed.jsonl", _sentiment_with(rows, idx, foreign)), "D134")
+    got = flagged(fs)
+    assert len(got & set(idx)) >= 0.9 * len(idx) and got <= set(idx), (len(got & set(idx)), len(got))
+    assert [f.severity.value for f in fs] == ["warning"]
+    assert run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D134") == []
+
+
+def test_flipped_sentiment_labels_listed_for_review(tmp_path):
+    """10% of 1,000 real reviews with the other label: a leave-one-out naive Bayes model of the file lists most of
+    them (0.72 in this draw; 0.79 to 0.85 in four others and on the corpus: a bag-of-words model misreads about one
+    short review in five, flipped or not), the most confident first (half of the first 20 are flipped), as a note;
+    the real file alone gets no warning (its own list is a note: the model disagrees with hard, correct reviews)."""
+    rows = realsets.sentiment(seed=12)[:1000]
+    idx = sorted(random.Random(5).sample(range(len(rows)), 100))
+    fs = run(realsets.write_jsonl(tmp_path / "noisy.jsonl", _sentiment_with(rows, idx, C._flip)), "D135")
+    model = [f for f in fs if f.evidence.get("kind") == "model"]
+    assert [f.severity.value for f in model] == ["info"]
+    got = flagged(model)
+    assert len(got & set(idx)) >= 0.7 * len(idx) and len(got) <= 0.35 * len(rows), (len(got & set(idx)), len(got))
+    assert len(set(model[0].evidence["most_confident"]) & set(idx)) >= 10  # the list holds 1 in 4
+    assert loud(run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D135")) == []
