@@ -328,7 +328,8 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
     for name, rows in {"gsm8k_text": as_text(realsets.gsm8k(700, start=2000)), "stories_text": as_text(stories),
                        "yelp": sentiment_from("yelp", seed=6), "amazon_imdb": sentiment_from("amazon", "imdb"),
                        "shakespeare_long": realsets.shakespeare(600, chars=800),
-                       "gsm8k_b": gsm_b}.items():  # fmt: skip
+                       "gsm8k_b": gsm_b, "shakespeare_short": realsets.shakespeare(1500, chars=300),
+                       "imdb": sentiment_from("imdb")}.items():  # fmt: skip
         realsets.write_jsonl(out / f"clean_{name}.jsonl", rows)
         manifest["clean"][name] = f"clean_{name}.jsonl"
 

@@ -45,7 +45,8 @@ def flagged(fs) -> set[int]:
 
 def test_cut_text_rows_flagged_against_the_files_own_endings(tmp_path):
     """Speeches of tinyshakespeare as text rows, 12% cut at a random character: the cut rows are flagged (the user's
-    editor lines in the output); the uncut file, whose speeches now and then end on an interrupted '--', is not."""
+    editor lines in the output); the uncut file, whose speeches now and then end on an interrupted '--', is not, nor
+    is one of shorter rows, some of which end on the title line of a play."""
     rows = realsets.shakespeare(500, chars=600)
     rng = random.Random(4)
     cut = sorted(rng.sample(range(len(rows)), 60))
@@ -58,6 +59,8 @@ def test_cut_text_rows_flagged_against_the_files_own_endings(tmp_path):
     assert describe_rows(cut[:2], str(path)) == (f"lines in {path}", [str(cut[0] + 1), str(cut[1] + 1)])
     clean = realsets.write_jsonl(tmp_path / "clean.jsonl", rows)
     assert loud(run(clean, "D128")) == []
+    short = realsets.write_jsonl(tmp_path / "short.jsonl", realsets.shakespeare(1500, chars=300))
+    assert loud(run(short, "D128")) == []  # 16 rows close on a title line ('3 KING HENRY VI'), as lines inside do
 
 
 def test_near_duplicates_with_a_few_words_edited_warn(tmp_path):

@@ -32,21 +32,48 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     return {i for i, f in firsts if f != top and words[i] >= 0.5 * typical}
 
 
-def _cut_rows(items: list[tuple[int, str]], t: Params, marks_own: bool) -> tuple[set[int], set[int], float] | None:
+def _ending(text: str, cls: str) -> str:
+    """What a text ends with, as the file's own endings are counted: the last punctuation mark after a mark ('--'
+    counts as '-'), the last word after a letter ('... 3 KING HENRY VI' as 'VI')."""
+    s = text.rstrip()
+    return s[-1:] if cls == "mid" else (s.split() or [""])[-1] if cls == "word" else ""
+
+
+def _own_endings(items: list[tuple[int, str]], candidates: set[str], rate: float) -> set[str]:
+    """The ``candidates`` (endings, :func:`_ending`) that end the texts about as often as they end lines inside them:
+    the texts' rate of ending on one, per line inside them that ends on it, is at least ``rate`` times the rate for
+    clean endings. Rows of a play end after an interrupted speech ('--') about as often as its speeches end so inside
+    them; a cut after a speaker's name ('CORIOLANUS:') is rare however many lines end so."""
+    rows: Counter[str] = Counter()
+    inner: Counter[str] = Counter()
+    for _, a in ts.sample(items):
+        lines = a.rstrip().split("\n")
+        for k, line in enumerate(lines):
+            c = ts.end_class(line)
+            e = "." if c == "clean" else _ending(line, c) if c in ("word", "mid") else ""
+            (rows if k == len(lines) - 1 else inner)[e] += 1
+    base = rows["."] / max(1, inner["."])
+    return {e for e in candidates if inner[e] >= 3 and rows[e] / inner[e] >= rate * base}
+
+
+def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tuple[set[int], set[int], float] | None:
     """(rows that end mid-sentence, rows without the file's final-line marker, the clean share) among ``items``
-    (row, text), or None when they have no clean-ending norm. With ``marks_own`` (text rows: excerpts of plays and
-    books), a punctuation mark that ends many of them (a play's '--' for an interrupted speech) is one of the file's
-    own ways to end, not a cut: an export cuts prose at random characters, so no one mark recurs among its cuts."""
-    classes = [(i, ts.end_class(a), len(a.split()), a.rstrip()[-1:]) for i, a in items]
-    judged = [(i, c, a) for i, c, n, a in classes if n >= t.min_words and c in ("clean", "word", "mid")]
+    (row, text), or None when they have no clean-ending norm. With ``own_endings`` (text rows: excerpts of plays and
+    books), an ending that many of them share, and that ends them about as often as it ends lines inside them (a
+    play's '--' for an interrupted speech, a title line between its acts), is one of the file's own ways to end, not
+    a cut: an export cuts at random characters, mostly inside a word, and no line of the file ends in such a piece
+    of a word."""
+    classes = [(i, c, _ending(a, c)) for i, a in items if len(a.split()) >= t.min_words for c in [ts.end_class(a)]]
+    judged = [(i, c, e) for i, c, e in classes if c in ("clean", "word", "mid")]
     if len(judged) < 20:
         return None
-    marks = Counter(a for _, c, a in judged if c == "mid")
-    own = {m for m, k in marks.items() if k >= max(3, t.own_mark_share * len(judged))} if marks_own else set()
-    clean = sum(1 for _, c, a in judged if c == "clean" or a in own)
+    ends = Counter(e for _, c, e in judged if c != "clean")
+    common = {e for e, k in ends.items() if k >= max(3, t.own_end_share * len(judged))}
+    own = _own_endings(items, common, float(t.own_end_rate)) if own_endings and common else set()
+    clean = sum(1 for _, c, e in judged if c == "clean" or e in own)
     if clean / len(judged) < t.norm_share:
         return None
-    mid = {i for i, c, a in judged if c != "clean" and a not in own}
+    mid = {i for i, c, e in judged if c != "clean" and e not in own}
     return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
 
 
@@ -55,16 +82,18 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, marks_own: bool) -> tuple
     thresholds={
         "norm_share": (0.8, "share of the file's answers that end cleanly for the file to have an ending norm"),
         "min_words": (5, "only answers at least this many words long are judged (short answers end anyhow)"),
-        "own_mark_share": (0.01, "a last punctuation mark ('-', ':') ending at least this share of the judged text "
-                           "rows (and 3) is one of the file's own endings"),
+        "own_end_share": (0.005, "an ending (the last mark after a mark, the last word after a letter) shared by at "
+                          "least this share of the judged text rows (and 3) can be one of the file's own endings"),
+        "own_end_rate": (0.1, "it is one when the rows end on it, per line inside them that ends on it, at least this "
+                         "fraction as often as for clean endings (a play's '--': 0.3-0.9; a cut after 'NAME:': 0.01)"),
         "text_percent": (1.0, "percent of text rows cut under which it is a note: excerpts of plays and books end "
                          "irregularly now and then"),
         "error_percent": (5.0, "percent of answers cut at which it is an error"),
     },
     summary="Answers, or text rows, that end mid-sentence (on a letter, comma, colon or dash) in a file whose rows "
-    "normally end cleanly (terminal punctuation in any script, a closing quote or bracket after it, a number, or an "
-    "ending mark that recurs across the file), or whose last line lacks the marker nearly every row's last line "
-    "starts with (GSM8K's '#### 72'). Answers and text rows each have their own norm.",
+    "normally end cleanly (terminal punctuation in any script, a closing quote or bracket after it, a number, or, "
+    "for text rows, an ending that recurs across the file), or whose last line lacks the marker nearly every row's "
+    "last line starts with (GSM8K's '#### 72'). Answers and text rows each have their own norm.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
