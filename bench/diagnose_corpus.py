@@ -209,22 +209,6 @@ def build(out: Path, seed: int = 0) -> dict:
     return manifest
 
 
-FILES = {"amazon": "amazon_cells_labelled.txt", "imdb": "imdb_labelled.txt", "yelp": "yelp_labelled.txt"}
-
-
-def sentiment_from(*names: str, seed: int = 0) -> list[dict]:
-    """The sentiment sentences of the named files only (amazon, imdb, yelp), shuffled."""
-    rows = []
-    for name in names:
-        for line in (realsets.SENT / FILES[name]).read_text(encoding="utf-8", errors="replace").splitlines():
-            if "\t" in line:
-                s, lab = line.rsplit("\t", 1)
-                rows.append({"prompt": f"Review: {s.strip()}\nSentiment:",
-                             "completion": " positive" if lab.strip() == "1" else " negative"})  # fmt: skip
-    random.Random(seed).shuffle(rows)
-    return rows
-
-
 def as_text(rows: list[dict]) -> list[dict]:
     """Prompt/completion rows as plain text rows: the question (without its 'Question:'/'Answer:' markers) and its
     answer in one text."""
@@ -299,8 +283,8 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
         _save(out, manifest, f"near_dup_{name}", name, planted_rows, idx)
     for kind, rows, share in (
         ("label_noise_sentiment", realsets.sentiment(seed=5)[:1500], 0.10),
-        ("label_noise_yelp", sentiment_from("yelp", seed=6), 0.15),
-        ("label_noise_amazon_imdb", sentiment_from("amazon", "imdb", seed=7)[:800], 0.08),
+        ("label_noise_yelp", realsets.sentiment(seed=6, sources=("yelp",)), 0.15),
+        ("label_noise_amazon_imdb", realsets.sentiment(seed=7, sources=("amazon", "imdb"))[:800], 0.08),
     ):
         idx = _pick(len(rows), rng, share)
         _save(out, manifest, kind, "sentiment", _plant_each(rows, idx, _flip), idx)  # fmt: skip
@@ -309,7 +293,7 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
     for kind, rows, share in (
         ("foreign_sentiment", realsets.sentiment(seed=8)[:1200], 0.05),
         ("foreign_sentiment_small", realsets.sentiment(seed=9)[:600], 0.08),
-        ("foreign_yelp", sentiment_from("yelp", seed=10), 0.06),
+        ("foreign_yelp", realsets.sentiment(seed=10, sources=("yelp",)), 0.06),
     ):
         idx = _pick(len(rows), rng, share)
         pool = rng.sample(foreign, len(idx))
@@ -326,10 +310,11 @@ def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
         _save(out, manifest, kind, kind.removeprefix("cut_text_") + "_text",
               _plant_each(rows, idx, lambda r: {"text": _cut_text(r["text"], rng)}), idx)  # fmt: skip
     for name, rows in {"gsm8k_text": as_text(realsets.gsm8k(700, start=2000)), "stories_text": as_text(stories),
-                       "yelp": sentiment_from("yelp", seed=6), "amazon_imdb": sentiment_from("amazon", "imdb"),
+                       "yelp": realsets.sentiment(seed=6, sources=("yelp",)),
+                       "amazon_imdb": realsets.sentiment(sources=("amazon", "imdb")),
                        "shakespeare_long": realsets.shakespeare(600, chars=800),
                        "gsm8k_b": gsm_b, "shakespeare_short": realsets.shakespeare(1500, chars=300),
-                       "imdb": sentiment_from("imdb")}.items():  # fmt: skip
+                       "imdb": realsets.sentiment(sources=("imdb",))}.items():  # fmt: skip
         realsets.write_jsonl(out / f"clean_{name}.jsonl", rows)
         manifest["clean"][name] = f"clean_{name}.jsonl"
 

@@ -4,7 +4,6 @@ on real text: each rule catches its fault with the right rows (as the user's edi
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -14,19 +13,11 @@ from conftest import REPO
 from gradian.diagnose.api import diagnose_full
 from gradian.diagnose.lines import describe_rows
 from gradian.diagnose.settings import DiagnoseSettings
+from test_diagnose_content import _corpus_module
 from test_diagnose_helpers import SHARED
 
 pytestmark = pytest.mark.skipif(not (SHARED / "data").is_dir(), reason="../shared/data absent")
-
-
-def _corpus():
-    spec = importlib.util.spec_from_file_location("diagnose_corpus", REPO / "bench" / "diagnose_corpus.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-C = _corpus()
+C = _corpus_module()
 
 
 def run(path, code):
