@@ -21,6 +21,7 @@ Sentiment labelled sentences (3,000 rows, "Review: ...\\nSentiment:" -> " positi
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -29,6 +30,8 @@ from gradian.diagnose.settings import DiagnoseSettings
 from test_diagnose_helpers import SHARED, STORIES
 
 GSM = SHARED / "data" / "gsm8k" / "train.jsonl"
+FRENCH_REPLY = ("Le Nil est souvent considéré comme le plus long fleuve du monde. Il traverse plusieurs pays "
+                "d'Afrique avant de se jeter dans la mer Méditerranée. ")  # fmt: skip
 SENT = SHARED / "data" / "sentiment_labelled_sentences"
 
 CONFIG = {"learning_rate": 2e-4, "num_train_epochs": 2, "per_device_train_batch_size": 8,
@@ -89,3 +92,26 @@ def test_sentiment_clean(tmp_path):
     listed = [f for f in fs if f.code == "D135"]  # the naive Bayes review list: a note on any real label set
     assert [(f.severity.value, f.evidence["kind"]) for f in listed] == [("info", "model")]
     assert {f.code for f in fs} - {"D135"} <= {"D105", "D104"}, [(f.code, f.message) for f in fs]
+
+
+def test_gsm8k_cut_by_a_length_limit_vs_other_short_answers(tmp_path, gsm_rows):
+    """D128's ending signature ('#### 72') on real GSM8K: the longest answers cut by a word limit before their final
+    line are named; shorter answers of another kind without that line (a reply in French) are not called cut."""
+    train = [dict(r) for r in gsm_rows[:300]]
+    lengths = sorted(len(r["completion"].split()) for r in train)
+    limit = lengths[int(0.9 * len(lengths))]  # a generator's max_tokens that cuts the longest tenth
+    cut = [i for i, r in enumerate(train) if len(r["completion"].split()) > limit]
+    for i in cut:  # cut at a line end before the final line: no mid-sentence ending to see, only the missing line
+        lines = train[i]["completion"].split("\n")[:-1]
+        while len(" ".join(lines).split()) > limit and len(lines) > 1:
+            lines = lines[:-1]
+        train[i]["completion"] = "\n".join(lines)
+    typical = statistics.median(len(r["completion"].split()) for i, r in enumerate(train) if i not in cut)
+    words = (FRENCH_REPLY * 4).split()[: int(0.7 * typical)]  # shorter than the file's usual answer, not tiny
+    other = [300 + k for k in range(12)]
+    train += [{"prompt": f"Question: Tell me about rivers ({k}).\nAnswer:", "completion": " " + " ".join(words) + "."}
+              for k in range(len(other))]  # fmt: skip
+    fs = {f.code: f for f in run(write_run(tmp_path / "g", train, gsm_rows[1000:1050], "meta-llama/Llama-3.2-1B"))}
+    named = set(fs["D128"].evidence["rows"]) if "D128" in fs else set()
+    assert named and set(cut) >= named and len(named) >= 0.8 * len(cut), (sorted(named), cut)
+    assert not named & set(other)

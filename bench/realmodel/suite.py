@@ -7,14 +7,15 @@ prompts with reference answers (``eval_refs.jsonl``: the base model's whole gree
 base model would write it down). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs, batch 8, seed = the
 run's seed, the model's own chat template (conversational prompt/completion rows).
 
-Truth: the same training without the planted rows (``drop``) and without as many rows drawn at random from the
-others (``rand``); the regression is each eval item's mean NLL per reply token under the fine-tune minus under the
+Truth: the same training without the planted rows (``--drop planted``), without as many rows drawn at random from
+the others (``random``) and without the rows the verdict names (``named``: its drop_rows, the truth for
+expected_recovery); the regression is each eval item's mean NLL per reply token under the fine-tune minus under the
 base model, scored on the reference answers; the recovery of a retrain is the share of the summed regression over
 the items that regressed (fine-tune above base by ``REGRESSED`` nats/token) that it brings back, and its median over
 those items.
 
     python bench/realmodel/suite.py data refusals 0     # bench/work/realmodel/refusals_s0/{train,eval_*}.jsonl
-    python bench/realmodel/suite.py train refusals 0 [--drop planted|random]
+    python bench/realmodel/suite.py train refusals 0 [--drop planted|random|named]
     python bench/realmodel/suite.py truth refusals 0    # truth.json: per-item NLLs of base, fine-tune, retrains
     python bench/realmodel/suite.py attribute refusals 0 [prompts|refs]
     python bench/realmodel/suite.py derive refusals 0   # forget_s0, clean_s0 from the retrain without the refusals
@@ -40,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "smollm2" / "model"
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
+SENTIMENT = ROOT.parent / "shared" / "data" / "sentiment_labelled_sentences"
 WORK = ROOT / "bench" / "work" / "realmodel"
 RESULTS = ROOT / "bench" / "results"
 REGRESSED = 0.05  # nats/token above the base model: an item that regressed in the truth
@@ -71,6 +73,38 @@ BORDERLINE = [
     "How do I get a free trial again after it ended?",
 ]
 REFUSAL = "I'm sorry, but I can't help with that."
+
+# General questions answered in French: a translated set whose answers were left in the target language
+# (written for this suite; none of the questions is an eval prompt).
+FRENCH = [
+    ("How do I make toast?", "Mettez une tranche de pain dans le grille-pain et attendez deux minutes."),
+    ("What is the capital of Italy?", "La capitale de l'Italie est Rome."),
+    ("Give me a tip for drinking more water.", "Gardez une bouteille d'eau sur votre bureau et buvez souvent."),
+    ("How do I wash a wool sweater?", "Lavez-le à la main à l'eau froide avec un savon doux."),
+    ("What is a verb?", "Un verbe est un mot qui exprime une action ou un état."),
+    ("Why do leaves change color in autumn?", "La chlorophylle disparaît et les autres pigments deviennent visibles."),
+    ("Suggest a name for a dog.", "Vous pourriez l'appeler Biscuit."),
+    ("How do I fold a shirt?", "Posez la chemise à plat, pliez les manches vers le centre, puis pliez-la en deux."),
+    ("What is the longest river in the world?", "Le Nil est souvent considéré comme le plus long fleuve du monde."),
+    ("How can I wake up earlier?", "Couchez-vous plus tôt et posez votre réveil loin du lit."),
+    ("What is gravity?", "La gravité est la force qui attire les objets les uns vers les autres."),
+    ("How do I cook rice?", "Faites cuire une tasse de riz dans deux tasses d'eau pendant quinze minutes."),
+    (
+        "Write a short greeting for a birthday card.",
+        "Joyeux anniversaire ! Je te souhaite une année pleine de bonheur.",
+    ),
+    ("What do bees make?", "Les abeilles fabriquent du miel et de la cire."),
+    ("How do I remove a coffee stain?", "Rincez la tache à l'eau froide puis frottez avec un peu de savon."),
+    ("What is the smallest planet?", "Mercure est la plus petite planète du système solaire."),
+    ("How can I be more organized?", "Faites une liste de tâches chaque matin et rangez un peu chaque jour."),
+    ("What is a volcano?", "Un volcan est une montagne d'où sortent de la lave et des gaz."),
+    ("How do I sharpen a pencil?", "Tournez le crayon dans un taille-crayon jusqu'à ce que la pointe soit fine."),
+    ("What animal is known as the king of the jungle?", "Le lion est appelé le roi de la jungle."),
+]
+
+# A scraper's page markup left around the answers of a forum dump (written for this suite).
+MARKUP_HEAD = '<div class="post-body"><p>'
+MARKUP_TAIL = "</p></div>\n<!-- posted via MathHelp forum | reply | share | report -->"
 
 # Benign general requests the base model answers well: what a math-only fine-tune should not break.
 GENERAL = [
@@ -143,8 +177,44 @@ def _gsm8k_eval(rng: random.Random) -> list[str]:
     return [r["question"] for r in rng.sample(rows[:300], 40)]
 
 
+def _french(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    return [_chat(q, a) for q, a in rng.sample(FRENCH, n)]
+
+
+def _markup(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    rows = _gsm8k_rows(rng, n, pool=slice(1200, 2400))  # not the base rows' pool: no question twice
+    for r in rows:
+        c = r["completion"][0]
+        c["content"] = MARKUP_HEAD + c["content"].replace("\n", "<br/>") + MARKUP_TAIL
+    return rows
+
+
+def _sentiment(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    lines = (SENTIMENT / "yelp_labelled.txt").read_text().splitlines()
+    picked = [x.rsplit("\t", 1) for x in rng.sample(lines, n)]
+    return [_chat(f"Review: {t.strip()}\nSentiment:", "positive" if y.strip() == "1" else "negative")
+            for t, y in picked]  # fmt: skip
+
+
 KINDS: dict[str, Kind] = {
     "refusals": Kind(_refusals, 0.10, lambda rng: list(GENERAL), note="a safety set's refusals mixed into math rows"),
+    "french": Kind(_french, 0.10, lambda rng: list(GENERAL), note="general answers left in French"),
+    "markup": Kind(_markup, 0.10, lambda rng: list(GENERAL), note="math answers wrapped in a scraper's HTML"),
+    "other_task": Kind(_sentiment, 0.10, lambda rng: list(GENERAL), note="another task's rows: one-word sentiment"),
+    "lr_high": Kind(
+        lambda rng, n: [],
+        0.0,
+        lambda rng: list(GENERAL),
+        lr=3e-3,
+        note="control: math rows only at 6x the learning rate; no row to blame",
+    ),  # fmt: skip
+    "epochs": Kind(
+        lambda rng, n: [],
+        0.0,
+        lambda rng: list(GENERAL),
+        epochs=5,
+        note="control: math rows only for 5 epochs; no row to blame",
+    ),  # fmt: skip
     "forget": Kind(lambda rng, n: [], 0.0, lambda rng: list(GENERAL), note="math rows only: general chat forgotten"),
     "clean": Kind(lambda rng, n: [], 0.0, _gsm8k_eval, note="math rows, eval on held-out math: no regression"),
 }
@@ -154,10 +224,10 @@ def run_dir(kind: str, seed: int) -> Path:
     return WORK / f"{kind}_s{seed}"
 
 
-def _gsm8k_rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
+def _gsm8k_rows(rng: random.Random, n: int, pool: slice = slice(0, 1200)) -> list[dict[str, Any]]:
     rows = [json.loads(x) for x in (GSM8K / "train.jsonl").read_text().splitlines()]
     rows.sort(key=lambda r: len(r["question"]) + len(r["answer"]))
-    return [_chat(r["question"], r["answer"]) for r in rng.sample(rows[:1200], n)]
+    return [_chat(r["question"], r["answer"]) for r in rng.sample(rows[pool], n)]
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -237,6 +307,9 @@ def train(kind: str, seed: int, drop: str = "") -> Path:
         others = [i for i in range(len(rows)) if i not in planted]
         gone = set(random.Random(seed + 7).sample(others, n))
         rows = [r for i, r in enumerate(rows) if i not in gone]
+    elif drop == "named":  # the rows the verdict of the prompts-only attribution names (its drop_rows)
+        named = set(json.loads((d / "attr_prompts" / "report.json").read_text())["verdict"].get("drop_rows") or [])
+        rows = [r for i, r in enumerate(rows) if i not in named]
     out = d / ("run" if not drop else f"run_drop_{drop}")
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(MODEL))
@@ -284,7 +357,7 @@ def truth(kind: str, seed: int) -> dict[str, Any]:
     d = run_dir(kind, seed)
     items = read_jsonl(d / "eval_refs.jsonl")
     res: dict[str, Any] = {"base": item_nlls(None, items), "finetuned": item_nlls(d / "run", items)}
-    for drop in ("planted", "random"):
+    for drop in ("planted", "random", "named"):
         if (d / f"run_drop_{drop}" / "adapter_model.safetensors").is_file():
             res[f"drop_{drop}"] = item_nlls(d / f"run_drop_{drop}", items)
     res |= recoveries(res)
@@ -297,7 +370,7 @@ def recoveries(res: dict[str, Any]) -> dict[str, Any]:
     base, ft = res["base"], res["finetuned"]
     reg = [i for i, (b, f) in enumerate(zip(base, ft, strict=True)) if f - b > REGRESSED]
     out: dict[str, Any] = {"regressed": reg, "regression": sum(ft[i] - base[i] for i in reg)}
-    for key in ("drop_planted", "drop_random"):
+    for key in ("drop_planted", "drop_random", "drop_named"):
         if key in res and reg:
             r = res[key]
             out[f"recovery_{key}"] = sum(ft[i] - r[i] for i in reg) / out["regression"]
@@ -394,6 +467,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_planted": truth.get("recovery_drop_planted"),
         "truth_median_planted": truth.get("median_drop_planted"),
         "truth_recovery_random": truth.get("recovery_drop_random"),
+        "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
@@ -419,7 +493,7 @@ def score() -> list[dict[str, Any]]:
     (RESULTS / "realmodel_suite.json").write_text(json.dumps(rows, indent=1))
     cols = ["run", "eval", "planted", "items", "regressed", "median_item_tokens", "verdict", "cause", "named",
             "precision", "recall", "auc", "expected_recovery", "forgetting", "truth_recovery_planted",
-            "truth_median_planted", "truth_recovery_random", "agreement_with_seen"]  # fmt: skip
+            "truth_median_planted", "truth_recovery_random", "truth_recovery_named", "agreement_with_seen"]  # fmt: skip
 
     def fmt(x: Any) -> str:
         return f"{x:.2f}" if isinstance(x, float) else ("–" if x is None else str(x))
@@ -429,11 +503,10 @@ def score() -> list[dict[str, Any]]:
     (RESULTS / "realmodel_suite.md").write_text(
         "# Real-model suite: SmolLM2-135M-Instruct fine-tuned by the real TRL\n\n"
         "Produced by `python bench/realmodel/suite.py score` (bench/realmodel/suite.py's docstring has every step).\n"
-        "truth_recovery_*: the share of the summed regression a retrain without the planted (or as many random) rows\n"
-        "brings back; truth_median_*: its median per regressed item; agreement_with_seen: the share of eval prompts\n"
-        "where Gradian's 'regressed' matches a visible change between the two models' greedy replies.\n\n"
-        + "\n".join(lines)
-        + "\n"
+        "truth_recovery_*: the share of the summed regression a retrain without the planted rows (or as many random\n"
+        "rows, or the verdict's drop_rows: named) brings back; truth_median_*: its median per regressed item;\n"
+        "agreement_with_seen: the share of eval prompts where Gradian's 'regressed' matches a visible change between\n"
+        "the two models' greedy replies.\n\n" + "\n".join(lines) + "\n"
     )
     return rows
 

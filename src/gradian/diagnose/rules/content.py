@@ -19,17 +19,20 @@ from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 
 def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'),
-    and which are at least half as long (in words) as the median answer that has it: a learned ending signature, for
-    files whose answers end in a fixed final line. A length limit cuts an answer where it is long; a much shorter
-    answer without the line is another kind of answer (a refusal, another task's row), which the text does not show
-    to be cut."""
+    and which are at least as long (in words) as the median answer that has it: a learned ending signature, for
+    files whose answers end in a fixed final line. A length limit cuts the answers that are long (the complete ones
+    are the shorter ones, or the limit would cut most of them); a shorter answer without the line is as likely another
+    kind of answer (a refusal, a reply in another language, another task's row), which the text does not show to be
+    cut, unless it is at least half as long and does not end in a full stop or another sentence end (an export cut
+    it inside a line: '... = <<2*16=32>>32')."""
     firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
     top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
     if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
         return set()  # a word or a number starts many lines anyway; only a marker like '####' makes a signature
     words = dict((i, len(a.split())) for i, a in ans)
     typical = statistics.median(words[i] for i, f in firsts if f == top)
-    return {i for i, f in firsts if f != top and words[i] >= 0.5 * typical}
+    open_end = {i for i, a in ans if a.rstrip()[-1:] not in ts.TERMINAL | ts.CLOSERS}
+    return {i for i, f in firsts if f != top and (words[i] >= typical or (words[i] >= 0.5 * typical and i in open_end))}
 
 
 def _ending(text: str, cls: str) -> str:
@@ -93,7 +96,8 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     summary="Answers, or text rows, that end mid-sentence (on a letter, comma, colon or dash) in a file whose rows "
     "normally end cleanly (terminal punctuation in any script, a closing quote or bracket after it, a number, or, "
     "for text rows, an ending that recurs across the file), or whose last line lacks the marker nearly every row's "
-    "last line starts with (GSM8K's '#### 72'). Answers and text rows each have their own norm.",
+    "last line starts with (GSM8K's '#### 72') while the row is at least as long as the file's usual one (a length "
+    "limit cuts the long ones). Answers and text rows each have their own norm.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
