@@ -95,7 +95,8 @@ def test_flipped_sentiment_labels_listed_for_review(tmp_path):
     """10% of 1,000 real reviews with the other label: a leave-one-out naive Bayes model of the file lists most of
     them (0.72 in this draw; 0.79 to 0.85 in four others and on the corpus: a bag-of-words model misreads about one
     short review in five, flipped or not), the most confident first (half of the first 20 are flipped), as a note;
-    the real file alone gets no warning (its own list is a note: the model disagrees with hard, correct reviews)."""
+    the real file alone gets no warning (its own list is a note: the model disagrees with hard, correct reviews), and
+    GSM8K questions labelled by their answer's parity, which their words do not predict, get no list at all."""
     rows = realsets.sentiment(seed=12)[:1000]
     idx = sorted(random.Random(5).sample(range(len(rows)), 100))
     fs = run(realsets.write_jsonl(tmp_path / "noisy.jsonl", _sentiment_with(rows, idx, C._flip)), "D135")
@@ -105,3 +106,6 @@ def test_flipped_sentiment_labels_listed_for_review(tmp_path):
     assert len(got & set(idx)) >= 0.7 * len(idx) and len(got) <= 0.35 * len(rows), (len(got & set(idx)), len(got))
     assert len(set(model[0].evidence["most_confident"]) & set(idx)) >= 10  # the list holds 1 in 4
     assert loud(run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D135")) == []
+    answers = [(r["prompt"], int(r["completion"].split("####")[-1].replace(",", ""))) for r in realsets.gsm8k(600)]
+    parity = [{"prompt": p, "completion": " odd" if a % 2 else " even"} for p, a in answers]
+    assert run(realsets.write_jsonl(tmp_path / "parity.jsonl", parity), "D135") == []  # words do not predict it

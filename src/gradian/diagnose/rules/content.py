@@ -622,6 +622,8 @@ def _nb_margins(inputs: list[str], labels: list[str], alpha: float) -> list[floa
         "margin": (-0.25, "a row whose input is at most this many nats less likely under another label than under "
                    "its own (leave-one-out naive Bayes) reads like that label's rows: listed for review"),
         "min_rows": (100, "rows a classification file needs for the naive Bayes review list"),
+        "max_error_ratio": (0.8, "the list is made only where the model disagrees with fewer labels than this "
+                            "fraction of those a majority-label guess gets wrong (the words predict the label)"),
     },
     summary="Classification-style rows (few distinct short targets) whose label disagrees with the label of the "
     "same or a near-duplicate input elsewhere in the file (the minority label is flagged; a warning); and rows whose "
@@ -656,6 +658,9 @@ def label_noise(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if len(rows_) < t.min_rows or len(set(labels)) < 2:
         return
     margins = _nb_margins(inputs, labels, float(t.alpha))
+    majority = Counter(labels).most_common(1)[0][1] / len(labels)
+    if sum(m > 0 for m in margins) > t.max_error_ratio * (1 - majority) * len(margins):
+        return  # the words hardly predict the label (GSM8K questions labelled by the answer's parity): no list
     listed = sorted((k for k, m in enumerate(margins) if m > t.margin and k not in set(rows)),
                     key=lambda k: -margins[k])  # fmt: skip
     if listed:
