@@ -10,7 +10,7 @@ Each run dir (``bench/scenarios/generate.py``) holds ``planted.json`` (the plant
 "none" for controls) and ``attr/`` (``gradian attribute --query all``: per-item harm for every eval item). The
 verdict is recomputed as the default ``--query regressed`` run would make it: the regression rule picks the items,
 their per-item harm is summed (scores are linear in the query, so this equals a fresh run) and
-:func:`gradian.report.verdict.make_verdict` decides. A run passes when the verdict's ``drop_rows`` reach precision
+:func:`gradian.verdict.make.make_verdict` decides. A run passes when the verdict's ``drop_rows`` reach precision
 and recall >= 0.8 against the planted rows and the cause is right, or, on a control, when no culprit is named.
 """
 
@@ -37,9 +37,9 @@ from scenarios.recipes import SETS, run_set  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
 from gradian.attribute.token_profiles import TokenProfiles  # noqa: E402
+from gradian.options.verdict import VerdictOptions  # noqa: E402
 from gradian.report.cli import load_token_profiles  # noqa: E402
-from gradian.report.culprits import CulpritPolicy  # noqa: E402
-from gradian.report.verdict import make_verdict  # noqa: E402
+from gradian.verdict.make import make_verdict  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -241,9 +241,9 @@ def truth_on_items(run_dir: Path, items: list[int], prefix: str) -> dict:
 
 def truth_recoveries(run_dir: Path, run: Run, S: np.ndarray, reg_items: list[int]) -> dict:
     """The truth's recoveries on every regressed item (``truth_reg_*``) and on the items the planted rows drive
-    (``truth_drv_*``, when significantly many; :mod:`gradian.report.driven` at verify's defaults)."""
+    (``truth_drv_*``, when significantly many; :mod:`gradian.verdict.driven` at verify's defaults)."""
     from gradian.options import VerifyOptions
-    from gradian.report.driven import driven_items
+    from gradian.verdict.driven import driven_items
 
     out = truth_on_items(run_dir, reg_items, "truth_reg")
     out["truth_bar"] = verify_bar(out, "truth_reg")
@@ -262,7 +262,7 @@ def truth_recoveries(run_dir: Path, run: Run, S: np.ndarray, reg_items: list[int
     return out
 
 
-def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verify: int = 0) -> dict:
+def evaluate(run: Run, rule: RegressionRule, policy: VerdictOptions, *, run_verify: int = 0) -> dict:
     call = call_regressions(run.base, run.ft, rule)
     ev_index = list(range(len(run.base)))
     reg_items = [i for i in ev_index if call.regressed[i]]
@@ -328,7 +328,7 @@ def evaluate(run: Run, rule: RegressionRule, policy: CulpritPolicy, *, run_verif
 RUNS_ROOT: list[Path] = []
 
 
-def score(runs: list[Run], rule: RegressionRule, policy: CulpritPolicy, run_verify: int = 0) -> tuple[int, list]:
+def score(runs: list[Run], rule: RegressionRule, policy: VerdictOptions, run_verify: int = 0) -> tuple[int, list]:
     rows = [evaluate(r, rule, policy, run_verify=run_verify) for r in runs]
     return sum(r["pass"] for r in rows), rows
 
@@ -343,10 +343,10 @@ def judge(run: Run, named: set[int], causes: set[str]) -> tuple[float, float, bo
     return (hit / len(judged) if judged else 0.0), hit / len(run.planted), right
 
 
-def fast_objective(run: Run, S: np.ndarray | None, policy: CulpritPolicy) -> tuple[float, bool]:
+def fast_objective(run: Run, S: np.ndarray | None, policy: VerdictOptions) -> tuple[float, bool]:
     """(F1 of the culprit rows with the cause right, or 1/0 on a control; pass) straight from
     :func:`find_culprits` (no texts, no sentences): what --search optimises."""
-    from gradian.report.culprits import find_culprits
+    from gradian.verdict.steps import find_culprits
 
     if S is None:
         ok = run.cause == "none" or not run.planted
@@ -442,7 +442,7 @@ def markdown_table(rows: list[dict]) -> str:
     is right; runs that pass, and among the explained runs those that pass and those where some cut of the ranking
     would (:func:`best_cut`: the ceiling of any verdict that names the top rows); the truth's recoveries. Then,
     where `gradian verify` ran, on the explained runs: its recoveries for the verdict's rows and random rows on every
-    regressed item and on the items the verdict's rows drive (:mod:`gradian.report.driven`), on how many runs each
+    regressed item and on the items the verdict's rows drive (:mod:`gradian.verdict.driven`), on how many runs each
     met the bar (:func:`verify_bar`), and on how many of those same runs the planted rows themselves meet it
     (:func:`truth_recoveries`)."""
 
@@ -533,7 +533,7 @@ def ceiling_table(rows: list[dict]) -> str:
 
 
 def hints_table(rows: list[dict]) -> str:
-    """Rows to read (:mod:`gradian.report.term_hints`) per kind: on how many runs the verdict lists some, how many
+    """Rows to read (:mod:`gradian.verdict.term_hints`) per kind: on how many runs the verdict lists some, how many
     rows, how many of them planted, and how many of the planted rows drop_rows missed they point at."""
 
     def total(group: list[dict], key: str) -> int:
@@ -572,9 +572,9 @@ RULE_GRID = {
 }
 
 
-def policy_from(pairs: list[str]) -> CulpritPolicy:
+def policy_from(pairs: list[str]) -> VerdictOptions:
     """The default policy with ``key=value`` overrides, each value read as its field's type."""
-    default, changed = CulpritPolicy(), {}
+    default, changed = VerdictOptions(), {}
     for key, value in (kv.split("=", 1) for kv in pairs):
         kind = type(getattr(default, key))
         changed[key] = value.lower() in ("1", "true") if kind is bool else kind(value)
@@ -613,10 +613,10 @@ def main() -> None:
     args = ap.parse_args()
     for k in GRID:
         if args.vary and k not in args.vary:
-            GRID[k] = [getattr(CulpritPolicy(), k)]
+            GRID[k] = [getattr(VerdictOptions(), k)]
     if args.narrow:
         for k in GRID:
-            GRID[k] = [getattr(CulpritPolicy(), k)]
+            GRID[k] = [getattr(VerdictOptions(), k)]
     if args.policy_only:
         for k in RULE_GRID:
             RULE_GRID[k] = [getattr(RegressionRule(), k)]
@@ -633,7 +633,7 @@ def main() -> None:
             rule = RegressionRule(**dict(zip(RULE_GRID, rv, strict=True)))
             mats = [regressed_scores(r, rule) for r in runs]
             for pv in itertools.product(*GRID.values()):
-                policy = CulpritPolicy(**dict(zip(GRID, pv, strict=True)), bootstrap=args.bootstrap)
+                policy = VerdictOptions(**dict(zip(GRID, pv, strict=True)), bootstrap=args.bootstrap)
                 per = [fast_objective(r, S, policy) for r, S in zip(runs, mats, strict=True)]
                 results.append((float(np.mean([o for o, _ in per])), sum(p for _, p in per), rule, policy, per))
         results.sort(key=lambda t: (-t[0], -t[1]))

@@ -44,8 +44,8 @@ import calibrate_verdict as CV  # noqa: E402
 from scenarios import pool as P  # noqa: E402
 
 from gradian.attribute.regression import RegressionRule, call_regressions  # noqa: E402
-from gradian.report.culprits import CulpritPolicy  # noqa: E402
-from gradian.report.verdict import make_verdict  # noqa: E402
+from gradian.options.verdict import VerdictOptions  # noqa: E402
+from gradian.verdict.make import make_verdict  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 OUT_JSON = RESULTS / "expected_recovery_stories.json"
@@ -82,7 +82,7 @@ def measure(name: str, root: Path, run_verify: bool) -> dict:
         raise RuntimeError("no attr/item_scores.npy")
     planted = json.loads((d / "planted.json").read_text())
     truth = json.loads((d / "truth.json").read_text())
-    rule, policy = RegressionRule(), CulpritPolicy()
+    rule, policy = RegressionRule(), VerdictOptions()
     # the verdict exactly as calibrate_verdict.evaluate recomputes it
     call = call_regressions(run.base, run.ft, rule)
     reg_items = [i for i in range(len(run.base)) if call.regressed[i]]

@@ -1,5 +1,5 @@
-"""Fit ``gradian.report.recovery.RECOVERY_PER_HARM_SHARE``: the retrains' recovery of the summed regression against
-the named rows' share of the positive harm, over the runs of both suites whose verdict names rows.
+"""Fit ``gradian.options.VerdictOptions.recovery_per_harm_share``: the retrains' recovery of the summed regression
+against the named rows' share of the positive harm, over the runs of both suites whose verdict names rows.
 
     python bench/expected_recovery_fit.py     # reads the two results files, writes bench/results/expected_recovery.md
 

@@ -12,7 +12,7 @@
     python bench/tried_nulls_and_rankings.py coherent-items fixed --set suite  # regressed items weighted by coherence
     python bench/tried_nulls_and_rankings.py token-core 0.25 --set suite  # rows join by harm on the group's tokens
 
-``null`` swaps :func:`gradian.report.culprits.head_mask` for the variant and scores the verdict as
+``null`` swaps :func:`gradian.verdict.culprits.head_mask` for the variant and scores the verdict as
 ``calibrate_verdict.py`` does (the same runs, rule and policy); compare its ``--json`` with
 ``bench/results/verdict_suite_91.json``. ``ranking`` and ``tokens`` report ROC-AUC and precision@K of the planted rows
 per kind or run. ``tokens`` runs ``gradian attribute --token-harm 1000`` on a run's fine-tune (about 20 s each on two
@@ -49,13 +49,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calibrate_verdict as cal  # noqa: E402
 
-import gradian.report.culprits as cu  # noqa: E402
+import gradian.verdict.culprits as cu  # noqa: E402
+import gradian.verdict.stats as st  # noqa: E402
+import gradian.verdict.steps as vs  # noqa: E402
 from gradian.attribute.regression import RegressionRule  # noqa: E402
 
 RUNS = cal.REPO / "bench" / "work" / "scenarios"
 
 
-def clipped_head(s: np.ndarray, policy: cu.CulpritPolicy, first=cu.head_mask, rounds: int = 10) -> np.ndarray:
+def clipped_head(s: np.ndarray, policy: cu.VerdictOptions, first=cu.head_mask, rounds: int = 10) -> np.ndarray:
     """The shipped head (``first``), its null (median, robust spread) refitted on the rows outside it until no row
     joins."""
     s = np.asarray(s, dtype=np.float64)
@@ -63,7 +65,7 @@ def clipped_head(s: np.ndarray, policy: cu.CulpritPolicy, first=cu.head_mask, ro
     for _ in range(rounds):
         if not mask.any():
             break
-        med, spread = cu._robust(s[~mask])
+        med, spread = st.robust(s[~mask])
         new = cu.cap_head(s, mask | ((cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0)), policy)
         if (new == mask).all():
             break
@@ -76,8 +78,8 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
     (the kernel's own width taken out): Efron's central matching at its simplest."""
     x = s[np.isfinite(s)]
     if len(x) < 3 or float(np.std(x)) <= 0:
-        return cu._robust(x)
-    centers, dens, h = cu.binned_density(x, grid)
+        return st.robust(x)
+    centers, dens, h = st.binned_density(x, grid)
     k = int(np.argmax(dens))
     left = k
     while left > 0 and dens[left] > dens[k] / 2:
@@ -86,7 +88,7 @@ def peak_null(s: np.ndarray, grid: int = 1024) -> tuple[float, float]:
     return float(centers[k]), float(np.sqrt(max(sig**2 - h**2, (0.25 * sig) ** 2)))
 
 
-def peak_head(s: np.ndarray, policy: cu.CulpritPolicy) -> np.ndarray:
+def peak_head(s: np.ndarray, policy: cu.VerdictOptions) -> np.ndarray:
     s = np.asarray(s, dtype=np.float64)
     med, spread = peak_null(s)
     return cu.cap_head(s, (cu.local_fdr(s, med, spread) < policy.head_fdr) & (s > med) & (s > 0), policy)
@@ -270,7 +272,7 @@ def run_coherent_items(mode: str, which: str) -> None:
         ex = [{"index": e["index"], "id": None, "score": float(v)} for e, v in zip(args[2], W.sum(0), strict=True)]
         return make(*args[:2], ex, *args[3:], item_scores=W, **kw)
 
-    def resampled(S: np.ndarray, policy: cu.CulpritPolicy):
+    def resampled(S: np.ndarray, policy: cu.VerdictOptions):
         rng = np.random.default_rng(policy.seed)
         mine = raw and S.shape == raw["W"].shape and np.array_equal(S, raw["W"])
         for _ in range(int(policy.bootstrap)):
@@ -285,7 +287,7 @@ def run_coherent_items(mode: str, which: str) -> None:
 
 
 def run_token_core(c: float, which: str) -> None:
-    import gradian.report.harm_tokens as ht
+    import gradian.verdict.harm_tokens as ht
 
     def on(profiles, r: int, keys: list[str]) -> float:
         return sum(profiles.rows.get(r, (0.0, {}))[1].get(k, 0.0) for k in keys)
@@ -315,7 +317,7 @@ def run_token_core(c: float, which: str) -> None:
             g.rows.append(r)
             g.by_tokens += 1
 
-    cu.extend_by_tokens = extend
+    vs.extend_by_tokens = extend
     sys.argv = ["calibrate_verdict.py", "--runs", str(RUNS), "--set", which]
     cal.main()
 
@@ -405,7 +407,7 @@ def label_disagreement_cells(d: Path) -> list[str]:
     labels = [c for c, n in collections.Counter(r["completion"] for r in rows).items() if n >= 5]
     run = cal.load_run(d)
     S = cal.regressed_scores(run, RegressionRule())
-    found = cu.find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb)
+    found = vs.find_culprits(S, S.sum(0), run.cols, findings=run.findings, embeddings=run.emb)
     named = [r for g in found.groups for r in g.rows] if found.concentrated else []
 
     def logp(prompt: str, completion: str, adapter: bool) -> float:

@@ -1,6 +1,6 @@
-"""Write docs/reference/cli.md (every flag of `gradian attribute`, `diagnose`, `train` and `verify`, from the options
-dataclasses in src/gradian/options/, the same fields the command line is built from) and docs/reference/versions.md
-(the dependency window `gradian doctor` enforces, from gradian.doctor.WINDOW).
+"""Write docs/reference/cli.md (every flag of `gradian attribute`, `diagnose`, `train`, `verify` and the verdict's
+thresholds, from the options dataclasses in src/gradian/options/, the same fields the command line is built from) and
+docs/reference/versions.md (the dependency window `gradian doctor` enforces, from gradian.doctor.WINDOW).
 
     python scripts/gen_cli_docs.py            # write the pages
     python scripts/gen_cli_docs.py --check    # exit 1 when a page differs from what the code gives
@@ -13,7 +13,14 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from gradian.options import AttributeOptions, DiagnoseOptions, RunInputs, TrainOptions, VerifyOptions
+from gradian.options import (
+    AttributeOptions,
+    DiagnoseOptions,
+    RunInputs,
+    TrainOptions,
+    VerdictOptions,
+    VerifyOptions,
+)
 from gradian.options.base import Options
 from gradian.options.cli import cli_fields, decls_of
 
@@ -27,6 +34,12 @@ GROUPS: tuple[tuple[str, type[Options], str], ...] = (
     ("gradian diagnose", DiagnoseOptions, "Setup checks over the data, the config and the trainer logs."),
     ("gradian train", TrainOptions, "The convenience LoRA SFT trainer; a flag overrides the `--config` file."),
     ("gradian verify", VerifyOptions, "Re-training without the blamed rows and without as many random rows."),
+    (
+        "Verdict thresholds",
+        VerdictOptions,
+        "`gradian attribute` and `gradian report`: every threshold the verdict "
+        "reads (saved in report.json `options.verdict`; a flag given to `gradian report` replaces the saved one).",
+    ),
 )
 
 

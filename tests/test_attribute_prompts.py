@@ -164,7 +164,7 @@ def test_token_profiles_are_saved_and_read_back(runs):
     `--token-profiles 0`, the verdict suggests the option."""
     from gradian.attribute.token_profiles import TokenProfiles
     from gradian.report.cli import rerender
-    from gradian.report.verdict import TOKEN_PROFILES_HINT
+    from gradian.verdict.words import TOKEN_PROFILES_HINT
 
     rep, d = runs["written"], runs["written_dir"]
     prof = TokenProfiles.from_dict(json.loads((d / "token_profiles.json").read_text()))

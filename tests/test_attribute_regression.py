@@ -86,7 +86,7 @@ def test_noise_multiple_zero_counts_every_rise_when_the_improvements_are_the_pur
     from gradian.attribute.stages import select_queries
     from gradian.options import AttributeOptions
     from gradian.options.base import OptionError
-    from gradian.report.verdict import make_verdict
+    from gradian.verdict.make import make_verdict
 
     rise = np.array([0.075, 0.086, 0.096, 0.134, 0.154, 0.168, 0.236, 0.322, 0.381, 0.398, -0.26, -0.185])
     fall = -np.array([0.61, 0.48, 0.38, 0.32, 0.31, 0.30, 0.30, 0.28, 0.27, 0.26, 0.26, 0.24, 0.22, 0.20, 0.19, 0.18])
@@ -133,7 +133,7 @@ def test_one_item_past_the_drift_on_a_large_eval_set_is_what_drift_gives(sigma):
     assert call.drift == drift and call.beyond == 1 and not call.regressed.any() and call.within_noise
     assert call.top_cutoff > 3 * call.drift and call.count_p > 0.05 and call.rank_p > 0.05
     assert "as 1 of 61 drifting items can by chance" in regression_summary(call)
-    from gradian.report.verdict import make_verdict
+    from gradian.verdict.make import make_verdict
 
     said = " ".join(make_verdict([], [], [], [], regression={**RegressionRule().to_dict(), **call.to_dict()}).sentences)
     assert "1 rose past 2 x that drift" in said and "as 1 of 61 drifting items can by chance" in said

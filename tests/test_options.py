@@ -19,12 +19,13 @@ from gradian.options import (
     OptionError,
     RunInputs,
     TrainOptions,
+    VerdictOptions,
     VerifyOptions,
     report_options,
 )
 from gradian.options.cli import cli_fields, decls_of, given
 
-ALL = (AttributeOptions, DiagnoseOptions, TrainOptions, VerifyOptions, RunInputs)
+ALL = (AttributeOptions, DiagnoseOptions, TrainOptions, VerifyOptions, VerdictOptions, RunInputs)
 
 
 def _app() -> typer.Typer:
@@ -52,7 +53,8 @@ def test_every_field_has_help_and_the_defaults_are_valid(cls):
 @pytest.mark.parametrize(
     ("command", "groups"),
     [
-        ("attribute", (RunInputs, AttributeOptions)),
+        ("attribute", (RunInputs, AttributeOptions, VerdictOptions)),
+        ("report", (given(VerdictOptions),)),
         ("diagnose", (RunInputs, DiagnoseOptions)),
         ("verify", (VerifyOptions,)),
         ("train", (given(TrainOptions),)),
@@ -232,13 +234,22 @@ def test_gradian_report_reads_the_saved_options_back(tmp_path):
     saved = AttributeOptions(method="kfac", top=3).to_dict()
     (tmp_path / "report.json").write_text(json.dumps(base | {"options": saved}))
     rerender(tmp_path)
-    assert json.loads((tmp_path / "report.json").read_text())["options"] == saved
+    options = json.loads((tmp_path / "report.json").read_text())["options"]
+    assert {k: v for k, v in options.items() if k != "verdict"} == saved
+    assert options["verdict"] == VerdictOptions().to_dict()  # the verdict's thresholds, saved beside them
+    rerender(tmp_path, verdict={"min_stability": 0.5})  # `gradian report --min-stability 0.5`
+    assert json.loads((tmp_path / "report.json").read_text())["options"]["verdict"]["min_stability"] == 0.5
+    rerender(tmp_path)  # the saved thresholds are read back
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert (
+        written["options"]["verdict"]["min_stability"] == 0.5 and written["verdict"]["policy"]["min_stability"] == 0.5
+    )
     (tmp_path / "report.json").write_text(json.dumps(base | {"options": saved | {"method": "tracin"}}))
     with pytest.raises(OptionError, match="unknown --method 'tracin'"):
         rerender(tmp_path)
-    (tmp_path / "report.json").write_text(json.dumps(base))  # older: no options, re-rendered as it was
+    (tmp_path / "report.json").write_text(json.dumps(base))  # older: no options, re-rendered with the verdict's
     rerender(tmp_path)
-    assert "options" not in json.loads((tmp_path / "report.json").read_text())
+    assert list(json.loads((tmp_path / "report.json").read_text())["options"]) == ["verdict"]
 
 
 def test_every_row_the_report_shows_is_split_by_token_by_default():

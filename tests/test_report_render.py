@@ -283,7 +283,7 @@ def test_the_built_report_is_typed_and_reads_back_as_written(built, report, tmp_
     """build, render, verdict and verify share one typed Report: attributes in-process, report.json through one
     to_dict / from_dict pair that loses nothing (a report.json read back and written again is the same file)."""
     from gradian.report.schema import EvalItem, RankedRow, Report
-    from gradian.report.verdict_schema import Verdict, VerdictGroup
+    from gradian.verdict.schema import Verdict, VerdictGroup
 
     assert isinstance(built, Report) and isinstance(built.verdict, Verdict)
     assert all(isinstance(e, RankedRow) for e in built.examples) and all(
@@ -292,7 +292,7 @@ def test_the_built_report_is_typed_and_reads_back_as_written(built, report, tmp_
     assert all(isinstance(g, VerdictGroup) for g in built.verdict.groups) and built.verdict.groups
     assert built.verdict.drop_rows == report["verdict"]["drop_rows"] and built.verdict.text == report["verdict"]["text"]
     assert [e.index for e in built.examples] == [e["index"] for e in report["examples"]]
-    assert list(report)[-6:] == ["n_rows", "clusters", "clustering", "findings", "verdict", "logs"]
+    assert list(report)[-7:] == ["n_rows", "clusters", "clustering", "findings", "verdict", "logs", "options"]
     render_all(built, tmp_path)
     on_disk = (tmp_path / "report.json").read_text()
     again = Report.from_dict(json.loads(on_disk))

@@ -8,7 +8,7 @@ import json
 
 from gradian.report.build import build_report
 from gradian.report.schema import ClusterMap, EvalItem, RankedRow, Report
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.schema import Verdict
 
 
 def same_json(data: dict) -> bool:
@@ -78,7 +78,7 @@ def test_build_report_writes_derived_keys_after_the_attributions_and_is_idempote
     }
     built = build_report(attribution, train_examples={i: f"text {i}" for i in range(4)}).to_dict()
     assert list(built) == ["method", "examples", "regressed", "settings", "schema", "n_rows", "clusters",
-                           "clustering", "findings", "verdict"]  # fmt: skip
+                           "clustering", "findings", "verdict", "options"]  # fmt: skip
     assert list(built["examples"][0]) == ["index", "id", "score", "rank", "cluster", "findings", "text"]
     assert list(built["regressed"][0]) == ["index", "base_nll", "finetuned_nll"]
     again = build_report(json.loads(json.dumps(built))).to_dict()

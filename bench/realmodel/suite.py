@@ -441,7 +441,7 @@ def _auc(scores: dict[int, float], planted: set[int]) -> float | None:
 
 def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
     """One attribution of one run against its truth."""
-    from gradian.report.recovery import harm_share
+    from gradian.verdict.recovery import harm_share
 
     d = run_dir(kind, seed)
     rep = json.loads((d / f"attr_{how}" / "report.json").read_text())

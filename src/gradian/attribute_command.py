@@ -8,17 +8,18 @@ from pathlib import Path
 import typer
 
 from gradian.attribute.regression import regression_words
-from gradian.options import AttributeOptions, RunInputs
+from gradian.options import AttributeOptions, RunInputs, VerdictOptions
 from gradian.options.cli import options_command
 
 
-@options_command(inputs=RunInputs, opts=AttributeOptions)
+@options_command(inputs=RunInputs, opts=AttributeOptions, verdict=VerdictOptions)
 def attribute_command(
     inputs: RunInputs,
     out: Path = typer.Option(
         Path("gradian-attribute"), "--out", help="Output dir: report.json and the gradient store."
     ),
     opts: AttributeOptions = AttributeOptions(),
+    verdict: VerdictOptions = VerdictOptions(),
     diagnose_rows: int | None = typer.Option(
         None,
         "--diagnose-rows",
@@ -32,7 +33,7 @@ def attribute_command(
     from gradian.pipeline import attribute_and_report
 
     output = attribute_and_report(
-        inputs=inputs, options=opts, out=out, diagnose_rows=diagnose_rows, progress=not no_progress
+        inputs=inputs, options=opts, verdict=verdict, out=out, diagnose_rows=diagnose_rows, progress=not no_progress
     )
     if not output.paths:  # torchrun rank > 0: rank 0 prints and writes everything
         return

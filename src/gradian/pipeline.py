@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gradian.options import AttributeOptions, RunInputs
+from gradian.options import AttributeOptions, RunInputs, VerdictOptions
 from gradian.report.schema import Report
 
 
@@ -27,12 +27,14 @@ def attribute_and_report(
     out: str | Path,
     inputs: RunInputs | None = None,
     options: AttributeOptions | None = None,
+    verdict: VerdictOptions | None = None,
     diagnose_rows: int | None = None,
     progress: bool = False,
     **kwargs: Any,
 ) -> RunOutput:
     """Run attribution and the setup checks on the same inputs, join them and write the report into ``out``.
-    ``kwargs``: any :class:`RunInputs` path or :class:`AttributeOptions` field, over ``inputs`` / ``options``.
+    ``kwargs``: any :class:`RunInputs` path or :class:`AttributeOptions` field, over ``inputs`` / ``options``;
+    ``verdict``: the verdict's thresholds (default :class:`VerdictOptions`).
 
     The attribution streams the training file; the setup checks and the cluster labels hold rows in memory (about
     7.5 KiB each), so on a file bigger than that budget they read only its first ``diagnose_rows`` rows (default:
@@ -49,17 +51,16 @@ def attribute_and_report(
     loaded = load_run(ins.run, **ins.as_kwargs("train", "eval", "config", "logs", "adapter", "base", "tokenizer"),
                       read_rows=False)  # fmt: skip
     checks = SetupChecks(ins, loaded, diagnose_rows)
-    wants = checks.names_content_group if opts.token_profiles and not opts.token_profiles_always else None
+    run_verdict = RunVerdict(checks, verdict or VerdictOptions())
+    wants = run_verdict.wants_profiles if opts.token_profiles and not opts.token_profiles_always else None
     res = attribute(options=opts, inputs=ins, out=out, loaded=loaded, progress=progress, wants_profiles=wants)
     if res.partial:
         return RunOutput(res, None, {}, [])  # a torchrun rank other than 0: rank 0 writes the report
     setup = checks.read(res)
     res.settings["versions"] = versions_record(setup.ctx.setup.versions, setup.ctx.setup.sources)
-    train_rows = setup.rows
     if setup.limited:
         res.notes.append(setup.limited)
-        train_rows = train_rows + _shown_rows(setup.ctx.train_file, res, {e.index for e in setup.ctx.train})
-    return _write_report(out, res, setup.findings, setup.ctx, train_rows)
+    return _write_report(out, res, setup.findings, setup.ctx, checks.train_rows(res), run_verdict)
 
 
 @dataclass
@@ -75,9 +76,9 @@ class SetupRead:
 
 @dataclass
 class SetupChecks:
-    """diagnose on the run's inputs, run once: inside the attribution, when it asks whether the verdict names a
-    content group (:meth:`names_content_group`, while the model is still loaded for the token profiles), or after
-    it. ``diagnose_rows``: rows the in-memory checks read (None: what fits the memory budget; 0: all)."""
+    """diagnose on the run's inputs, run once: inside the attribution, when it asks whether the verdict wants token
+    profiles (:class:`RunVerdict`, while the model is still loaded for them), or after it. ``diagnose_rows``: rows the
+    in-memory checks read (None: what fits the memory budget; 0: all)."""
 
     inputs: RunInputs
     loaded: Any
@@ -103,18 +104,57 @@ class SetupChecks:
         self.done = SetupRead(findings, ctx, list(ctx.train), note)
         return self.done
 
-    def names_content_group(self, res: Any) -> bool:
-        """Whether the verdict on the attribution ``res`` names a content group (what token profiles are for)."""
-        from gradian.report.build import draft_verdict
-
+    def train_rows(self, res: Any) -> list[Any]:
+        """The training rows the report and the verdict read: those diagnose read and, when the memory budget kept it
+        to the file's first rows, the rows the report shows."""
         setup = self.read(res)
-        verdict = draft_verdict(res.to_json(), findings=setup.findings, embeddings=res.embeddings,
-                                embedding_index=res.embedding_index, train_examples=setup.rows,
-                                item_scores=res.item_scores)  # fmt: skip
-        return verdict.names_content_group
+        if not setup.limited:
+            return setup.rows
+        return setup.rows + _shown_rows(setup.ctx.train_file, res, {e.index for e in setup.ctx.train})
 
 
-def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any]) -> RunOutput:
+@dataclass
+class RunVerdict:
+    """The run's verdict, decided once (:mod:`gradian.verdict`). Its evidence is built when the attribution asks
+    whether token profiles are wanted (:meth:`wants_profiles`: the steps before ``tokens`` run then, while the model
+    is still loaded), else after the attribution; the other steps run once the token profiles are in."""
+
+    checks: SetupChecks
+    options: VerdictOptions
+    evidence: Any = None  # gradian.verdict.evidence.Evidence
+    partial: Any = None  # gradian.verdict.decision.Decision, stopped before the tokens step
+
+    def _evidence(self, res: Any) -> Any:
+        from gradian.report.build import verdict_evidence
+
+        setup = self.checks.read(res)
+        return verdict_evidence(res.to_json(), findings=setup.findings, embeddings=res.embeddings,
+                                embedding_index=res.embedding_index, train_examples=self.checks.train_rows(res),
+                                item_scores=res.item_scores, verdict_options=self.options)  # fmt: skip
+
+    def wants_profiles(self, res: Any) -> bool:
+        """Whether the verdict names a content group before any token profile (what the profiles are for)."""
+        from gradian.verdict.steps import decide
+
+        self.evidence = self._evidence(res)
+        self.partial = decide(self.evidence, self.options, stop="tokens")
+        return bool(self.partial.names_content_group)
+
+    def verdict(self, res: Any, eval_rows: Any) -> Any:
+        """The verdict: the steps from where :meth:`wants_profiles` stopped (or all of them), with the token profiles
+        and the regressed items' texts (generated completions filled in)."""
+        from gradian.report.build import regressed_texts
+        from gradian.verdict.steps import decide
+        from gradian.verdict.words import write
+
+        ev = self.evidence if self.evidence is not None else self._evidence(res)
+        ev.token_profiles = res.token_profiles
+        ev.item_texts = regressed_texts(res.to_json(), eval_rows)
+        return write(ev, decide(ev, self.options, resume=self.partial), self.options)
+
+
+def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, train_rows: list[Any],
+                  run_verdict: RunVerdict) -> RunOutput:  # fmt: skip
     """Join the attribution and the findings into the report, save what `gradian report` re-renders from, and
     render the report files."""
     from gradian.report.build import build_report
@@ -146,6 +186,7 @@ def _write_report(out: str | Path, res: Any, findings: list[Any], ctx: Any, trai
         logs=ctx.logs,
         item_scores=res.item_scores,
         token_profiles=res.token_profiles,
+        verdict=run_verdict.verdict(res, eval_rows),
     )
     paths = render_all(report, out)
     return RunOutput(res, report, paths, findings)

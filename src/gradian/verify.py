@@ -30,7 +30,7 @@ most) are reported beside it for each re-train.
 Not every regressed item is the blamed rows' doing: items the fine-tune should not affect drift too, and the
 regression rule lets some of them through. So the recovery is also measured on the *driven* items: the regressed
 items on which the blamed rows' own per-item harm (item_scores.npy, saved by ``gradian attribute``) is well above
-that of random rows of the same size (:mod:`gradian.report.driven`). They are chosen before any re-train, from the
+that of random rows of the same size (:mod:`gradian.verdict.driven`). They are chosen before any re-train, from the
 attribution alone, so the re-trains test a prediction; the random-rows control is measured on the same items.
 
 Schedule policy: the re-trains keep the original number of *epochs*, so a run with fewer rows takes fewer optimizer
@@ -65,8 +65,8 @@ from gradian.numbers import pct
 from gradian.options import AttributeOptions, VerifyOptions
 from gradian.options.base import split_kwargs
 from gradian.options.cli import options_command
-from gradian.report.driven import DrivenItems
 from gradian.report.schema import EvalItem, Report
+from gradian.verdict.driven import DrivenItems
 
 SCHEMA = "gradian.verify/1"
 DEFAULT_TOP_SHARE = 0.05  # top-K fallback: 5% of the scored rows
@@ -388,7 +388,7 @@ def verify(
     With several seeds every summary number is the mean over the seeds of that seed's number (each against its own
     baseline). ``confirmed`` is true when removing the blamed rows recovers at least 0.25 more of the regression
     (median over items) than removing random rows and at least half of it (:func:`holds`), judged on the regressed
-    items the blamed rows drive (``summary.driven``, :mod:`gradian.report.driven`: chosen from the attribution's
+    items the blamed rows drive (``summary.driven``, :mod:`gradian.verdict.driven`: chosen from the attribution's
     per-item harm before any re-train) when there are significantly more of them than random rows would drive, else
     on every regressed item (``confirmed_on`` says which). ``side_effect`` is true when, without the blamed rows, the
     eval items that had *not* regressed got worse by more than ``threshold`` nats/token on average (and by
@@ -495,18 +495,17 @@ def driven_by(
     out: Path, report: Report, drop: list[int], regressed: list[int], opts: VerifyOptions
 ) -> DrivenItems | None:
     """The regressed items the blamed rows drive, from the per-item harm the attribution saved in ``out``
-    (item_scores.npy; :mod:`gradian.report.driven`), decided before any re-train; None when it saved none."""
-    from gradian.report.build import regressed_item_scores
+    (item_scores.npy; :mod:`gradian.verdict.driven`), decided before any re-train; None when it saved none."""
     from gradian.report.cli import load_embedding_index, load_item_scores
-    from gradian.report.driven import driven_items
+    from gradian.verdict.driven import driven_items
+    from gradian.verdict.evidence import matched_item_harm
 
     scores = load_item_scores(out)
-    matched = None if scores is None else regressed_item_scores(scores, report.settings, regressed,
-                                                                load_embedding_index(out))  # fmt: skip
+    query = report.settings.get("query_items") or []
+    matched = None if scores is None else matched_item_harm(scores, query, regressed, load_embedding_index(out))
     if matched is None:
         return None
-    S, items, rows = matched
-    return driven_items(S, items, rows, drop, z=opts.driven_z, alpha=opts.driven_alpha)
+    return driven_items(matched.S, matched.items, matched.rows, drop, z=opts.driven_z, alpha=opts.driven_alpha)
 
 
 def item_median(run: dict[str, Any], keep: set[int] | None = None) -> float | None:

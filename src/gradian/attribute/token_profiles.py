@@ -4,7 +4,7 @@ A row's harm splits over its label tokens (:mod:`gradian.attribute.tokens`). For
 the rows, most harmful first, a profile keeps the row's positive harm and the few token strings that carry most of it,
 case and surrounding space ignored (" He" and "he" are one key; a token that is only space, as SentencePiece puts
 before a word it has no piece for, counts as the token after it). For each of those keys it also counts the scored
-rows that hold the key among their label tokens. :mod:`gradian.report.harm_tokens` reads them: a flipped pronoun or
+rows that hold the key among their label tokens. :mod:`gradian.verdict.harm_tokens` reads them: a flipped pronoun or
 a renamed entity puts a group's harm on a few tokens, and rows outside the group whose harm sits on the same tokens
 are the defect's rows whose harm alone did not stand out. No torch here.
 """

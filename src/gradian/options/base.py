@@ -46,6 +46,7 @@ class Options:
     ``_check`` (called by ``__post_init__``)."""
 
     name: ClassVar[str] = "options"
+    panel: ClassVar[str | None] = None  # the --help panel its flags are listed under (None: the command's own)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

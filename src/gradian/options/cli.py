@@ -74,7 +74,7 @@ def _parameters(cls: type[Options], partial: bool) -> list[inspect.Parameter]:
             default, text = None, f"{text} (default: {_default_text(f.default)})"
         else:
             default = None if isinstance(f.default, tuple) else f.default
-        info = typer.Option(default, *decls_of(f), help=text, show_default=not partial)
+        info = typer.Option(default, *decls_of(f), help=text, show_default=not partial, rich_help_panel=cls.panel)
         out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=info, annotation=tp))
     return out
 

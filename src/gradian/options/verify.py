@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gradian.options.base import OptionError, Options, option
+from gradian.options.verdict import VerdictOptions
+
+_VERDICT = VerdictOptions()  # the driven-items cut is the verdict's: verify judges its rows on those items
 
 
 @dataclass(frozen=True)
@@ -29,13 +32,13 @@ class VerifyOptions(Options):
         None, "Also re-train on all rows as the baseline (default: when needed).", flag="--reference/--no-reference"
     )
     driven_z: float = option(
-        2.0,
+        _VERDICT.driven_z,
         "An item counts as driven by the blamed rows when their harm on it is this many standard deviations above "
-        "that of random rows of the same size (gradian.report.driven).",
+        "that of random rows of the same size (gradian.verdict.driven).",
         min=0.0,
     )
     driven_alpha: float = option(
-        0.05,
+        _VERDICT.driven_alpha,
         "Recovery is judged on the driven items when there are more of them than random rows would give at this "
         "level (binomial test), else on every regressed item.",
         min=0.0,

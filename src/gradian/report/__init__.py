@@ -1,5 +1,5 @@
-"""The verdict and the report: clusters of training rows in gradient space joined with diagnose's findings, rendered
-as report.html (inline SVG plots, no JavaScript), report.md and report.json.
+"""The report: clusters of training rows in gradient space joined with diagnose's findings and the verdict
+(:mod:`gradian.verdict`), rendered as report.html (inline SVG plots, no JavaScript), report.md and report.json.
 
 API: ``build_report(...)`` -> :class:`Report` (report.json is its ``to_dict()``, read back with ``Report.from_dict``);
 ``render_all(report, out_dir)`` writes the files;
@@ -19,9 +19,7 @@ _WHERE = {
     "render_all": "render",
     "render_html": "render",
     "render_markdown": "render",
-    "make_verdict": "verdict",
     "Report": "schema",
-    "Verdict": "verdict_schema",
 }
 
 
@@ -36,10 +34,8 @@ def __getattr__(name: str):  # lazy: `gradian --help` must not pay for numpy
 __all__ = [
     "Clustering",
     "Report",
-    "Verdict",
     "build_report",
     "fit_clusters",
-    "make_verdict",
     "md_escape",
     "render_all",
     "render_html",

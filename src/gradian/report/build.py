@@ -15,13 +15,11 @@ from typing import Any
 import numpy as np
 
 from gradian.attribute.token_profiles import TokenProfiles
-from gradian.diagnose.minhash import normalize
 from gradian.diagnose.types import Finding
 from gradian.errors import GradianError
 from gradian.numbers import finite_float
+from gradian.options.verdict import VerdictOptions
 from gradian.report.clusters import MAP_POINTS, fit_clusters, summarize_clusters
-from gradian.report.culprits import CulpritPolicy
-from gradian.report.headline import summarize
 from gradian.report.schema import (
     SCHEMA,
     TOP_ROWS_SHOWN,
@@ -35,22 +33,14 @@ from gradian.report.schema import (
     Report,
     TrainerLog,
 )
-from gradian.report.verdict import make_verdict
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.evidence import Evidence, evidence, label_of, matched_item_harm
+from gradian.verdict.schema import Verdict
+from gradian.verdict.steps import decide
+from gradian.verdict.words import culprit_clusters, write
 
 DERIVED_KEYS = Report.DERIVED
 DERIVED_EXAMPLE_KEYS = RankedRow.DERIVED
 TEXT_CHARS = 4000  # dataset text kept per shown row in report.json
-LABEL_WORDS = 5  # a completion of at most this many words can be a label (as diagnose reads a label set: D122)
-
-
-def label_of(example: Any) -> str | None:
-    """An Example's completion, lowercased with its spaces collapsed, when it has at most ``LABEL_WORDS`` words;
-    None for a longer one, a text row or anything that is not an Example."""
-    if isinstance(example, Mapping) or not hasattr(example, "target_text") or example.text is not None:
-        return None
-    label = normalize(example.target_text())  # the key diagnose's label and repeated-target rules read targets by
-    return label if label and len(label.split()) <= LABEL_WORDS else None
 
 
 def texts_of(examples: Sequence[Any] | Mapping[int, str] | None) -> tuple[dict[int, str], dict[int, Any]]:
@@ -170,8 +160,8 @@ def build_report(
     k: int | None = None,
     seed: int = 0,
     item_scores: np.ndarray | None = None,
-    policy: CulpritPolicy | None = None,
     token_profiles: TokenProfiles | None = None,
+    verdict: VerdictOptions | Verdict | None = None,
 ) -> Report:
     """The final report (report.json is its ``to_dict()``).
 
@@ -183,8 +173,10 @@ def build_report(
     ``train_examples`` / ``eval_examples``: Example lists (or ``{"index","id","text"}`` dicts, or index -> text) for
     labels and the text shown. ``logs``: TrainerLogs or its dict form. ``item_scores``: the per-item harm
     (``settings.query_items`` x rows, columns in ``embedding_index`` order) for the verdict's stability check;
-    ``policy``: the verdict's thresholds (default :class:`CulpritPolicy`); ``token_profiles``: where the top rows'
-    harm sits by token, which content groups extend along.
+    ``token_profiles``: where the top rows' harm sits by token, which content groups extend along; ``verdict``: the
+    thresholds to decide the verdict with (default: the ones the report saved, else :class:`VerdictOptions`), or the
+    verdict when it was decided already (the pipeline decides it once, while attributing: :func:`verdict_evidence`;
+    its ``policy`` holds its thresholds).
 
     Sets ``clusters``, ``clustering``, ``findings``, ``verdict``, ``logs``, ``n_rows``; every example gains
     ``cluster`` (id or None) and ``findings`` (codes); shown rows gain ``text`` and ``contributions``.
@@ -199,10 +191,15 @@ def build_report(
         report.set(schema=SCHEMA)
     typed = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings] if findings is not None else None
     found = list(previous.findings) if typed is None else typed
+    decided = verdict if isinstance(verdict, Verdict) else None
+    if decided is not None:
+        policy = VerdictOptions.from_dict(decided.policy)
+    else:
+        policy = verdict if isinstance(verdict, VerdictOptions) else report.verdict_options or VerdictOptions()
 
     examples = _ranked_examples(report.examples)
     scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
-    texts = _train_texts(train_examples, previous.texts, examples)
+    texts = _train_texts(train_examples, previous.texts, examples, policy.label_words)
     eval_texts, eval_ids = texts_of(eval_examples)
 
     if embeddings is not None:
@@ -218,126 +215,75 @@ def build_report(
 
     n_rows = max(len(examples), len(row_cluster))
     report.set(examples=examples, regressed=regressed, n_rows=n_rows, clusters=clusters, clustering=clustering,
-               findings=found)  # fmt: skip
-    inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
-    verdict = inputs.verdict(report, clusters, found, examples, regressed, n_rows, texts)
-    report.set(verdict=verdict)
+               findings=found, verdict_options=policy)  # fmt: skip
+    if decided is None:
+        ev = _evidence(report, examples, found, regressed, n_rows, texts, embeddings, embedding_index, item_scores,
+                       token_profiles)  # fmt: skip
+        decided = write(ev, decide(ev, policy), policy)
+    decided.culprit_clusters = culprit_clusters(clusters, decided.drop_rows)
+    report.set(verdict=decided)
     log = trainer_log(logs) if logs is not None else previous.logs
     if log is not None and log.to_dict():
         report.set(logs=log)
     return report
 
 
-def draft_verdict(
+def verdict_evidence(
     attribution: Mapping[str, Any],
     *,
     findings: Sequence[Finding | Mapping[str, Any]],
     embeddings: np.ndarray | None = None,
     embedding_index: Sequence[int] | None = None,
     train_examples: Sequence[Any] | Mapping[int, str] | None = None,
+    eval_examples: Sequence[Any] | Mapping[int, str] | None = None,
     item_scores: np.ndarray | None = None,
-    policy: CulpritPolicy | None = None,
-    token_profiles: TokenProfiles | None = None,
-) -> Verdict:
-    """The verdict :func:`build_report` reaches on the same inputs, without clustering the rows or building the
-    rest of the report: the report pipeline asks it, while the model is still loaded, whether the verdict names a
-    content group (``Verdict.names_content_group``), which is what token profiles are computed for."""
+    verdict_options: VerdictOptions | None = None,
+) -> Evidence:
+    """The verdict's :class:`Evidence` as :func:`build_report` reads it from the same inputs, without clustering the
+    rows or building the rest of the report: the pipeline builds it once, while the model is still loaded, asks the
+    verdict whether it wants token profiles, and hands the finished verdict to :func:`build_report`."""
     report = Report.from_dict(attribution)
     examples = _ranked_examples(report.examples)
-    texts = _train_texts(train_examples, {}, examples)
+    texts = _train_texts(train_examples, {}, examples, (verdict_options or VerdictOptions()).label_words)
+    regressed = _regressed_with_text(report.regressed, *texts_of(eval_examples))
     found = [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
-    inputs = _VerdictInputs(embeddings, embedding_index, item_scores, policy, token_profiles)
-    return inputs.verdict(report, [], found, examples, list(report.regressed), len(examples), texts)
+    n_rows = len(examples)
+    if embeddings is not None:  # build_report counts every clustered row
+        n_rows = max(n_rows, len(set(embedding_index if embedding_index is not None else range(len(embeddings)))))
+    return _evidence(report, examples, found, regressed, n_rows, texts, embeddings, embedding_index, item_scores, None)
 
 
-@dataclass
-class _VerdictInputs:
-    """What the verdict reads beside the report: the rows' gradient directions and per-item harm (columns in
-    ``embedding_index`` order), the policy and the token profiles."""
-
-    embeddings: np.ndarray | None
-    embedding_index: Sequence[int] | None
-    item_scores: np.ndarray | None
-    policy: CulpritPolicy | None
-    token_profiles: TokenProfiles | None
-
-    def verdict(self, report: Report, clusters: list[Cluster], found: list[Finding], examples: list[RankedRow],
-                regressed: list[Any], n_rows: int, texts: dict[int, str]) -> Verdict:  # fmt: skip
-        matched = regressed_item_scores(self.item_scores, report.settings, [r.index for r in regressed],
-                                        self.embedding_index)  # fmt: skip
-        s_items, s_rows = (matched[0], matched[2]) if matched else (None, None)
-        regression = report.settings.get("regression")
-        verdict = make_verdict(
-            clusters,
-            found,
-            examples,
-            regressed,
-            n_rows=n_rows,
-            item_scores=s_items,
-            item_rows=s_rows if matched else self.embedding_index,
-            texts=texts or None,
-            regression=regression if isinstance(regression, Mapping) else None,
-            policy=self.policy,
-            embeddings=self.embeddings,
-            token_profiles=self.token_profiles,
-        )
-        if matched is not None and verdict.kind == "concentrated" and verdict.drop_rows:
-            _note_driven(verdict, *matched)
-        scores = {e.index: float(finite_float(e.score) or 0.0) for e in examples}
-        _note_recovery(verdict, scores)
-        _note_forgetting(verdict, scores, regressed, texts)
-        summarize(verdict)
-        return verdict
+def regressed_texts(
+    attribution: Mapping[str, Any], eval_examples: Sequence[Any] | Mapping[int, str] | None
+) -> list[str]:
+    """The regressed items' texts as :func:`build_report` holds them (what the forgetting step compares)."""
+    regressed = _regressed_with_text(Report.from_dict(attribution).regressed, *texts_of(eval_examples))
+    return [str(r.text) for r in regressed if r.text]
 
 
-def _note_recovery(verdict: Verdict, scores: Mapping[int, float]) -> None:
-    """``verdict.expected_recovery`` and its sentence (after the driven items'), for a verdict that names rows."""
-    from gradian.report.recovery import expected_recovery, recovery_sentence
-
-    if verdict.kind != "concentrated" or not verdict.drop_rows:
-        return
-    verdict.expected_recovery = round(expected_recovery(scores, verdict.drop_rows), 3)
-    driven = verdict.how is not None and bool(verdict.how.driven)  # _note_driven put its sentence at 1 (2 unreliable)
-    at = min(len(verdict.sentences), (1 if verdict.reliable else 2) + driven)
-    verdict.sentences.insert(at, recovery_sentence(verdict.expected_recovery, len(verdict.drop_rows)))
-
-
-def _note_forgetting(verdict: Verdict, scores: Mapping[int, float], regressed: Sequence[Any],
-                     texts: Mapping[int, str]) -> None:  # fmt: skip
-    """``verdict.forgetting`` (:mod:`gradian.report.forgetting`) and, when found, its sentence and fix."""
-    from gradian.report.forgetting import FORGETTING_STEP, forgetting, forgetting_sentence
-
-    if verdict.kind not in ("concentrated", "spread"):
-        return
-    item_texts = [str(t) for r in regressed if (t := getattr(r, "text", None))]
-    f = forgetting(scores, verdict.drop_rows, item_texts, texts)
-    if f is None:
-        return
-    verdict.forgetting = f.to_dict()
-    if not f.found:
-        return
-    verdict.sentences.append(forgetting_sentence(f))
-    if verdict.kind == "spread":
-        verdict.next_steps.insert(0, FORGETTING_STEP)
-        verdict.cause = "forgetting"
-    elif (verdict.expected_recovery or 0.0) < 0.5:  # dropping the rows brings back the smaller part
-        verdict.next_steps.insert(0, FORGETTING_STEP)
-    else:
-        verdict.next_steps.append(FORGETTING_STEP)
-
-
-def _note_driven(verdict: Verdict, S: np.ndarray, items: list[int], rows: list[int]) -> None:
-    """Which regressed items the verdict's rows drive (``verdict.how.driven`` and a sentence), at `gradian verify`'s
-    cut (:class:`gradian.options.VerifyOptions`): the items verify will judge them on."""
-    from gradian.options import VerifyOptions
-    from gradian.report.driven import driven_items, driven_sentence
-
-    o = VerifyOptions()
-    found = driven_items(S, items, rows, verdict.drop_rows, z=o.driven_z, alpha=o.driven_alpha)
-    if verdict.how is not None:
-        verdict.how.driven = found.to_dict()
-    # after the sentence on the rows' share of the harm, which follows the one setup-error sentence when there is one
-    verdict.sentences.insert(1 if verdict.reliable else 2, driven_sentence(found))
+def _evidence(report: Report, examples: list[RankedRow], found: list[Finding], regressed: list[EvalItem],
+              n_rows: int, texts: dict[int, str], embeddings: np.ndarray | None,
+              embedding_index: Sequence[int] | None, item_scores: np.ndarray | None,
+              token_profiles: TokenProfiles | None) -> Evidence:  # fmt: skip
+    """The verdict's evidence from the report's rows, findings and regressed items, and the saved per-item harm
+    (``settings.query_items`` x rows, columns in ``embedding_index`` order)."""
+    query = report.settings.get("query_items") or []
+    matched = matched_item_harm(item_scores, query, [r.index for r in regressed], embedding_index)
+    regression = report.settings.get("regression")
+    return evidence(
+        examples,
+        found,
+        len(regressed),
+        n_rows=n_rows,
+        item_scores=matched.S if matched else None,
+        item_rows=matched.rows if matched else embedding_index,
+        texts=texts or None,
+        regression=regression if isinstance(regression, Mapping) else None,
+        embeddings=embeddings,
+        token_profiles=token_profiles,
+        item_harm=matched,
+        item_texts=[str(r.text) for r in regressed if r.text],
+    )
 
 
 def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
@@ -352,7 +298,10 @@ def _ranked_examples(rows: Sequence[RankedRow]) -> list[RankedRow]:
 
 
 def _train_texts(
-    train_examples: Sequence[Any] | Mapping[int, str] | None, saved: Mapping[int, str], examples: Sequence[RankedRow]
+    train_examples: Sequence[Any] | Mapping[int, str] | None,
+    saved: Mapping[int, str],
+    examples: Sequence[RankedRow],
+    label_words: int,
 ) -> dict[int, str]:
     """Training row index -> text (given rows first, then text saved by an earlier build); fills in missing ids, and
     each row's label (:func:`label_of`) where the given rows are Examples."""
@@ -361,7 +310,7 @@ def _train_texts(
         texts.setdefault(i, text)
     labels = {}
     if train_examples and not isinstance(train_examples, Mapping):
-        labels = {int(x.index): lab for x in train_examples if (lab := label_of(x)) is not None}
+        labels = {int(x.index): lab for x in train_examples if (lab := label_of(x, label_words)) is not None}
     for e in examples:
         if e.id is None and e.index in ids:
             e.set(id=ids[e.index])
@@ -494,28 +443,6 @@ def _regressed_with_text(
         if r.id is None and r.index in eval_ids:
             r.set(id=eval_ids[r.index])
     return list(regressed)
-
-
-def regressed_item_scores(
-    item_scores: np.ndarray | None,
-    settings: Mapping[str, Any],
-    regressed: Sequence[int],
-    embedding_index: Sequence[int] | None,
-) -> tuple[np.ndarray, list[int], list[int]] | None:
-    """The rows of ``item_scores`` that belong to the ``regressed`` eval items (``--query all`` scores every item),
-    the eval index of each and the training row of each column; None when they cannot be matched."""
-    if item_scores is None:
-        return None
-    arr = np.asarray(item_scores)
-    q = [int(i) for i in settings.get("query_items") or []]
-    if arr.ndim != 2 or len(q) != arr.shape[0]:
-        return None
-    want = {int(i) for i in regressed}
-    pick = [k for k, i in enumerate(q) if i in want]
-    cols = [int(i) for i in embedding_index] if embedding_index is not None else list(range(arr.shape[1]))
-    if not pick or len(cols) != arr.shape[1]:
-        return None
-    return arr[pick], [q[k] for k in pick], cols
 
 
 def _map(

@@ -39,6 +39,8 @@ from typing import Any
 import typer
 
 from gradian.errors import GradianError
+from gradian.options import VerdictOptions
+from gradian.options.cli import given, options_command
 
 
 def _read_json(path: Path) -> Any:
@@ -186,8 +188,10 @@ def load_token_profiles(out_dir: Path) -> Any:
                            fix="re-run `gradian attribute` or delete the file") from None  # fmt: skip
 
 
-def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
-    """Rebuild and re-render the report in out_dir from what is saved there."""
+def rerender(out_dir: str | Path, *, seed: int = 0, verdict: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Rebuild and re-render the report in out_dir from what is saved there; ``verdict``: verdict options to change
+    (:class:`gradian.options.VerdictOptions` fields) over the ones report.json saved (``options.verdict``)."""
+    from gradian.options import VerdictOptions
     from gradian.report.build import build_report
     from gradian.report.render import render_all
 
@@ -211,6 +215,8 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
     train = _read_jsonl(out / "rows.jsonl") if (out / "rows.jsonl").is_file() else None
     evals = _read_jsonl(out / "eval_rows.jsonl") if (out / "eval_rows.jsonl").is_file() else None
     logs = _read_json(out / "trainer_logs.json") if (out / "trainer_logs.json").is_file() else None
+    saved = (attribution.get("options") or {}).get("verdict") if isinstance(attribution, Mapping) else None
+    policy = VerdictOptions.from_dict(saved).replace(**(verdict or {}))
     report = build_report(
         attribution,
         findings=findings,
@@ -222,14 +228,18 @@ def rerender(out_dir: str | Path, *, seed: int = 0) -> dict[str, Path]:
         seed=seed,
         item_scores=item_scores,
         token_profiles=load_token_profiles(out),
+        verdict=policy,
     )
     return render_all(report, out)
 
 
+@options_command(verdict=given(VerdictOptions))
 def report_command(
     out_dir: Path = typer.Argument(..., help="The --out dir of `gradian attribute` (holds report.json)."),
+    verdict: dict[str, Any] | None = None,
 ) -> None:
-    """Re-render report.html, report.md and report.json from saved results (no gradients are recomputed)."""
-    paths = rerender(out_dir)
+    """Re-render report.html, report.md and report.json from saved results (no gradients are recomputed); a verdict
+    threshold given here replaces the one report.json saved."""
+    paths = rerender(out_dir, verdict=verdict)
     for p in paths.values():
         typer.echo(str(p))

@@ -19,7 +19,7 @@ from gradian.numbers import as_float, pct
 from gradian.report import svg
 from gradian.report.schema import TOP_ROWS_SHOWN, EvalItem, Fix, RankedRow, Report
 from gradian.report.svg import esc
-from gradian.report.verdict_schema import Verdict, VerdictGroup, resample_size
+from gradian.verdict.schema import Verdict, VerdictGroup, resample_size
 
 SUMMARY_CHARS = 160
 MD_TEXT_CHARS = 300
@@ -350,9 +350,9 @@ def listed(items: Sequence[Any], limit: int) -> str:
 
 
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
-    """(label, rows) for each term hint of the verdict (:mod:`gradian.report.term_hints`), rows past drop_rows to
+    """(label, rows) for each term hint of the verdict (:mod:`gradian.verdict.term_hints`), rows past drop_rows to
     read for the same defect, each content group set aside beside a mechanical one (:func:`culprits.minor`), and
-    each label a spread harm leans on (:mod:`gradian.report.label_leads`)."""
+    each label a spread harm leans on (:mod:`gradian.verdict.label_leads`)."""
     hints = v.how.hints if v.how is not None else []
     aside = v.how.set_aside if v.how is not None else []
     leads = v.how.leads if v.how is not None else []
@@ -427,7 +427,7 @@ DRIVEN_HEADER = "driven by the verdict's rows"
 
 def _driven_by_verdict(report: Report) -> dict[int, str] | None:
     """Per regressed item, whether the verdict's rows drive it and their harm z (``verdict.how.driven``,
-    :mod:`gradian.report.driven`); None when the verdict named no rows."""
+    :mod:`gradian.verdict.driven`); None when the verdict named no rows."""
     how = report.verdict.how if report.verdict is not None else None
     if how is None or not how.driven.get("z_by_item"):
         return None

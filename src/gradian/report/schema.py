@@ -3,7 +3,7 @@
 :class:`Report` is report.json: attribute's result (``method``, ``settings``, ``options``, ``examples`` as
 :class:`RankedRow`, ``regressed`` / ``eval`` as :class:`EvalItem`) joined with what the report layer derives
 (``clusters`` as :class:`Cluster`, ``clustering``, ``findings`` as :class:`gradian.diagnose.types.Finding`,
-``verdict`` as :class:`gradian.report.verdict_schema.Verdict`, ``logs``). In-process code reads attributes; the
+``verdict`` as :class:`gradian.verdict.schema.Verdict`, ``logs``). In-process code reads attributes; the
 one ``to_dict`` / ``from_dict`` pair writes and reads report.json.
 
 A report is read, not trusted: a missing field takes the value an empty report has, and a key this version does not
@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 
 from gradian.diagnose.types import Finding, Fix
 from gradian.options.attribute import AttributeOptions, report_options
-from gradian.report.record import Record
-from gradian.report.verdict_schema import Verdict
+from gradian.options.verdict import VerdictOptions
+from gradian.record import Record
+from gradian.verdict.schema import Verdict
 
 __all__ = ["Cluster", "ClusterFinding", "ClusterMap", "ClusteringInfo", "Contribution", "EvalItem", "Finding", "Fix",
            "LogPoint", "RankedRow", "Record", "Report", "TrainerLog", "Verdict"]  # fmt: skip
@@ -255,6 +256,15 @@ class Report(Record):
     findings: list[Finding] = field(default_factory=list)
     verdict: Verdict | None = None
     logs: TrainerLog | None = None
+    verdict_options: VerdictOptions | None = None  # report.json ``options.verdict``: the thresholds the verdict read
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.pop("verdict_options", None)
+        if self.verdict_options is not None:  # beside the attribute options, else last
+            saved = out.get("options") if self.options is not None else out.pop("options", None)
+            out["options"] = {**(saved or {}), "verdict": self.verdict_options.to_dict()}
+        return out
 
     def attribute_options(self) -> AttributeOptions:
         """The options the report was made with: ``options``, or for an older report.json without them, the option
@@ -287,6 +297,8 @@ class Report(Record):
             "verdict": Verdict.from_dict(verdict) if isinstance(verdict, Mapping) else None,
             "logs": TrainerLog.from_dict(logs) if isinstance(logs, Mapping) else None,
         }
-        if isinstance(options, Mapping):
+        if isinstance(options, Mapping) and set(options) - {"verdict"}:
             typed["options"] = AttributeOptions.from_dict(options)
+        if isinstance(options, Mapping) and isinstance(options.get("verdict"), Mapping):
+            typed["verdict_options"] = VerdictOptions.from_dict(options["verdict"])
         return cls._read(data, **typed)

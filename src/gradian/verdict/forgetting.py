@@ -4,12 +4,12 @@ A narrow fine-tune (math rows only, say) pulls the model away from what it did b
 signature in the attribution has two parts, both read from the run itself:
 
 1. **The bulk carries the harm.** The rows the verdict does not name carry most of the positive harm to the
-   regressed items (``bulk_share``): no group explains the regression, whatever group stands out beside it. (The
-   share of them with positive harm, ``positive_share``, and its sign test ``p`` are reported, not required: on a
-   real chat model that forgot general chat from math rows, 78 of 160 rows had positive harm at the final adapter.)
+   regressed items (``forgetting_bulk_share``): no group explains the regression, whatever group stands out beside
+   it. (The share of them with positive harm, ``positive_share``, and its sign test ``p`` are reported, not required:
+   on a real chat model that forgot general chat from math rows, 78 of 160 rows had positive harm at the final adapter.)
 2. **The items are unlike the training data.** A regressed item is *far* when its nearest training row (word-set
    Jaccard similarity) is less similar to it than nearly every training row's nearest other row is to that row (under
-   the ``far_quantile`` of those similarities): learned from the file, no word lists.
+   the ``forgetting_far_quantile`` of those similarities): learned from the file, no word lists.
 
 When both hold the report says the model forgot, with the fix people use for it (mix general data back in, fewer
 steps, a lower learning rate or rank), beside any group of rows that also stands out.
@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradian.options.verdict import VerdictOptions
 from gradian.tails import binomial_tail
 
 _WORD = re.compile(r"[^\W\d_]{3,}")
@@ -30,15 +31,6 @@ _WORD = re.compile(r"[^\W\d_]{3,}")
 # on any file (set intersections of a few hundred word sets).
 SAMPLE_ROWS = 400
 POOL_ROWS = 2000
-
-
-@dataclass(frozen=True)
-class ForgettingPolicy:
-    """The thresholds of :func:`forgetting` (defaults; CulpritPolicy carries the ones a user can set)."""
-
-    min_bulk_share: float = 0.5  # the rows not named carry at least this share of the positive harm
-    far_quantile: float = 0.05  # an item is far when its nearest row is less similar than this quantile of the rows'
-    min_far_share: float = 0.5  # at least this share of the regressed items are far
 
 
 @dataclass(frozen=True)
@@ -96,12 +88,12 @@ def forgetting(
     named: Sequence[int],
     item_texts: Sequence[str],
     train_texts: Mapping[int, str],
-    policy: ForgettingPolicy | None = None,
+    policy: VerdictOptions | None = None,
 ) -> Forgetting | None:
     """Whether the regression is forgetting (see the module doc): ``scores`` are the rows' harm to the regressed
     items, ``named`` the rows the verdict names, ``item_texts`` the regressed items' texts. None when no row has
     positive harm or there is no text to compare."""
-    policy = policy or ForgettingPolicy()
+    policy = policy or VerdictOptions()
     pos_total = sum(s for s in scores.values() if s > 0)
     named_set = set(named)
     bulk = [s for r, s in scores.items() if r not in named_set]
@@ -111,10 +103,10 @@ def forgetting(
     pos = sum(1 for s in bulk if s > 0)
     p = binomial_tail(pos, len(bulk), 0.5)
     train = [words(t) for t in train_texts.values()]
-    cut = far_cut(train, policy.far_quantile)
+    cut = far_cut(train, policy.forgetting_far_quantile)
     pool = train if len(train) <= POOL_ROWS else random.Random(1).sample(train, POOL_ROWS)
     far = sum(1 for t in item_texts if nearest(words(t), pool) < cut)
-    found = share >= policy.min_bulk_share and far >= policy.min_far_share * len(item_texts)
+    found = share >= policy.forgetting_bulk_share and far >= policy.forgetting_far_share * len(item_texts)
     return Forgetting(share, pos / len(bulk), p, len(bulk), far, len(item_texts), cut, found)
 
 

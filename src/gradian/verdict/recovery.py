@@ -2,18 +2,21 @@
 
 ``expected_recovery`` is the share of the summed regression over the regressed items that re-training without
 ``drop_rows`` should remove. It is read from the harm the rows carry: their share of the positive harm to the
-regressed items (``harm_share``), times ``RECOVERY_PER_HARM_SHARE``, capped at 1. The factor is the least-squares
-slope through the origin of the retrains' measured recovery on that share, over the planted-fault runs of both
-suites (stories260K and the real-model suite: ``bench/results/expected_recovery.md``). Where the rows carry a share
-of the harm, the rest stays: a model that also forgot from the data as a whole keeps that part of the regression.
+regressed items (``harm_share``), times ``VerdictOptions.recovery_per_harm_share``, capped at 1. The factor is the
+least-squares slope through the origin of the retrains' measured recovery on that share, over the planted-fault runs
+of both suites (stories260K and the real-model suite: ``bench/results/expected_recovery.md``). Where the rows carry a
+share of the harm, the rest stays: a model that also forgot from the data as a whole keeps that part of the
+regression.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gradian.options.verdict import VerdictOptions
+
 # Retrain recovery per unit of the named rows' share of the positive harm (bench/results/expected_recovery.md).
-RECOVERY_PER_HARM_SHARE = 1.06
+RECOVERY_PER_HARM_SHARE = VerdictOptions().recovery_per_harm_share
 
 
 def harm_share(scores: Mapping[int, float], rows: Sequence[int]) -> float:

@@ -7,7 +7,7 @@ suite, flipped rows rank among their label's rows at AUC 0.5-0.87, and no cut of
 then says "spread", which alone would send the user to the learning rate while the labels are what to check.
 
 So when the verdict is spread, each label (rows whose completion is short enough to be a label, :func:`label_of`,
-shared by 2 to n - 2 rows) is tested as a diagnose finding's rows are (:func:`gradian.report.culprits.carrying_sets`:
+shared by 2 to n - 2 rows) is tested as a diagnose finding's rows are (:func:`gradian.verdict.culprits.carrying_sets`:
 positive harm at least ``enrichment`` x their share of the rows, a one-sided rank-sum test under the verdict's one
 Bonferroni level, held in ``keep_frequency`` of the resamples of the regressed items). A label that carries it is a
 *lead*: its rows are listed to check, most harmful first, and stay out of ``drop_rows``, since dropping a label's rows
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from gradian.report.culprits import CulpritPolicy, carrying_sets
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import carrying_sets
 
 
 @dataclass
@@ -55,7 +56,7 @@ def label_leads(
     s: np.ndarray,
     rows: Sequence[int],
     labels: Mapping[int, str] | None,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
 ) -> list[LabelLead]:
     """The labels whose rows carry the harm ``s`` (row ``rows[j]`` has harm ``s[j]``; ``S`` the regressed items x

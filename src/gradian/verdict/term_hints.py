@@ -4,7 +4,7 @@ group's distinctive terms, and whose harm ranks above the other rows'.
 A group found by harm names the rows whose harm stands out. When each of a defect's rows carries little harm (one
 swapped word diluted by the rest of its story, a flipped one-word label) the group is a precise core of a larger set,
 and the term its rows share is where the rest may be. The rows holding the term outside every group are tested as a
-diagnose finding's rows are on the rest (:func:`gradian.report.culprits.carrying_sets` on the rows outside every group:
+diagnose finding's rows are on the rest (:func:`gradian.verdict.culprits.carrying_sets` on the rows outside every group:
 their positive harm at least ``enrichment`` x their share of those rows, a one-sided rank-sum test under the verdict's
 one Bonferroni level, held in ``keep_frequency`` of the resamples of the regressed items). They are a hint and not
 culprits: a term is shared by a topic as much as by a defect (rows about "Timmy" truly harm the items about Timmy), so
@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from gradian.report.clusters import terms_of
-from gradian.report.culprits import CulpritPolicy, Group, carrying_sets
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import Group, carrying_sets
+from gradian.verdict.terms import terms_of
 
 
 @dataclass
@@ -53,11 +54,11 @@ def term_hints(
     rows: Sequence[int],
     groups: Sequence[Group],
     texts: Mapping[int, str] | None,
-    policy: CulpritPolicy,
+    policy: VerdictOptions,
     family: list[int] | None = None,
 ) -> list[TermHint]:
     """For each content group's distinctive terms (``Group.terms``): the rows outside every group holding the term,
-    when they carry the harm of the rows outside every group (:func:`gradian.report.culprits.carrying_sets` on those
+    when they carry the harm of the rows outside every group (:func:`gradian.verdict.culprits.carrying_sets` on those
     rows, as explain-away reads the rest: the named rows' harm would dilute any set's share; ``family`` as there). The
     holders with harm above the median of every row are listed; a row once, under the first term that holds it."""
     if not texts or not groups:

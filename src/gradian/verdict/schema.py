@@ -1,4 +1,4 @@
-"""The verdict, typed (report.json ``verdict``): what :func:`gradian.report.verdict.make_verdict` decides, what the
+"""The verdict, typed (report.json ``verdict``): what :func:`gradian.verdict.make.make_verdict` decides, what the
 renderers show and what ``gradian verify`` drops. ``to_dict`` writes report.json's keys in their order; ``from_dict``
 reads a verdict back (missing keys empty: an older report loads)."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradian.numbers import finite_float
-from gradian.report.record import Record
+from gradian.record import Record
 
 
 def _ints(v: Any) -> list[int]:
@@ -58,7 +58,7 @@ class SharedFinding(Record):
 
 @dataclass
 class VerdictGroup(Record):
-    """Culprit rows that share one thing (:class:`gradian.report.culprits.Group` as report.json holds it; keys it
+    """Culprit rows that share one thing (:class:`gradian.verdict.culprits.Group` as report.json holds it; keys it
     gains later are kept)."""
 
     cause: str = ""  # mechanical | content
@@ -117,8 +117,8 @@ class ConfigChange:
 
 
 @dataclass
-class Decision(Record):
-    """The culprit decision behind a verdict (report.json ``verdict.how``: :class:`gradian.report.culprits.Culprits`
+class How(Record):
+    """How the verdict was decided (report.json ``verdict.how``: :class:`gradian.verdict.culprits.Culprits`
     as it writes it, ``head`` cut to 200 rows; keys it gains later are kept)."""
 
     concentrated: bool = False
@@ -129,15 +129,15 @@ class Decision(Record):
     raw_head: int = 0  # rows whose harm stood out on their own in the full set
     groups: list[VerdictGroup] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
-    hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.term_hints.TermHint.to_dict()
-    leads: list[dict[str, Any]] = field(default_factory=list)  # gradian.report.label_leads.LabelLead.to_dict()
+    hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.verdict.term_hints.TermHint.to_dict()
+    leads: list[dict[str, Any]] = field(default_factory=list)  # gradian.verdict.label_leads.LabelLead.to_dict()
     undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
     set_aside: list[VerdictGroup] = field(default_factory=list)  # content groups too light beside a mechanical one
     reason: str = ""
-    driven: dict[str, Any] = field(default_factory=dict)  # gradian.report.driven.DrivenItems.to_dict() of drop_rows
+    driven: dict[str, Any] = field(default_factory=dict)  # gradian.verdict.driven.DrivenItems.to_dict() of drop_rows
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+    def from_dict(cls, data: Mapping[str, Any]) -> How:
         return cls._read(
             data,
             concentrated=bool(data.get("concentrated")),
@@ -170,19 +170,19 @@ class Verdict:
     headline: str
     reliable: bool = True
     criterion: str = ""
-    policy: dict[str, Any] = field(default_factory=dict)  # CulpritPolicy.to_dict(): the thresholds it read
+    policy: dict[str, Any] = field(default_factory=dict)  # VerdictOptions.policy(): the thresholds it read
     confidence: Confidence = field(default_factory=Confidence)
     groups: list[VerdictGroup] = field(default_factory=list)
     culprit_clusters: list[int] = field(default_factory=list)
     drop_rows: list[int] = field(default_factory=list)  # most harmful first
     drop_ids: list[Any] = field(default_factory=list)
     config_changes: list[ConfigChange] = field(default_factory=list)
-    how: Decision | None = None  # None when no culprit decision was made (no regression, no harm)
+    how: How | None = None  # None when no culprit decision was made (no regression, no harm)
     sentences: list[str] = field(default_factory=list)
     next_steps: list[str] = field(default_factory=list)
-    # the share of the summed regression dropping drop_rows should bring back (gradian.report.recovery)
+    # the share of the summed regression dropping drop_rows should bring back (gradian.verdict.recovery)
     expected_recovery: float | None = None
-    forgetting: dict[str, Any] | None = None  # gradian.report.forgetting.Forgetting.to_dict()
+    forgetting: dict[str, Any] | None = None  # gradian.verdict.forgetting.Forgetting.to_dict()
     evidence: list[str] = field(default_factory=list)  # at most three bullets under the headline (report.headline)
 
     @property
@@ -241,7 +241,7 @@ class Verdict:
             drop_rows=_ints(data.get("drop_rows")),
             drop_ids=list(data.get("drop_ids") or []),
             config_changes=[ConfigChange.from_dict(c) for c in data.get("config_changes") or []],
-            how=Decision.from_dict(how) if isinstance(how, Mapping) else None,
+            how=How.from_dict(how) if isinstance(how, Mapping) else None,
             sentences=sentences,
             next_steps=[str(s) for s in data.get("next_steps") or []],
             expected_recovery=finite_float(data.get("expected_recovery")),

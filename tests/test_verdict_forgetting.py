@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from gradian.report.forgetting import far_cut, forgetting, nearest, words
-from gradian.report.recovery import expected_recovery, harm_share
+from gradian.verdict.forgetting import far_cut, forgetting, nearest, words
+from gradian.verdict.recovery import expected_recovery, harm_share
 from realsets import gsm8k, stories
 
 
@@ -65,9 +65,11 @@ def test_expected_recovery_is_the_rows_share_of_the_positive_harm():
 
 
 def test_the_recovery_factor_is_the_fitted_one():
-    """RECOVERY_PER_HARM_SHARE is the slope bench/expected_recovery_fit.py wrote (one number, one source)."""
+    """VerdictOptions.recovery_per_harm_share is the slope bench/expected_recovery_fit.py wrote."""
     from conftest import REPO
-    from gradian.report.recovery import RECOVERY_PER_HARM_SHARE
+    from gradian.options import VerdictOptions
+
+    RECOVERY_PER_HARM_SHARE = VerdictOptions().recovery_per_harm_share  # noqa: N806
 
     text = (REPO / "bench" / "results" / "expected_recovery.md").read_text()
     slope = next(line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("slope: "))

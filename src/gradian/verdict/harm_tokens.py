@@ -2,7 +2,7 @@
 
 A content defect puts its harm on a few tokens: a flipped pronoun on " he", a renamed entity on the new name's pieces,
 a swapped word on that word. Such a group's weaker rows often rank below the head and point only part of the way the
-head's gradients do, so neither the harm cut nor :func:`gradian.report.culprits.extend_by_direction` reaches them; but
+head's gradients do, so neither the harm cut nor :func:`gradian.verdict.culprits.extend_by_direction` reaches them; but
 their harm sits on the same tokens. Per named content group (:class:`gradian.attribute.token_profiles.TokenProfiles`
 of the top rows):
 
@@ -34,7 +34,7 @@ from gradian.attribute.token_profiles import KEYS_PER_ROW, TokenProfiles
 
 
 class Group(Protocol):
-    """What this module reads and sets of :class:`gradian.report.culprits.Group`."""
+    """What this module reads and sets of :class:`gradian.verdict.culprits.Group`."""
 
     cause: str
     rows: list[int]

@@ -1,4 +1,4 @@
-"""The items a row set drives (gradian.report.driven): the null of random rows checked by exact enumeration and by
+"""The items a row set drives (gradian.verdict.driven): the null of random rows checked by exact enumeration and by
 sampling, the count test against an exact binomial, and a planted set found on exactly the items it harms."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from gradian.attribute.regression import sign_test
-from gradian.report.driven import driven_items
 from gradian.tails import binomial_tail, normal_tail
+from gradian.verdict.driven import driven_items
 
 
 def test_binomial_tail_matches_the_exact_sum():
@@ -78,7 +78,7 @@ def test_planted_rows_drive_exactly_the_items_they_harm():
 def test_the_verdict_sentence_follows_the_count():
     """Each case of the verdict's sentence, from real driven_items results: some items, every item, the one item, and
     no more than chance (then it sends the user to verify instead of promising a recovery)."""
-    from gradian.report.driven import driven_sentence
+    from gradian.verdict.driven import driven_sentence
 
     rng = np.random.default_rng(3)
     S = rng.normal(size=(10, 100))

@@ -5,7 +5,7 @@ sentences stay as the details, shown folded (HTML) or after a blank line (termin
 from __future__ import annotations
 
 from gradian.numbers import pct
-from gradian.report.verdict_schema import Verdict, VerdictGroup
+from gradian.verdict.schema import Verdict, VerdictGroup
 
 MAX_WORDS = 25
 
@@ -37,7 +37,8 @@ def headline(v: Verdict) -> str:
         share = pct(v.how.head_share if v.how else None, "?")
         back = f"about {pct(v.expected_recovery, '?')}"
         act = "fix or drop them" if v.cause == "mechanical" else "drop them"
-        if forgot and (v.expected_recovery or 0.0) < 0.5:  # most of the regression is the data's as a whole
+        leads_below = float(v.policy.get("forgetting_leads_below", 0.5))
+        if forgot and (v.expected_recovery or 0.0) < leads_below:  # most of the regression is the data's as a whole
             return (
                 f"The model forgot: mix general data back in; dropping {n} rows ({share} of the harm, drop_rows.txt) "
                 f"should bring back {back} of the regression."

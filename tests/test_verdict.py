@@ -13,10 +13,14 @@ import pytest
 
 from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding
-from gradian.report.culprits import CulpritPolicy, find_culprits, finding_cause, head_mask
+from gradian.options.verdict import VerdictOptions
 from gradian.report.render import rows_to_read
-from gradian.report.verdict import SPREAD_THIN, TOKEN_PROFILES_HINT, make_verdict, setup_errors
-from gradian.report.verdict_schema import Verdict
+from gradian.verdict.culprits import head_mask
+from gradian.verdict.groups import finding_cause
+from gradian.verdict.make import make_verdict
+from gradian.verdict.schema import Verdict
+from gradian.verdict.steps import find_culprits, setup_errors
+from gradian.verdict.words import SPREAD_THIN, TOKEN_PROFILES_HINT
 
 N = 400
 
@@ -65,7 +69,7 @@ def test_planted_content_group_is_found(seed):
     assert v["confidence"]["level"] == "high"
     assert v["drop_rows"] == sorted(v["drop_rows"], key=lambda i: -S[:, i].sum())  # most harmful first
     assert any("--verify" in s and "drop_rows.txt" in s for s in v["next_steps"])
-    assert v["policy"] == CulpritPolicy().to_dict()
+    assert v["policy"] == VerdictOptions().policy()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -83,7 +87,7 @@ def test_harm_from_one_item_is_unstable():
     v = verdict(S)
     assert v["kind"] == "spread"
     assert "resampled" in v["text"]
-    assert v["confidence"]["stability"] is not None and v["confidence"]["stability"] < CulpritPolicy().min_stability
+    assert v["confidence"]["stability"] is not None and v["confidence"]["stability"] < VerdictOptions().min_stability
 
 
 def test_an_agreement_just_under_the_bar_does_not_read_as_the_bar():
@@ -93,7 +97,7 @@ def test_an_agreement_just_under_the_bar_does_not_read_as_the_bar():
     measured = verdict(S)["confidence"]["stability"]
     bar = measured + 0.0004  # report.json keeps 4 decimals: the true agreement is within 0.00005 of it
     assert f"{measured:.2f}" == f"{bar:.2f}"  # the case: two decimals would print them alike
-    v = verdict(S, policy=CulpritPolicy(min_stability=bar))
+    v = verdict(S, policy=VerdictOptions(min_stability=bar))
     got, need = re.search(r"agreement ([0-9.]+), under the ([0-9.]+) a culprit group needs", v["text"]).groups()
     assert float(got) < float(need) and abs(float(got) - measured) < 0.001 and abs(float(need) - bar) < 0.001
 
@@ -125,12 +129,12 @@ def test_a_label_set_names_the_label_from_the_rows_themselves():
 
     from gradian.data.types import Example
     from gradian.report import build_report
-    from gradian.report.build import label_of
+    from gradian.verdict.evidence import label_of
 
     train = [Example(index=i, source="train.jsonl", format="prompt_completion", prompt=f"Review {i}: ...",
                      completion=" Negative" if i in PLANTED or i % 2 else " positive") for i in range(N)]  # fmt: skip
-    assert label_of(train[0]) == "negative" and label_of(train[2]) == "positive"
-    assert label_of(Example(index=0, source="t", format="text", text="a story")) is None
+    assert label_of(train[0], 5) == "negative" and label_of(train[2], 5) == "positive"
+    assert label_of(Example(index=0, source="t", format="text", text="a story"), 5) is None
     S = harm_matrix(PLANTED, seed=7)
     attribution = {
         "method": "ekfac",
@@ -142,7 +146,7 @@ def test_a_label_set_names_the_label_from_the_rows_themselves():
     v = built["verdict"]
     assert v["kind"] == "concentrated" and len(set(v["drop_rows"]) & set(PLANTED)) >= 0.9 * len(v["drop_rows"])
     (g,) = [g for g in v["groups"] if g["cause"] == "content"]
-    negative = sum(label_of(train[r]) == "negative" for r in g["rows"])
+    negative = sum(label_of(train[r], 5) == "negative" for r in g["rows"])
     assert g["label"] == "negative" and g["label_share"] == negative / len(g["rows"])
     assert built["examples"][0]["label"] == "negative"  # report.json keeps each row's label
     assert v["next_steps"][0].startswith(f"Check the labels of the {negative} rows whose completion is 'negative'")
@@ -268,15 +272,15 @@ def test_without_item_scores_stability_is_unmeasured():
 def test_head_mask_reads_only_the_positive_side():
     """A strong helpful tail (rows that still teach the old fact) does not hide the harmful one."""
     S = harm_matrix(PLANTED, seed=12, helpful=range(5, 405, 10))
-    head = set(np.flatnonzero(head_mask(S.sum(0), CulpritPolicy())))
+    head = set(np.flatnonzero(head_mask(S.sum(0), VerdictOptions())))
     assert len(head & set(PLANTED)) >= 36 and len(head & set(PLANTED)) >= 0.9 * len(head)
 
 
 def test_policy_rejects_bad_values():
     with pytest.raises(ValueError, match="head_z"):
-        CulpritPolicy(head_z=float("nan"))
-    with pytest.raises(ValueError, match="min_head_share"):
-        CulpritPolicy(min_head_share=-1)
+        VerdictOptions(head_z=float("nan"))
+    with pytest.raises(ValueError, match="min-head-share"):
+        VerdictOptions(min_head_share=-1)
 
 
 def test_finding_cause_reads_the_rule_then_falls_back_to_the_code():
@@ -293,11 +297,11 @@ def test_rows_that_lead_only_summed_over_hundreds_of_items_are_not_named(seed):
     a resample of 40 items, the eval size the thresholds were calibrated at, does not find them. The same rows at a
     culprit's strength are named on the same 240 items."""
     S = harm_matrix(PLANTED, items=240, seed=seed, strength=0.5)
-    every_item = verdict(S, policy=CulpritPolicy(resample_items=0))
+    every_item = verdict(S, policy=VerdictOptions(resample_items=0))
     assert every_item["kind"] == "concentrated" and every_item["confidence"]["stability"] >= 0.8
     v = verdict(S)
     assert v["kind"] == "spread" and v["drop_rows"] == []
-    assert v["confidence"]["stability"] < CulpritPolicy().min_stability
+    assert v["confidence"]["stability"] < VerdictOptions().min_stability
     strong = verdict(harm_matrix(PLANTED, items=240, seed=seed, strength=2.0))
     assert strong["kind"] == "concentrated" and precision_recall(strong["drop_rows"], PLANTED) == (1.0, 1.0)
 
@@ -308,7 +312,7 @@ def test_find_culprits_keeps_only_rows_stable_under_resampling():
     S = harm_matrix(PLANTED, seed=13)
     S[0, 7] += 300.0
     loose = find_culprits(S, S.sum(0), list(range(N)))
-    strict = find_culprits(S, S.sum(0), list(range(N)), policy=CulpritPolicy(keep_frequency=0.8))
+    strict = find_culprits(S, S.sum(0), list(range(N)), policy=VerdictOptions(keep_frequency=0.8))
     assert loose.concentrated and strict.concentrated
     assert 7 in loose.head and 7 not in strict.head
     assert len(set(strict.head) & set(PLANTED)) >= 36
@@ -343,7 +347,7 @@ def test_weak_rows_of_a_group_join_it_by_their_gradient_direction(seed):
     assert with_dir["kind"] == "concentrated" and p >= 0.9 and r >= 0.9
     _, r0 = precision_recall(without["drop_rows"], PLANTED)
     assert r0 <= 0.7
-    off = verdict(S, embeddings=E, policy=CulpritPolicy(extend_z=0))
+    off = verdict(S, embeddings=E, policy=VerdictOptions(extend_z=0))
     assert off["drop_rows"] == without["drop_rows"]
     joined = sum(g["by_direction"] for g in with_dir["groups"])
     assert joined == len(set(with_dir["drop_rows"]) - set(without["drop_rows"])) > 0
@@ -367,9 +371,9 @@ def test_local_fdr_head_keeps_the_planted_rows_with_far_fewer_innocent_ones():
     """The local-fdr head (Efron's empirical null) keeps every planted row at 1% and at 20% of the file, with at most
     half the innocent rows a fixed z cut keeps; on pure heavy-tailed noise it keeps at most half as many rows too (the
     resampling check then drops what is left)."""
-    from gradian.report.culprits import local_fdr
+    from gradian.verdict.stats import local_fdr
 
-    pol, zcut = CulpritPolicy(head_fdr=0.2), CulpritPolicy(head_fdr=0.0, head_z=2.0)
+    pol, zcut = VerdictOptions(head_fdr=0.2), VerdictOptions(head_fdr=0.0, head_z=2.0)
     for seed in (4, 5, 6):
         for planted in (PLANTED[:4], list(range(0, 400, 5))):
             s = harm_matrix(planted, seed=seed).sum(0)
@@ -388,7 +392,7 @@ def test_rank_sum_p_equals_scipy_mann_whitney():
     corrections), with and without ties."""
     from scipy.stats import mannwhitneyu
 
-    from gradian.report.culprits import rank_sum_p
+    from gradian.verdict.stats import rank_sum_p
 
     rng = np.random.default_rng(0)
     for decimals in (None, 1):
@@ -415,7 +419,7 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     other rows', so they make the group: every row the finding flags (its fix is the finding's), and no row by
     direction alone (the finding names the defect's rows). The report says how it was found."""
     S = harm_matrix(WIDE, seed=seed, strength=1.5)
-    assert not head_mask(S.sum(0), CulpritPolicy()).any()
+    assert not head_mask(S.sum(0), VerdictOptions()).any()
     E = _embeddings([WIDE], seed=seed)
     innocent = [r for r in range(N) if r not in set(WIDE)][:10]
     cut = {"code": "D133", "name": "short_answers", "severity": "warning", "cause": "mechanical",
@@ -432,7 +436,7 @@ def test_rows_a_finding_flags_make_a_group_when_no_head_stands_out(seed):
     assert "rest on diagnose findings" in confidence_text(v) and "100% of 200 resamples" in confidence_text(v)
     assert v["how"]["raw_head"] == 0 and v["how"]["basis"] == "finding"
     assert verdict(S, embeddings=E)["kind"] == "spread"
-    assert verdict(S, [cut], embeddings=E, policy=CulpritPolicy(finding_alpha=0))["kind"] == "spread"
+    assert verdict(S, [cut], embeddings=E, policy=VerdictOptions(finding_alpha=0))["kind"] == "spread"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -464,14 +468,14 @@ def test_a_mechanical_group_holds_every_row_its_finding_flags(seed):
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
     assert set(harmful + helping) <= set(v["drop_rows"])
     assert len(v["drop_rows"]) <= len(harmful + helping) + 2  # a noise row that stands out may ride along
-    off = verdict(S, [loop], policy=CulpritPolicy(extend_mechanical=False))
+    off = verdict(S, [loop], policy=VerdictOptions(extend_mechanical=False))
     assert set(harmful) <= set(off["drop_rows"]) and not set(helping) & set(off["drop_rows"])
 
 
 def test_findings_on_innocent_rows_name_no_culprit():
     """Nothing planted, three findings on random rows (5%, 15%, 30% of the file), 20 seeds: the finding test (effect
     size, Bonferroni, resamples) never names them."""
-    pol = CulpritPolicy(bootstrap=50)
+    pol = VerdictOptions(bootstrap=50)
     for seed in range(20):
         rng = np.random.default_rng(100 + seed)
         S = harm_matrix(seed=100 + seed)
@@ -487,7 +491,7 @@ def test_a_group_set_aside_lets_a_second_one_stand_out(seed):
     """A strong group of 25% of the file inflates the bulk's median and spread so that a second, weaker group of 5%
     barely stands out beside it (fewer than 60% of its rows make the first head); set aside what the first group
     explains, and the second's harm stands out from the rest."""
-    from gradian.report.culprits import stable_head
+    from gradian.verdict.culprits import stable_head
 
     strong = list(range(0, N, 4))
     weak = [r for r in range(2, 200, 5) if r % 4][:20]
@@ -495,7 +499,7 @@ def test_a_group_set_aside_lets_a_second_one_stand_out(seed):
     rng = np.random.default_rng(seed)
     for r in weak:
         S[:, r] += 2.0 * (1 + 0.3 * rng.random())
-    first = stable_head(S, S.sum(0), CulpritPolicy())
+    first = stable_head(S, S.sum(0), VerdictOptions())
     assert len(set(np.flatnonzero(first.kept)) & set(weak)) <= 0.6 * len(weak)
     found = find_culprits(S, S.sum(0), list(range(N)))
     assert found.concentrated
@@ -530,7 +534,7 @@ def test_a_second_defect_swamped_in_the_sum_is_found_on_the_items_the_first_does
     reading the rest over every item misses them; on the items the first group does not drive they stand out, and
     over every item their harm still ranks above the other rows', so they join."""
     S, first, other = two_defects(seed)
-    off = find_culprits(S, S.sum(0), list(range(N)), policy=CulpritPolicy(driven_z=0))
+    off = find_culprits(S, S.sum(0), list(range(N)), policy=VerdictOptions(driven_z=0))
     assert len(set(off.head) & set(other)) <= 0.5 * len(other)
     found = find_culprits(S, S.sum(0), list(range(N)))
     assert found.concentrated and len(found.undriven) == 1
@@ -539,7 +543,7 @@ def test_a_second_defect_swamped_in_the_sum_is_found_on_the_items_the_first_does
     p, r = precision_recall(found.head, first + other)
     assert p >= 0.85 and r >= 0.95
     v = verdict(S)
-    assert any("do not drive" in s for s in v["sentences"]) and v["policy"]["driven_z"] == CulpritPolicy().driven_z
+    assert any("do not drive" in s for s in v["sentences"]) and v["policy"]["driven_z"] == VerdictOptions().driven_z
     assert v["how"]["undriven"] == [{"rows": u.rows, "items": u.items, "of_items": 30, "p": u.p, "z": u.z}]
 
 
@@ -566,7 +570,7 @@ def test_a_second_defects_finding_is_read_on_the_rest(seed):
     for r in mech:
         S[:, r] += 1 + 0.3 * rng.random()
     pos, flagged = np.clip(S.sum(0), 0, None), np.isin(np.arange(N), mech)
-    assert pos[flagged].sum() / pos.sum() < CulpritPolicy().enrichment * flagged.mean()
+    assert pos[flagged].sum() / pos.sum() < VerdictOptions().enrichment * flagged.mean()
     cut = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
            "evidence": {"rows": mech}, "fix": "restore the answers"}  # fmt: skip
     v = verdict(S, [cut], embeddings=_embeddings([content, mech], seed=seed))
@@ -593,14 +597,14 @@ def test_a_light_content_group_beside_a_mechanical_one_is_set_aside_not_named(se
     S = harm_matrix(mech, seed=seed)
     S[:3, riders] += 14.0
     pos = np.clip(S.sum(0), 0, None)
-    assert pos[riders].sum() / pos.sum() < CulpritPolicy().min_head_share
-    off = find_culprits(S, S.sum(0), list(range(N)), findings=[cut], policy=CulpritPolicy(min_head_share=0.0))
+    assert pos[riders].sum() / pos.sum() < VerdictOptions().min_head_share
+    off = find_culprits(S, S.sum(0), list(range(N)), findings=[cut], policy=VerdictOptions(min_head_share=0.0))
     assert {g.cause for g in off.groups} == {"mechanical", "content"}  # without the rule they are named
     v = verdict(S, [cut])
     assert v["kind"] == "concentrated" and v["cause"] == "mechanical"
     assert sorted(v["drop_rows"]) == mech
     aside = v["how"]["set_aside"]
-    assert len(aside) == 1 and aside[0]["harm_share"] < CulpritPolicy().min_head_share
+    assert len(aside) == 1 and aside[0]["harm_share"] < VerdictOptions().min_head_share
     assert set(riders) <= set(aside[0]["rows"]) and len(aside[0]["rows"]) <= len(riders) + 1  # a noise row may lead too
     n = len(aside[0]["rows"])
     assert any(f"Beside the mechanical group, {n} rows that no finding flags" in s for s in v["sentences"])
@@ -710,7 +714,7 @@ def test_a_content_group_lets_go_of_rows_with_no_harm_on_its_tokens(seed):
     (they lead other items). Without token profiles all 26 are named; with them the 6 leave the group
     (``off_tokens``) and the verdict says why. Should letting them go leave the rest under the share a culprit group
     needs, the tokens do not undo the decision: the group stays as it was."""
-    from gradian.report.culprits import CulpritPolicy
+    from gradian.options.verdict import VerdictOptions
 
     planted, innocent = list(range(0, N, 20)), list(range(5, 125, 20))
     S = harm_matrix(planted + innocent, seed=seed, strength=8.0)
@@ -723,7 +727,7 @@ def test_a_content_group_lets_go_of_rows_with_no_harm_on_its_tokens(seed):
     (g,) = v["groups"]
     assert g["tokens"] == ["he"] and sorted(g["off_tokens"]) == innocent
     assert "6 rows that stood out beside them put none of their harm on it" in v["text"]
-    strict = CulpritPolicy(min_head_share=0.9)  # 26 rows carry 92-93% of the harm, the planted 20 70-71%
+    strict = VerdictOptions(min_head_share=0.9)  # 26 rows carry 92-93% of the harm, the planted 20 70-71%
     S = harm_matrix(planted + innocent, seed=seed, strength=30.0)
     s = S.sum(0)
     kept = verdict(S, token_profiles=_profiles(s, set(planted), none=set(innocent), seed=seed), policy=strict)
@@ -744,7 +748,7 @@ def test_a_content_group_left_light_by_its_tokens_is_set_aside(seed):
     S[:3, riders] += 36.0
     S[3:6, off] += 36.0
     s = S.sum(0)
-    pos, share = np.clip(s, 0, None), CulpritPolicy().min_head_share
+    pos, share = np.clip(s, 0, None), VerdictOptions().min_head_share
     assert pos[riders].sum() / pos.sum() < share < pos[[*riders, off]].sum() / pos.sum()
     plain = verdict(S, [cut])
     assert plain["cause"] == "mechanical+content" and set(riders) | {off} <= set(plain["drop_rows"])
@@ -760,7 +764,7 @@ def test_harm_tokens_are_the_few_keys_that_carry_half_the_harm():
     """A group's harm tokens: the fewest keys carrying half its rows' positive harm, and none when that takes more keys
     than a profile keeps per row (harm spread over the rows' words is no token's)."""
     from gradian.attribute.token_profiles import KEYS_PER_ROW
-    from gradian.report.harm_tokens import harm_tokens
+    from gradian.verdict.harm_tokens import harm_tokens
 
     on_he = TokenProfiles({r: (10.0, {"he": 4.0, "his": 2.0, f"w{r}": 4.0}) for r in range(6)}, {})
     assert harm_tokens(range(6), on_he, 0.5) == ["he", "his"]  # 4 + 2 of 10 per row; "he" alone carries 40%
@@ -785,11 +789,11 @@ def test_a_findings_rows_that_carry_the_harm_need_no_share_of_a_large_files_harm
     S[:, loops] += 0.4
     s = S.sum(0)
     pos = s.clip(min=0)
-    assert pos[loops].sum() / pos.sum() < CulpritPolicy().min_head_share
+    assert pos[loops].sum() / pos.sum() < VerdictOptions().min_head_share
     flag = {"code": "D129", "name": "repetition", "severity": "error", "cause": "mechanical", "fix": "drop them"}
     found = find_culprits(S, s, list(range(n)), findings=[{**flag, "evidence": {"rows": loops}}])
     assert found.concentrated and sorted(found.head) == loops and found.groups[0].cause == "mechanical"
-    assert found.head_share < CulpritPolicy().min_head_share and "D129 flags rank above the others" in found.reason
+    assert found.head_share < VerdictOptions().min_head_share and "D129 flags rank above the others" in found.reason
     assert not find_culprits(S, s, list(range(n))).concentrated
     innocent = sorted(rng.choice([r for r in range(n) if r % 20], 60, replace=False).tolist())
     assert not find_culprits(S, s, list(range(n)), findings=[{**flag, "evidence": {"rows": innocent}}]).concentrated

@@ -1,24 +1,15 @@
-"""The verdict: a few sentences a user can act on, from the harm itself, the findings and the regression call.
+"""The verdict in words: the sentences, next steps, headline and evidence bullets a :class:`Decision` reads as. It
+decides nothing: what the report says follows from the decision (:mod:`gradian.verdict.steps`) alone.
 
-Pure functions over plain data (the dicts ``build_report`` puts in report.json, plus the per-item harm matrix). The
-criteria, in order:
-
-- **Setup errors first.** An ERROR finding without rows (a config or log finding), or one whose rows cover at least
-  half of the training rows, means the run itself is broken; attribution over a broken run is unreliable, so the
-  verdict says that first and leads the next steps with the config fix. Rows that stand out are then listed, not
-  named to drop (kind ``setup``): a broken run's harm is no evidence against them.
+- **Setup errors first.** The setup errors' sentence and their config fixes lead; over a run with a setup error, rows
+  that stand out are listed, not named to drop (kind ``setup``).
 - **No regression / within noise.** No eval item rose beyond the fine-tune's ordinary drift
   (:mod:`gradian.attribute.regression`): the verdict says so instead of ranking noise.
 - **No harm.** Items regressed, but no training row has positive harm.
-- **Concentrated.** The rows whose harm stands out from the bulk, carrying a sizeable share of the harm, and stable
-  when the regressed items are resampled (:mod:`gradian.report.culprits`). They are grouped by what they share: a
-  *mechanical* finding (a rule that declares it is about how rows became tokens) enriched in them makes a mechanical
-  group whose fix comes first; the rest is a content group, named by its distinctive terms and the content findings
-  most of its rows carry. ``drop_rows`` are those rows, most harmful first.
-- **Spread.** Otherwise no group of rows explains the regression; the verdict says why (nothing stands out, too
-  small a share, or unstable under resampling) and names no culprit.
-
-The thresholds live in :class:`gradian.report.culprits.CulpritPolicy`, recorded in ``verdict.policy``.
+- **Concentrated.** The named rows, their share of the harm, how sure, the items they drive, what dropping them
+  should bring back, and a sentence per group (what its rows share), the mechanical fixes first.
+- **Spread.** Why no group of rows explains the regression, what the harm leans on, what to try instead.
+- **Forgetting.** When the data as a whole carries the harm, its sentence and the fix people use.
 """
 
 from __future__ import annotations
@@ -27,19 +18,22 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from gradian.attribute.regression import by_chance_clause, describe_change
-from gradian.attribute.token_profiles import TokenProfiles
 from gradian.diagnose.types import Finding, Fix, Severity
 from gradian.numbers import apart, pct
-from gradian.report.culprits import CulpritPolicy, Culprits, FindingTest, Group, find_culprits
-from gradian.report.label_leads import LabelLead, label_leads
-from gradian.report.schema import Cluster, RankedRow
-from gradian.report.term_hints import TermHint, term_hints
-from gradian.report.verdict_schema import Confidence, ConfigChange, Decision, Verdict, VerdictGroup, resample_size
+from gradian.options.verdict import VerdictOptions
+from gradian.verdict.culprits import Culprits, FindingTest
+from gradian.verdict.decision import Decision
+from gradian.verdict.driven import driven_sentence
+from gradian.verdict.evidence import ClusterLike, Evidence
+from gradian.verdict.forgetting import FORGETTING_STEP, forgetting_sentence
+from gradian.verdict.groups import Group
+from gradian.verdict.headline import summarize
+from gradian.verdict.label_leads import LabelLead
+from gradian.verdict.recovery import recovery_sentence
+from gradian.verdict.schema import Confidence, ConfigChange, How, Verdict, VerdictGroup, resample_size
+from gradian.verdict.term_hints import TermHint
 
-SETUP_ROW_SHARE = 0.5
 VERIFY_HINT = (
     "run gradian verify OUT_DIR (or re-run gradian attribute with --verify) to check that the regression shrinks"
 )
@@ -54,25 +48,6 @@ def _join(items: Sequence[str], word: str = "and") -> str:
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + f" {word} " + items[-1]
-
-
-def typed_findings(findings: Sequence[Finding | Mapping[str, Any]]) -> list[Finding]:
-    """Findings as :class:`Finding` (report.json's dicts read back)."""
-    return [f if isinstance(f, Finding) else Finding.from_dict(f) for f in findings]
-
-
-def setup_errors(findings: Sequence[Finding | Mapping[str, Any]], n_rows: int) -> list[Finding]:
-    """ERROR findings that make attribution unreliable: config/log errors (no rows), or row errors covering at least
-    ``SETUP_ROW_SHARE`` of the training rows."""
-    out = []
-    for f in typed_findings(findings):
-        if f.severity is not Severity.ERROR:
-            continue
-        rows = f.train_rows()
-        has_rows = bool(rows) or bool(f.evidence.get("rows"))
-        if not has_rows or (n_rows and len(set(rows)) >= SETUP_ROW_SHARE * n_rows):
-            out.append(f)
-    return out
 
 
 def _config_change(f: Finding) -> ConfigChange:
@@ -129,7 +104,7 @@ class _Draft:
         return self.verdict
 
 
-def _confidence(stability: float | None, basis: str, policy: CulpritPolicy) -> Confidence:
+def _confidence(stability: float | None, basis: str, policy: VerdictOptions) -> Confidence:
     """high at ``policy.high_stability``, medium at ``min_stability`` (what a culprit head needs), else low."""
     if stability is None:
         return Confidence(None, "unmeasured", basis)
@@ -138,44 +113,13 @@ def _confidence(stability: float | None, basis: str, policy: CulpritPolicy) -> C
     return Confidence(round(float(stability), 4), level, basis)
 
 
-def make_verdict(
-    clusters: Sequence[Cluster],
-    findings: Sequence[Finding | Mapping[str, Any]],
-    examples: Sequence[RankedRow | Mapping[str, Any]],
-    regressed: Sequence[Any],
-    *,
-    n_rows: int | None = None,
-    item_scores: np.ndarray | None = None,
-    item_rows: Sequence[int] | None = None,
-    texts: Mapping[int, str] | None = None,
-    regression: Mapping[str, Any] | None = None,
-    policy: CulpritPolicy | None = None,
-    embeddings: np.ndarray | None = None,
-    token_profiles: TokenProfiles | None = None,
-) -> Verdict:
-    """Decide what the report says. ``examples`` are the ranked rows (:class:`RankedRow`, or report.json's
-    ``{"index", "id", "score"}``); ``clusters`` the report's clusters (only named, for the cluster table);
-    ``regressed`` the regressed items (only counted); ``item_scores`` is the per-item harm of the regressed items
-    (items x rows, columns in ``item_rows`` order) for the stability check; ``regression`` is attribute's
-    ``settings.regression`` (the drift and cut-off the regressed items passed); ``embeddings`` are the rows' gradient
-    directions (row j is training row ``item_rows[j]``, the one order attribute saves both in; default j), which
-    culprit groups extend along, as they do along ``token_profiles`` (where the top rows' harm sits by token).
-
-    Returns the :class:`Verdict`; its ``kind`` is one of ``no_regression``, ``no_harm``, ``concentrated``,
-    ``spread``, ``setup`` (rows stood out, but a setup error makes the run unreliable: none named); ``cause`` one of
-    ``mechanical``, ``content``, ``mechanical+content``, ``setup``, ``unknown``.
-    """
-    policy = policy or CulpritPolicy()
-    rows_ = [e if isinstance(e, RankedRow) else RankedRow.from_dict(e) for e in examples]
-    fs = typed_findings(findings)
-    n_rows = n_rows if n_rows is not None else len(rows_)
-    rows = [e.index for e in rows_]
-    scores = {e.index: float(e.score or 0.0) for e in rows_}
-    ids = {e.index: e.id for e in rows_}
-    errors = setup_errors(fs, n_rows)
-    verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.to_dict(),
+def write(ev: Evidence, d: Decision, policy: VerdictOptions) -> Verdict:
+    """The :class:`Verdict` of the decision ``d`` on ``ev``: its sentences, next steps, groups and rows to drop, the
+    headline and evidence bullets (:mod:`gradian.verdict.headline`)."""
+    errors = d.errors
+    verdict = Verdict("", "", "", reliable=not errors, criterion=criterion_text(policy), policy=policy.policy(),
                       config_changes=[_config_change(f) for f in errors])  # fmt: skip
-    draft = _Draft(errors, fs, verdict)
+    draft = _Draft(errors, ev.findings, verdict)
     if errors:
         names = _join([f.title for f in errors])
         draft.sentences.append(
@@ -183,14 +127,10 @@ def make_verdict(
             f"make{'s' if len(errors) == 1 else ''} this attribution unreliable, so read the ranking below with care."
         )
         draft.next_steps.extend("Fix " + _fix_sentence(f) + "." for f in errors)
-    setup_cause = "setup" if errors else "unknown"
-
-    if not regressed:
-        return _no_regression(draft, regression, setup_cause)
-
-    total_pos = sum(s for s in scores.values() if s > 0)
-    n_reg = f"{len(regressed)} regressed eval item{'s' if len(regressed) != 1 else ''}"
-    if total_pos <= 0:
+    n_reg = f"{ev.n_regressed} regressed eval item{'s' if ev.n_regressed != 1 else ''}"
+    if d.kind == "no_regression":
+        v = _no_regression(draft, ev.regression, d.cause)
+    elif d.kind == "no_harm":
         draft.sentences.append(
             f"{n_reg[0].upper()}{n_reg[1:]} got worse, but no training row has positive harm: the data does not "
             "explain the regression."
@@ -199,31 +139,55 @@ def make_verdict(
             draft.next_steps.append(
                 "Look at the setup findings and the loss curve; the cause is likely not in the rows."
             )
-        return draft.done("no_harm", setup_cause, "No training row explains the regression.")
+        v = draft.done("no_harm", d.cause, "No training row explains the regression.")
+    else:
+        v = _decided(ev, d, policy, draft, n_reg)
+    summarize(v)
+    return v
 
-    S = _aligned_item_scores(item_scores, item_rows, rows)
-    emb = _aligned_embeddings(embeddings, item_rows, rows)
-    fdicts = [f.to_dict() for f in fs]  # find_culprits reads report.json's finding dicts
-    s = np.array([scores[r] for r in rows])
-    labels = {e.index: e.label for e in rows_ if e.label}
-    found = find_culprits(S, s, rows, findings=fdicts, texts=texts, embeddings=emb, policy=policy,
-                          token_profiles=token_profiles, labels=labels)  # fmt: skip
-    hints = term_hints(S, s, rows, found.groups, texts, policy, [found.tests]) if found.concentrated else []
-    leads = [] if found.concentrated else label_leads(S, s, rows, labels, policy, [found.tests])
+
+def _decided(ev: Evidence, d: Decision, policy: VerdictOptions, draft: _Draft, n_reg: str) -> Verdict:
+    """The verdict once the culprit steps ran: setup first, concentrated or spread, then what the later steps
+    found (the driven items, the expected recovery, forgetting)."""
+    found = d.culprits()
+    verdict = draft.verdict
     verdict.confidence = _confidence(found.stability, found.basis, policy)
-    verdict.how = Decision.from_dict(
+    verdict.how = How.from_dict(
         found.to_dict()
-        | {"head": found.head[:200], "hints": [h.to_dict() for h in hints], "leads": [x.to_dict() for x in leads]}
+        | {"head": found.head[:200], "hints": [h.to_dict() for h in d.hints], "leads": [x.to_dict() for x in d.leads]}
     )
-    if found.concentrated and errors:
+    if d.kind == "setup":
         return _setup_first(draft, found, n_reg)
-    if found.concentrated:
-        typed_of = {id(d): f for d, f in zip(fdicts, fs, strict=True)}
-        v = _concentrated(draft, found, hints, typed_of, clusters, ids, n_rows, n_reg)
-        if token_profiles is None and v.names_content_group:
+    if d.kind != "concentrated":
+        v = _spread(draft, found, n_reg, d.cause, d.leads)
+    else:
+        typed_of = {id(fd): f for fd, f in zip(ev.finding_dicts, ev.findings, strict=True)}
+        v = _concentrated(draft, found, d.hints, typed_of, ev.ids, ev.n_rows, n_reg, d.cause)
+        if ev.token_profiles is None and v.names_content_group:
             v.next_steps.append(TOKEN_PROFILES_HINT)
-        return v
-    return _spread(draft, found, n_reg, setup_cause, leads)
+    first = 1 if v.reliable else 2  # after the sentence on the rows' share (after the setup errors' one)
+    if d.driven is not None and v.how is not None:
+        v.how.driven = d.driven.to_dict()
+        v.sentences.insert(first, driven_sentence(d.driven))
+    if d.expected_recovery is not None:
+        v.expected_recovery = d.expected_recovery
+        at = min(len(v.sentences), first + (d.driven is not None))
+        v.sentences.insert(at, recovery_sentence(d.expected_recovery, len(v.drop_rows)))
+    if d.forgetting is not None:
+        v.forgetting = d.forgetting.to_dict()
+        if d.forgetting.found:
+            v.sentences.append(forgetting_sentence(d.forgetting))
+            if d.forgetting_first:
+                v.next_steps.insert(0, FORGETTING_STEP)
+            else:
+                v.next_steps.append(FORGETTING_STEP)
+    return v
+
+
+def culprit_clusters(clusters: Sequence[ClusterLike], rows: Sequence[int]) -> list[int]:
+    """The clusters at least half of whose rows are among ``rows`` (the named ones)."""
+    named = set(rows)
+    return [c.id for c in clusters if c.rows and len(named & set(c.rows)) >= 0.5 * len(c.rows)]
 
 
 TOKEN_PROFILES_HINT = (
@@ -233,7 +197,7 @@ TOKEN_PROFILES_HINT = (
 )
 
 
-def criterion_text(policy: CulpritPolicy) -> str:
+def criterion_text(policy: VerdictOptions) -> str:
     """The culprit criterion in words (report.json's ``verdict.criterion``)."""
     head_rule = (
         f"whose local false discovery rate against the bulk's empirical null is under {policy.head_fdr:g}"
@@ -320,40 +284,6 @@ def _as_a_set(reg: Mapping[str, Any]) -> str:
     """The sign test's clause, when the report recorded it: not many more items got worse than got better."""
     p = reg.get("shift_p")
     return "" if p is None else f", and not more of them than chance would give (sign test p = {float(p):.2g})"
-
-
-def _aligned_item_scores(
-    item_scores: np.ndarray | None, item_rows: Sequence[int] | None, rows: Sequence[int]
-) -> np.ndarray | None:
-    """The per-item harm with its columns in ``rows`` order (zeros for a row it lacks), or None."""
-    if item_scores is None or item_rows is None:
-        return None
-    S = np.asarray(item_scores, dtype=np.float64)
-    if S.ndim != 2:
-        return None
-    col = {int(r): j for j, r in enumerate(item_rows)}
-    keep = np.array([col.get(r, -1) for r in rows])
-    return np.where(keep >= 0, S[:, np.maximum(keep, 0)], 0.0)
-
-
-def _aligned_embeddings(
-    embeddings: np.ndarray | None, embedding_rows: Sequence[int] | None, rows: Sequence[int]
-) -> np.ndarray | None:
-    """The embeddings in ``rows`` order (zeros for a row without one), or None when there are none."""
-    if embeddings is None:
-        return None
-    emb = np.asarray(embeddings, dtype=np.float64)
-    if emb.ndim != 2 or not len(emb):
-        return None
-    index = list(range(len(emb)))
-    if embedding_rows is not None and len(embedding_rows) == len(emb):
-        index = [int(r) for r in embedding_rows]
-    at = {r: j for j, r in enumerate(index)}
-    out = np.zeros((len(rows), emb.shape[1]))
-    for i, r in enumerate(rows):
-        if r in at:
-            out[i] = emb[at[r]]
-    return out
 
 
 def _tests_text(tests: Sequence[FindingTest], typed_of: Mapping[int, Finding], *, frequency: bool = False) -> str:
@@ -532,10 +462,10 @@ def _concentrated(
     found: Culprits,
     hints: Sequence[TermHint],
     typed_of: Mapping[int, Finding],
-    clusters: Sequence[Cluster],
     ids: Mapping[int, Any],
     n_rows: int,
     n_reg: str,
+    cause: str,
 ) -> Verdict:
     """The verdict when culprit rows were found: the rows, their groups, the cause, how sure."""
     v = draft.verdict
@@ -592,11 +522,7 @@ def _concentrated(
         for sh in vg.shared if vg.cause == "content" else ():
             if sh.fix:
                 draft.next_steps.append(f"Fix {sh.title}: {_fix_text(Fix.from_dict(sh.fix))}.")
-    causes = {vg.cause for _, vg in groups}
-    cause = "mechanical+content" if len(causes) > 1 else (causes.pop() if causes else "content")
-    head_set = set(head)
     v.groups = [vg for _, vg in groups]
-    v.culprit_clusters = [c.id for c in clusters if c.rows and len(head_set & set(c.rows)) >= 0.5 * len(c.rows)]
     v.drop_rows = list(head)
     v.drop_ids = [ids.get(r) for r in head]
     headline = f"{_rows_word(len(head)).capitalize()} carry {pct(found.head_share)} of the estimated harm ({cause})."

@@ -1,0 +1,182 @@
+"""Each named step of the verdict's decision (gradian.verdict.steps) on its own: what it adds to the decision, and
+what the decision is without it (VerdictOptions.skip). Also: the decision resumed after the tokens step is the
+decision made at once, the words decide nothing, and a pipeline run decides its verdict once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradian.options import OptionError, VerdictOptions
+from gradian.options.verdict import STEP_NAMES
+from gradian.verdict.evidence import Evidence, ItemHarm, evidence
+from gradian.verdict.steps import STEPS, decide
+from gradian.verdict.words import write
+from test_verdict import PLANTED, WIDE, N, _embeddings, examples, harm_matrix, precision_recall
+
+
+def ev_of(S: np.ndarray, findings=(), **kw) -> Evidence:
+    return evidence(examples(S.sum(0)), list(findings), S.shape[0], item_scores=S, item_rows=range(N), **kw)
+
+
+def skip(*names: str) -> VerdictOptions:
+    return VerdictOptions(skip=names)
+
+
+def test_the_steps_are_the_ones_the_options_name():
+    assert tuple(s.name for s in STEPS) == STEP_NAMES
+    with pytest.raises(OptionError, match="unknown verdict step"):
+        VerdictOptions(skip=("nope",))
+
+
+def test_regression_ends_the_decision_without_regressed_items_or_harm():
+    d = decide(evidence(examples(np.ones(N)), [], 0))
+    assert d.kind == "no_regression" and d.stopped and d.head is None and d.cause == "unknown"
+    d = decide(evidence(examples(-np.ones(N)), [], 3))
+    assert d.kind == "no_harm" and d.stopped
+
+
+def test_head_finds_the_planted_rows_and_without_it_none_stand_out():
+    ev = ev_of(harm_matrix(PLANTED, seed=0))
+    d = decide(ev)
+    assert d.kind == "concentrated" and min(precision_recall(d.drop_rows, PLANTED)) >= 0.9
+    assert d.head is not None and d.head.stable and d.head.stability >= 0.6
+    off = decide(ev, skip("head"))
+    assert off.kind == "spread" and not off.drop_rows
+
+
+CUT = {"code": "D133", "name": "short_answers", "severity": "warning", "cause": "mechanical",
+       "evidence": {"rows": WIDE[:150]}, "fix": "complete the short answers"}  # fmt: skip
+
+
+def test_findings_join_names_a_findings_rows_when_no_head_stands_out():
+    ev = ev_of(harm_matrix(WIDE, seed=0, strength=1.5), [CUT], embeddings=_embeddings([WIDE], seed=0))
+    d = decide(ev)
+    assert d.kind == "concentrated" and d.cause == "mechanical" and d.basis == "finding"
+    assert [t.finding["code"] for t in d.harmful] == ["D133"] and sorted(d.drop_rows) == sorted(WIDE[:150])
+    assert decide(ev, skip("findings")).kind == "spread"
+
+
+def test_groups_split_the_head_by_the_finding_its_rows_share():
+    mech = {**CUT, "evidence": {"rows": PLANTED[:20]}}
+    ev = ev_of(harm_matrix(PLANTED, seed=1), [mech])
+    d = decide(ev)
+    assert {g.cause for g in d.groups} == {"mechanical", "content"} and d.cause == "mechanical+content"
+    (m,) = [g for g in d.groups if g.cause == "mechanical"]
+    assert set(m.rows) == set(PLANTED[:20]) and m.finding is not None
+    off = decide(ev, skip("groups"))
+    assert off.groups == [] and off.cause == "content"  # the head named as one, nothing said of what it shares
+
+
+def test_extension_takes_the_weak_rows_that_point_the_groups_way():
+    strong, weak = PLANTED[:20], PLANTED[20:]
+    S = harm_matrix(strong, seed=0)
+    S[:, weak] += 0.7
+    ev = ev_of(S, embeddings=_embeddings([PLANTED], seed=0))
+    d = decide(ev)
+    assert sum(g.by_direction for g in d.groups) > 0 and min(precision_recall(d.drop_rows, PLANTED)) >= 0.9
+    off = decide(ev, skip("extension"))
+    assert sum(g.by_direction for g in off.groups) == 0 and precision_recall(off.drop_rows, PLANTED)[1] <= 0.7
+
+
+def test_setup_first_names_no_rows_over_a_broken_run():
+    error = {"code": "C101", "name": "lr_too_high", "severity": "error", "cause": "setup", "evidence": {}}
+    ev = ev_of(harm_matrix(PLANTED, seed=0), [error])
+    d = decide(ev)
+    assert d.kind == "setup" and d.cause == "setup" and not d.drop_rows and d.concentrated
+    off = decide(ev, skip("setup_first"))
+    assert off.kind == "concentrated" and off.drop_rows
+
+
+def test_driven_reads_the_items_the_named_rows_drive():
+    S = harm_matrix(PLANTED, seed=0)
+    S[:4] = harm_matrix(seed=9)[:4]  # 4 items the planted rows carry no harm for
+    ev = ev_of(S, item_harm=ItemHarm(S, list(range(S.shape[0])), list(range(N))))
+    d = decide(ev)
+    assert d.driven is not None and d.driven.significant and set(d.driven.items) == set(range(4, S.shape[0]))
+    assert decide(ev, skip("driven")).driven is None
+    assert decide(ev_of(S)).driven is None  # nothing saved per item: nothing read
+
+
+def test_expected_recovery_is_the_named_rows_share_times_the_factor():
+    ev = ev_of(harm_matrix(PLANTED, seed=0))
+    d = decide(ev)
+    s = ev.scores
+    share = s[d.drop_rows].clip(0).sum() / s.clip(0).sum()
+    assert d.expected_recovery == round(min(1.0, VerdictOptions().recovery_per_harm_share * share), 3)
+    assert decide(ev, skip("expected_recovery")).expected_recovery is None
+
+
+def test_forgetting_names_a_spread_harm_on_items_unlike_the_training_rows():
+    texts = {i: f"Add {i} apples and {i + 1} pears: the sum is {2 * i + 1}." for i in range(N)}
+    items = ["How do I boil an egg?", "Name a river in France.", "Write a haiku about snow."]
+    ev = ev_of(harm_matrix(seed=0), texts=texts, item_texts=items)
+    d = decide(ev)
+    assert d.kind == "spread" and d.cause == "forgetting" and d.forgetting_first
+    assert d.forgetting is not None and d.forgetting.far_items == 3 and d.forgetting.bulk_share == 1.0
+    off = decide(ev, skip("forgetting"))
+    assert off.cause == "unknown" and off.forgetting is None
+    near = ev_of(harm_matrix(seed=0), texts=texts, item_texts=["Add 3 apples and 4 pears: the sum is 7."])
+    assert decide(near).cause == "unknown"
+
+
+def test_a_decision_resumed_after_the_tokens_step_is_the_decision_made_at_once():
+    ev = ev_of(harm_matrix(PLANTED, seed=2), embeddings=_embeddings([PLANTED], seed=2))
+    o = VerdictOptions()
+    partial = decide(ev, o, stop="tokens")
+    assert partial.at == STEP_NAMES.index("tokens") and partial.names_content_group and not partial.hints
+    resumed = decide(ev, o, resume=partial)
+    assert write(ev, resumed, o).to_dict() == write(ev, decide(ev, o), o).to_dict()
+
+
+def test_the_words_decide_nothing():
+    ev = ev_of(harm_matrix(PLANTED, seed=0))
+    o = VerdictOptions()
+    d = decide(ev, o)
+    before = (d.kind, d.cause, list(d.drop_rows), d.expected_recovery)
+    v = write(ev, d, o)
+    assert (v.kind, v.cause, v.drop_rows, v.expected_recovery) == before
+    assert (d.kind, d.cause, list(d.drop_rows), d.expected_recovery) == before
+    assert write(ev, d, o).to_dict() == v.to_dict()
+    assert v.sentences[0].startswith(f"{len(v.drop_rows)} rows") and v.sentences[1].startswith("Dropping the")
+
+
+def test_a_pipeline_run_decides_its_verdict_once(tmp_path, monkeypatch):
+    """The bundled example: the attribution asks the verdict whether it wants token profiles (the steps before
+    ``tokens`` run then), the rest of the steps run once the profiles are in, and the report builds on that verdict."""
+    import gradian.report.build as build
+    import gradian.verdict.steps as steps
+    from conftest import REPO
+    from gradian.pipeline import attribute_and_report
+
+    calls: list[tuple[bool, str | None]] = []
+    real = steps.decide
+
+    def counted(ev, options=None, *, resume=None, stop=None, **kw):
+        calls.append((resume is not None, stop))
+        return real(ev, options, resume=resume, stop=stop, **kw)
+
+    monkeypatch.setattr(steps, "decide", counted)
+    monkeypatch.setattr(build, "decide", counted)
+    ex = REPO / "examples" / "stories260k"
+    out = attribute_and_report(ex / "run", base=str(ex / "base"), train=ex / "data" / "train.jsonl",
+                               eval=ex / "data" / "eval.jsonl", out=tmp_path, batch_size=16)  # fmt: skip
+    assert calls == [(False, "tokens"), (True, None)]  # one decision, resumed once the token profiles are in
+    v = out.report.verdict
+    assert v.kind == "concentrated" and v.cause == "content" and out.report.verdict_options == VerdictOptions()
+
+
+def test_the_evidence_aligns_the_saved_harm_to_the_ranked_rows():
+    """Per-item harm and directions saved in attribution's column order are read in the ranking's order (zeros for
+    a row without them); the regressed items are picked out of a ``--query all`` matrix by eval index."""
+    from gradian.verdict.evidence import matched_item_harm
+
+    S = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+    ranked = [{"index": 7, "score": 9.0, "label": "yes"}, {"index": 3, "score": 6.0}, {"index": 5, "score": 1.0}]
+    ev = evidence(ranked, [], 2, item_scores=S[:2], item_rows=[3, 7, 9], embeddings=np.eye(3), n_rows=4)
+    assert ev.index == [7, 3, 5] and ev.labels == {7: "yes"} and ev.n_rows == 4
+    assert ev.S.tolist() == [[2.0, 1.0, 0.0], [5.0, 4.0, 0.0]]
+    assert ev.embeddings.tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    picked = matched_item_harm(S, [10, 11, 12], [12, 10], [3, 7, 9])
+    assert picked is not None and picked.items == [10, 12] and picked.S.tolist() == [S[0].tolist(), S[2].tolist()]
+    assert matched_item_harm(S, [10, 11], [10], None) is None  # the matrix is not the query's
