@@ -4,18 +4,29 @@ Each file is a clean real set (GSM8K prompt/completion or messages, the sentimen
 tinyshakespeare text rows; see tests/realsets.py) with one kind of fault planted in 15% of its rows (one row for
 file-level faults). The foreign-language rows are hand-written sentences (no non-English text in ../shared).
 
-    python bench/diagnose_corpus.py OUT_DIR      # writes OUT_DIR/<kind>.jsonl, clean_<set>.jsonl, manifest.json
+Four kinds come in several cases each, on other sets, seeds, sizes and shares (near duplicates with a few edited
+words, flipped sentiment labels, foreign reviews in an English sentiment file, text rows cut mid-word or
+mid-sentence), with clean sets of the same shapes. `--score` runs `gradian diagnose --select D` on every file and
+writes, per kind, the planted rows the expected rule flags (recall), the share of its flagged rows that are planted
+(precision) and its severity, and every error or warning on the clean sets (false alarms).
+
+    python bench/diagnose_corpus.py OUT_DIR                  # writes OUT_DIR/<kind>.jsonl, clean_<set>.jsonl, manifest
+    python bench/diagnose_corpus.py OUT_DIR --score RESULTS  # and RESULTS.json, RESULTS.md (the scores)
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from foreign_reviews import REVIEWS  # noqa: E402
+
 import realsets  # noqa: E402
 
 SHARE = 0.15
@@ -131,7 +142,17 @@ EXPECT = {
     "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
     "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],
     "label_flip": ["D135"], "duplicates": ["D104"],
+    "near_dup_gsm8k": ["D104"], "near_dup_sentiment": ["D104"], "near_dup_shakespeare": ["D104"],
+    "near_dup_stories": ["D104"],
+    "label_noise_sentiment": ["D135"], "label_noise_yelp": ["D135"], "label_noise_amazon_imdb": ["D135"],
+    "foreign_sentiment": ["D134"], "foreign_sentiment_small": ["D134"], "foreign_yelp": ["D134"],
+    "cut_text_shakespeare": ["D128"], "cut_text_gsm8k": ["D128"], "cut_text_stories": ["D128"],
 }  # fmt: skip
+
+# The precision each kind is held to besides recall >= 0.8 (0.5 unless named): a flipped label on a unique review
+# shows only through a text model of the file, and a bag-of-words model also disagrees with about one correct short
+# review in five, so at recall 0.8 its review list (a note) holds about three correct rows per flipped one.
+MIN_PRECISION = {"label_noise_sentiment": 0.2, "label_noise_yelp": 0.2, "label_noise_amazon_imdb": 0.2}
 
 
 def _chat(rows: list[dict]) -> list[dict]:
@@ -183,8 +204,171 @@ def build(out: Path, seed: int = 0) -> dict:
     dup_src = _pick(len(gsm), rng, SHARE)
     rows = list(gsm) + [gsm[i] for i in dup_src]  # later copies: the rows a dedupe drops
     _save(out, manifest, "duplicates", "gsm8k", rows, list(range(len(gsm), len(rows))))
+    build_more(out, manifest, seed)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
+
+
+def as_text(rows: list[dict]) -> list[dict]:
+    """Prompt/completion rows as plain text rows: the question (without its 'Question:'/'Answer:' markers) and its
+    answer in one text."""
+    return [{"text": r["prompt"].removeprefix("Question: ").removesuffix("\nAnswer:") + "\n" + r["completion"].strip()}
+            for r in rows]  # fmt: skip
+
+
+def _edit(text: str, rng: random.Random, vocab: list[str]) -> str:
+    """A near duplicate of ``text``: one to four small edits (a word replaced, dropped or added, a typo, a number
+    changed), about one per 25 words, the layout (newlines) kept."""
+    parts = re.split(r"(\s+)", text)
+    spots = [k for k, p in enumerate(parts) if p.strip()]
+    for _ in range(min(4, max(1, len(spots) // 25))):
+        k = rng.choice(spots[1:] or spots)
+        w, op = parts[k], rng.choice(("swap", "drop", "add", "typo", "number"))
+        if op == "number" and any(c.isdigit() for c in w):
+            parts[k] = re.sub(r"\d+", lambda m: str(int(m.group()) + rng.randint(1, 9)), w, count=1)
+        elif op == "typo" and len(w) >= 4:
+            j = rng.randrange(1, len(w) - 2)
+            parts[k] = w[:j] + w[j + 1] + w[j] + w[j + 2 :]
+        elif op == "drop":
+            parts[k] = ""
+        elif op == "add":
+            parts[k] = w + " " + rng.choice(vocab)
+        else:
+            parts[k] = rng.choice(vocab)
+    return re.sub(r"  +", " ", "".join(parts))
+
+
+def _near_dups(rows: list[dict], rng: random.Random, n: int, min_words: int) -> tuple[list[dict], list[int]]:
+    """``n`` edited copies of distinct rows of at least ``min_words`` words, each placed after its source row."""
+    key = "text" if "text" in rows[0] else max(("prompt", "completion"), key=lambda k: len(rows[0][k]))
+    vocab = sorted({w for r in rows[:300] for w in r[key].split() if w.isalpha() and len(w) > 2})
+    src = rng.sample([i for i, r in enumerate(rows) if len(r[key].split()) >= min_words], n)
+    out = [(dict(r), False) for r in rows]
+    for i in sorted(src, reverse=True):
+        copy = {**rows[i], key: _edit(rows[i][key], rng, vocab)}
+        out.insert(rng.randint(i + 1, len(out)), (copy, True))
+    return [r for r, _ in out], [k for k, (_, p) in enumerate(out) if p]
+
+
+def _cut_text(text: str, rng: random.Random) -> str:
+    """The text cut at a random character between 30% and 90% of its length: mid-word or mid-sentence, never right
+    after a sentence end (the cut must show)."""
+    for _ in range(50):
+        cut = text[: rng.randint(int(0.3 * len(text)), int(0.9 * len(text)))].rstrip()
+        if cut and cut[-1] not in ".!?\"')":
+            return cut
+    return text.rstrip(".!?") + " and"
+
+
+def _plant_each(rows: list[dict], idx: list[int], fn: Callable[[dict], dict]) -> list[dict]:
+    out = [dict(r) for r in rows]
+    for i in idx:
+        out[i] = fn(out[i])
+    return out
+
+
+def _flip(r: dict) -> dict:
+    return {**r, "completion": " negative" if r["completion"] == " positive" else " positive"}
+
+
+def build_more(out: Path, manifest: dict, seed: int = 0) -> None:
+    """The near-duplicate, label-noise, foreign-review and cut-text cases, and clean sets of their shapes."""
+    rng = random.Random(seed * 1000 + 500)
+    gsm_b, stories = realsets.gsm8k(800, start=1000), realsets.stories()
+    shakes = realsets.shakespeare(500, chars=400)
+    sent = realsets.sentiment(seed=3)[:1200]
+    for name, (rows, n, min_w) in {"gsm8k": (gsm_b, 30, 20), "sentiment": (sent, 40, 10),
+                                   "shakespeare": (shakes, 25, 20), "stories": (stories, 20, 20)}.items():  # fmt: skip
+        planted_rows, idx = _near_dups(rows, rng, n, min_w)
+        _save(out, manifest, f"near_dup_{name}", name, planted_rows, idx)
+    for kind, rows, share in (
+        ("label_noise_sentiment", realsets.sentiment(seed=5)[:1500], 0.10),
+        ("label_noise_yelp", realsets.sentiment(seed=6, sources=("yelp",)), 0.15),
+        ("label_noise_amazon_imdb", realsets.sentiment(seed=7, sources=("amazon", "imdb"))[:800], 0.08),
+    ):
+        idx = _pick(len(rows), rng, share)
+        _save(out, manifest, kind, "sentiment", _plant_each(rows, idx, _flip), idx)  # fmt: skip
+    foreign = [{"prompt": f"Review: {s}\nSentiment:", "completion": " positive" if lab else " negative"}
+               for s, lab in REVIEWS]  # fmt: skip
+    for kind, rows, share in (
+        ("foreign_sentiment", realsets.sentiment(seed=8)[:1200], 0.05),
+        ("foreign_sentiment_small", realsets.sentiment(seed=9)[:600], 0.08),
+        ("foreign_yelp", realsets.sentiment(seed=10, sources=("yelp",)), 0.06),
+    ):
+        idx = _pick(len(rows), rng, share)
+        pool = rng.sample(foreign, len(idx))
+        out_rows = [dict(r) for r in rows]
+        for i, f in zip(idx, pool, strict=True):
+            out_rows[i] = f
+        _save(out, manifest, kind, "sentiment", out_rows, idx)  # fmt: skip
+    for kind, rows, share in (
+        ("cut_text_shakespeare", realsets.shakespeare(600, chars=800), 0.15),
+        ("cut_text_gsm8k", as_text(realsets.gsm8k(700, start=2000)), 0.10),
+        ("cut_text_stories", as_text(stories), 0.12),
+    ):
+        idx = _pick(len(rows), rng, share)
+        _save(out, manifest, kind, kind.removeprefix("cut_text_") + "_text",
+              _plant_each(rows, idx, lambda r: {"text": _cut_text(r["text"], rng)}), idx)  # fmt: skip
+    for name, rows in {"gsm8k_text": as_text(realsets.gsm8k(700, start=2000)), "stories_text": as_text(stories),
+                       "yelp": realsets.sentiment(seed=6, sources=("yelp",)),
+                       "amazon_imdb": realsets.sentiment(sources=("amazon", "imdb")),
+                       "shakespeare_long": realsets.shakespeare(600, chars=800),
+                       "gsm8k_b": gsm_b, "shakespeare_short": realsets.shakespeare(1500, chars=300),
+                       "imdb": realsets.sentiment(sources=("imdb",))}.items():  # fmt: skip
+        realsets.write_jsonl(out / f"clean_{name}.jsonl", rows)
+        manifest["clean"][name] = f"clean_{name}.jsonl"
+
+
+def best_finding(fs: list, expect: list[str], planted: set[int]) -> tuple[str, set[int], list[str]]:
+    """(rule, rows, severities) of what catches the planted rows best among the expected rules' findings: one finding
+    alone, or all of one rule's findings together, whichever flags the most planted rows (then the fewest rows). One
+    rule can say two things (label conflicts between copies, and a review list from a text model): each is scored on
+    its own rows."""
+    cands: list[tuple[str, set[int], list[str]]] = []
+    for code in expect:
+        mine = [f for f in fs if f.code == code]
+        cands += [(code, set(f.evidence.get("rows") or []), [f.severity.value]) for f in mine]
+        cands.append((code, {r for f in mine for r in f.evidence.get("rows") or []},
+                      sorted({f.severity.value for f in mine})))  # fmt: skip
+    return max(cands, key=lambda c: (len(c[1] & planted), -len(c[1])))
+
+
+def score(out: Path, manifest: dict, select: tuple[str, ...] = ("D",)) -> dict:
+    """Per planted kind: what of the expected rules flags the most planted rows (:func:`best_finding`), its recall,
+    precision and severities; per clean set: every error or warning finding (a false alarm)."""
+    from gradian.diagnose.api import diagnose_full
+    from gradian.diagnose.settings import DiagnoseSettings
+
+    def run(path: Path) -> list:
+        return diagnose_full(train=path, select=list(select), settings=DiagnoseSettings())[0]
+
+    res: dict = {"kinds": {}, "clean": {}}
+    for kind, m in manifest["kinds"].items():
+        planted = set(m["rows"])
+        best, got, sev = best_finding(run(out / m["file"]), m["expect"], planted)
+        tp = len(got & planted)
+        res["kinds"][kind] = {"base": m["base"], "n": m["n"], "planted": len(planted), "rule": best, "found": tp,
+                              "recall": round(tp / len(planted), 3),
+                              "precision": round(tp / len(got), 3) if got else None, "severity": sev}  # fmt: skip
+    for name, f in manifest["clean"].items():
+        res["clean"][name] = [f"{x.code}:{x.severity.value}" for x in run(out / f) if x.severity.value != "info"]
+    return res
+
+
+def write_scores(res: dict, dest: Path) -> None:
+    """dest.json and dest.md: the per-kind table and the clean sets' false alarms."""
+    dest.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    lines = ["| kind | base | rows | planted | rule | found | recall | precision | severity |",
+             "|---|---|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
+    for kind, r in res["kinds"].items():
+        prec = "-" if r["precision"] is None else f"{r['precision']:.2f}"
+        lines.append(f"| {kind} | {r['base']} | {r['n']} | {r['planted']} | {r['rule']} | {r['found']} | "
+                     f"{r['recall']:.2f} | {prec} | {', '.join(r['severity']) or '-'} |")  # fmt: skip
+    caught = sum(r["recall"] >= 0.8 for r in res["kinds"].values())
+    lines += ["", f"{caught} of {len(res['kinds'])} kinds caught at recall >= 0.8.", "",
+              "| clean set | error/warning findings |", "|---|---|"]  # fmt: skip
+    lines += [f"| {name} | {', '.join(fs) or 'none'} |" for name, fs in res["clean"].items()]
+    dest.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _save(out: Path, manifest: dict, kind: str, base: str, rows: list[dict], idx: list[int]) -> None:
@@ -194,5 +378,11 @@ def _save(out: Path, manifest: dict, kind: str, base: str, rows: list[dict], idx
 
 
 if __name__ == "__main__":
-    m = build(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/diagnose_corpus"))
+    args = sys.argv[1:]
+    corpus = Path(args[0] if args and not args[0].startswith("--") else "bench/results/diagnose_corpus")
+    m = build(corpus)
     print(f"{len(m['kinds'])} planted kinds, {len(m['clean'])} clean sets")
+    if "--score" in args:
+        dest = Path(args[args.index("--score") + 1])
+        write_scores(score(corpus, m), dest)
+        print(dest.with_suffix(".md").read_text(encoding="utf-8"))

@@ -219,7 +219,16 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
     ),
     "t_store_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 1)),
+    "t_diagnose_corpus": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 0)),
+    "t_diagnose_clean": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 1)),
+    "diagnose_caught": ("diagnose_corpus.json", lambda: _diagnose_caught()),
 }
+
+
+def _diagnose_caught() -> str:
+    """Planted kinds of the data-check corpus caught at recall >= 0.8, as 'N of M'."""
+    kinds = _json("diagnose_corpus.json")["kinds"].values()
+    return f"{sum(k['recall'] >= 0.8 for k in kinds)} of {len(kinds)}"
 
 
 def pages() -> list[Path]:

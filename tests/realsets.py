@@ -22,9 +22,10 @@ def gsm8k(n: int = 1000, start: int = 0) -> list[dict]:
     return [{"prompt": f"Question: {r['question']}\nAnswer:", "completion": " " + r["answer"]} for r in rows]
 
 
-def sentiment(seed: int = 0) -> list[dict]:
+def sentiment(seed: int = 0, sources: tuple[str, ...] = ("amazon", "imdb", "yelp")) -> list[dict]:
+    """The sentiment sentences of the named sources (amazon, imdb, yelp) as review/label rows, shuffled."""
     rows = []
-    for name in ("amazon_cells_labelled.txt", "imdb_labelled.txt", "yelp_labelled.txt"):
+    for name in (f"{s}_cells_labelled.txt" if s == "amazon" else f"{s}_labelled.txt" for s in sources):
         for line in (SENT / name).read_text(encoding="utf-8", errors="replace").splitlines():
             if "\t" in line:
                 s, lab = line.rsplit("\t", 1)

@@ -1,6 +1,7 @@
 """The content rules on real data: silent (no error or warning from any dataset rule) on clean GSM8K, the sentiment
 sentences, tinyshakespeare text rows and the base-model stories; and every planted kind of
-bench/diagnose_corpus.py (one fault in 15% of a real set's rows) caught with row recall >= 0.8 at precision >= 0.5."""
+bench/diagnose_corpus.py (one fault in 15% of a real set's rows, or another share for the kinds with several cases)
+caught with row recall >= 0.8 at precision >= 0.5 (the label-noise review list: 0.2)."""
 
 from __future__ import annotations
 
@@ -54,13 +55,14 @@ def test_planted_corpus_has_30_kinds_on_real_text(corpus):
 @pytest.mark.parametrize("kind", list(_corpus_module().EXPECT))
 def test_planted_kind_caught(corpus, kind):
     out, man = corpus
+    mod = _corpus_module()
     m = man["kinds"][kind]
-    rows, _ = flagged(out / m["file"])
+    _, fs = flagged(out / m["file"])
     planted = set(m["rows"])
-    best = max(m["expect"], key=lambda c: len(rows.get(c, set()) & planted))
-    got = rows.get(best, set())
+    best, got, _ = mod.best_finding(fs, m["expect"], planted)
     tp = len(got & planted)
-    assert tp / len(planted) >= 0.8 and tp / max(1, len(got)) >= 0.5, (kind, best, tp, len(planted), len(got))
+    floor = mod.MIN_PRECISION.get(kind, 0.5)
+    assert tp / len(planted) >= 0.8 and tp / max(1, len(got)) >= floor, (kind, best, tp, len(planted), len(got))
 
 
 def test_short_answer_learns_the_lengths_of_the_files_rows(tmp_path):

@@ -14,6 +14,8 @@ Sentiment labelled sentences (3,000 rows, "Review: ...\\nSentiment:" -> " positi
     the eval set, so not an error.
   * info D104 duplicates (near): the same short reviews differing by case/punctuation.
   * identical_targets stays silent: two labels are a classification set (label_imbalance covers it; balanced here).
+  * info D135 label_noise (the naive Bayes review list): a bag-of-words model of the file disagrees with about one
+    correct short review in five, listed for review as a note, never a warning.
 """
 
 from __future__ import annotations
@@ -87,7 +89,9 @@ def test_sentiment_clean(tmp_path):
     rows = sentiment(seed=0)
     fs = run(write_run(tmp_path / "s", rows[:2700], rows[2700:], str(STORIES)))
     assert [f for f in fs if f.severity.value == "error"] == []
-    assert {f.code for f in fs} <= {"D105", "D104"}, [(f.code, f.message) for f in fs]
+    listed = [f for f in fs if f.code == "D135"]  # the naive Bayes review list: a note on any real label set
+    assert [(f.severity.value, f.evidence["kind"]) for f in listed] == [("info", "model")]
+    assert {f.code for f in fs} - {"D135"} <= {"D105", "D104"}, [(f.code, f.message) for f in fs]
 
 
 def test_gsm8k_cut_by_a_length_limit_vs_other_short_answers(tmp_path, gsm_rows):
