@@ -107,7 +107,7 @@ def test_every_window_names_its_ends(window: VersionWindow) -> None:
 
 
 def test_sft_config_fields_imply_the_trl_version() -> None:
-    """Which max length fields a pickled SFTConfig holds brackets its TRL (the real 0.15.2 and 0.16.0 ones are in
+    """The fields a pickled SFTConfig holds bracket its TRL (the real 0.15.2, 0.16.0 and 0.16.1 ones are in
     test_eos_and_pad_is_eos_at_trl_0_16_and_0_16_1); a plain TrainingArguments implies nothing."""
     from dataclasses import fields
 
@@ -117,8 +117,11 @@ def test_sft_config_fields_imply_the_trl_version() -> None:
     got = trl_range_from_fields({f.name for f in fields(SFTConfig)}, "training_args.bin")
     assert got is not None and (got.low, got.high) == ((0, 20), None)
     assert trl_range_from_fields({f.name for f in fields(TrainingArguments)}, "training_args.bin") is None
-    old = trl_range_from_fields({"dataset_text_field", "max_seq_length"}, "training_args.bin")
-    assert old is not None and old.label("trl") == "TRL < 0.16"
+    labels = {}
+    for extra in ({"max_seq_length"}, {"max_seq_length", "max_length"}, {"max_seq_length", "max_length", "pad_token"}):
+        got = trl_range_from_fields({"dataset_text_field", *extra}, "training_args.bin")
+        labels[len(extra)] = got.label("trl") if got else None
+    assert labels == {1: "TRL < 0.16", 2: "TRL >= 0.16 and < 0.16.1", 3: "TRL >= 0.16.1 and < 0.20"}
 
 
 @pytest.mark.slow
@@ -166,20 +169,18 @@ def test_eos_and_pad_is_eos_at_trl_0_16_and_0_16_1(tmp_path: Path) -> None:
     which masks the padding id, so with pad == EOS the appended EOS gets no label; 0.16.1 pads labels by position
     (its own DataCollatorForLanguageModeling, sft_trainer.py:73) and labels it. These TRLs write no model card on
     these runs: their training_args.bin's SFTConfig fields imply the version (max_seq_length alone: < 0.16; both
-    max length keys: 0.16 to 0.19), which settles the EOS but not C213's 0.16.1; read with the card line a later TRL
-    writes, C213 is on the right side too."""
+    max length keys without pad_token: 0.16.0; with it: 0.16.1 to 0.19). Read with the card line a later TRL
+    writes instead, the rules land on the same side."""
     assert (TRL_APPENDS_EOS.ends, LABELS_EOS.ends) == (("0.15.2", "0.16.0"), ("0.16.0", "0.16.1"))
     ends = {v: trl_end("text", v) for v in ("0.15.2", "0.16.0", "0.16.1")}
     assert {v: (f["pad_is_eos"], f["ends_eos"], f["eos_labelled"]) for v, (f, _) in ends.items()} == {
         "0.15.2": (True, False, False), "0.16.0": (True, True, False), "0.16.1": (True, True, True)}  # fmt: skip
     assert not [v for v, (_, run) in ends.items() if list(run.rglob("README.md"))]
-    adds = {v: format_settings(load_setup(discover(ends[v][1]))).add_eos for v in ("0.15.2", "0.16.0")}
-    assert adds == {"0.15.2": False, "0.16.0": True}
-    assert codes(ends["0.16.0"][1], "C213") == ["info"]  # TRL 0.16 to 0.19: which side of 0.16.1 is unknown
-    runs = {v: _copy(run, tmp_path / v, ("TRL", v)) for v, (_, run) in ends.items()}
-    adds = {v: format_settings(load_setup(discover(runs[v]))).add_eos for v in ("0.15.2", "0.16.0")}
-    assert adds == {"0.15.2": False, "0.16.0": True}
-    assert (codes(runs["0.16.0"], "C213"), codes(runs["0.16.1"], "C213")) == (["error"], [])
+    carded = {v: _copy(run, tmp_path / v, ("TRL", v)) for v, (_, run) in ends.items()}
+    for runs in ({v: run for v, (_, run) in ends.items()}, carded):
+        adds = {v: format_settings(load_setup(discover(runs[v]))).add_eos for v in ("0.15.2", "0.16.0")}
+        assert adds == {"0.15.2": False, "0.16.0": True}
+        assert (codes(runs["0.16.0"], "C213"), codes(runs["0.16.1"], "C213")) == (["error"], [])
 
 
 @pytest.mark.slow

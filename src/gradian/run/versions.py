@@ -155,12 +155,14 @@ def trl_range_from_config(packing_strategy: str | None, source: str | None) -> V
     return VersionRange(bounds[0], bounds[1], f"{source} {packing_strategy!r}")
 
 
-# The max length fields a pickled SFTConfig holds and the TRL versions that have them (trl/trainer/sft_config.py:
-# 0.15.2 max_seq_length alone, 0.16.0 to 0.19.1 both, 0.20.0 on max_length alone).
-TRL_MAX_LENGTH_FIELDS: dict[tuple[bool, bool], tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {
-    (True, False): (None, (0, 16)),
-    (True, True): ((0, 16), (0, 20)),
-    (False, True): ((0, 20), None),
+# The fields of a pickled SFTConfig that tell TRL versions apart (trl/trainer/sft_config.py at each tag): 0.15.2 has
+# max_seq_length alone; 0.16.0 adds max_length; 0.16.1 adds pad_token; 0.20.0 drops max_seq_length. Keyed by
+# (has max_seq_length, has max_length, has pad_token).
+TRL_SFT_FIELDS: dict[tuple[bool, bool, bool], tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {
+    (True, False, False): (None, (0, 16)),
+    (True, True, False): ((0, 16), (0, 16, 1)),
+    (True, True, True): ((0, 16, 1), (0, 20)),
+    (False, True, True): ((0, 20), None),
 }
 
 
@@ -168,7 +170,7 @@ def trl_range_from_fields(fields: Collection[str], source: str) -> VersionRange 
     """The TRL versions the fields of a pickled SFTConfig (training_args.bin: every field, set or not) imply."""
     if "dataset_text_field" not in fields:  # not an SFTConfig
         return None
-    bounds = TRL_MAX_LENGTH_FIELDS.get(("max_seq_length" in fields, "max_length" in fields))
+    bounds = TRL_SFT_FIELDS.get(("max_seq_length" in fields, "max_length" in fields, "pad_token" in fields))
     return None if bounds is None else VersionRange(bounds[0], bounds[1], f"{source}'s SFTConfig fields")
 
 
