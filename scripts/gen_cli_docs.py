@@ -94,7 +94,31 @@ def render_versions() -> str:
     ]
     lines += [f"| {pkg} | {low} | {high} |" for pkg, (low, high) in WINDOW.items()]
     lines += ["", "Trainers whose formatting is checked token for token: [trainer support](../how-to/trainers.md).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + rule_windows())
+
+
+def rule_windows() -> list[str]:
+    """The version windows the rules rest on, with the two releases tests/test_version_ends.py runs each at."""
+    from gradian.diagnose.rules import config as c
+    from gradian.run.setup import TRL_APPENDS_EOS
+
+    rows = [("C205", c.PACKING_KEEPS_MASK), ("C207", c.READS_MAX_LENGTH), ("C207", c.DROPS_MAX_SEQ_LENGTH),
+            ("C213", c.LABELS_EOS), ("C215", c.PATCHES_TEMPLATES), ("C218", c.GRAD_ACCUM_FIXED),
+            ("EOS on string rows", TRL_APPENDS_EOS)]  # fmt: skip
+    lines = [
+        "## Version windows of the rules",
+        "",
+        "Rules whose truth depends on a library version read the version the run recorded (its model card), else",
+        "the one its config implies; where neither is known, C218 stays silent and the others say so at info. Each",
+        "window is run on the real library at both ends (`tests/test_version_ends.py`; `scripts/version_libs.sh`",
+        "installs them).",
+        "",
+        "| rule | window | before it | ends run |",
+        "|---|---|---|---|",
+    ]
+    for code, w in rows:
+        lines.append(f"| {code} | {w.label} {w.after} | {w.before} | {w.ends[0]}, {w.ends[1]} |")
+    return [*lines, ""]
 
 
 def main() -> int:

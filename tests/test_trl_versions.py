@@ -8,10 +8,7 @@ while diagnose is given a local copy under another folder name, as most users ru
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,6 @@ trl = pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
 HUB_ID = "example-org/stories260K"  # what the adapter records; not in any local cache, so only content is compared
-OLD_TRL = os.environ.get("GRADIAN_OLD_TRL_PATH")  # a PYTHONPATH holding TRL < 0.20 (see test_real_old_trl_...)
 
 
 @pytest.fixture(scope="module")
@@ -168,10 +164,10 @@ def test_clean_packed_trl_run_with_a_local_base_has_no_error(packed_run: Path, l
 
 def test_packing_error_below_trls_window(packed_run: Path, tmp_path: Path) -> None:
     """TRL before 0.20 packed input_ids alone (trl/trainer/sft_trainer.py at tag v0.19.1: ``select_columns(
-    "input_ids")`` before ``pack_dataset``; trl#3749, first in v0.20.0, keeps the masks). TRL 0.19.1 is not installed
-    here, so this run dir is the real TRL run above with its model cards edited to say TRL 0.19.1: it checks that a
-    run recording an older TRL gets the error and one recording no TRL version gets only a note. The real TRL 0.19.1
-    run is test_real_old_trl_drops_the_mask_and_gets_the_error."""
+    "input_ids")`` before ``pack_dataset``; trl#3749, first in v0.20.0, keeps the masks). This run dir is the real
+    TRL run above with its model cards edited to say TRL 0.19.1: it checks that a run recording an older TRL gets the
+    error and one recording no TRL version gets only a note. The real TRL 0.19.1 and 0.20.0 runs are in
+    test_version_ends.py."""
     old = _with_card_trl(packed_run, tmp_path / "old", "0.19.1")
     (c205,) = [f for f in diag(**_inputs(old), base=str(STORIES), select=["C205"])]
     assert c205.severity.value == "error" and "TRL 0.19.1" in c205.message
@@ -188,7 +184,7 @@ def test_packing_error_below_trls_window(packed_run: Path, tmp_path: Path) -> No
 def test_packing_strategy_implies_the_trl_window_without_a_card(packed_run: Path, tmp_path: Path) -> None:
     """No model card (a run saved without checkpoints writes PEFT's card only): the packing_strategy the dumped
     SFTConfig holds tells the TRL apart, "bfd" from 0.20 on, "ffd" in 0.19 only (TRL's sft_config.py at those tags).
-    The "ffd" case is this run's training_args.json edited to hold 0.19's name (the real 0.19.1 run is below)."""
+    The "ffd" case is this run's training_args.json edited to hold 0.19's name."""
     bare = _with_card_trl(packed_run, tmp_path / "bare", None)
     setup = load_setup(discover(bare))
     assert "trl" not in setup.versions and setup.version_ranges["trl"].low == (0, 20)
@@ -208,52 +204,6 @@ def test_pad_is_eos_window_is_trl_0_16_1(packed_run: Path, tmp_path: Path) -> No
         run = _with_card_trl(packed_run, tmp_path / version, version)
         got[version] = [f.severity.value for f in diag(**_inputs(run), base=str(STORIES), select=["C213"])]
     assert got == {"0.16.0": ["error"], "0.16.1": []}
-
-
-OLD_TRL_RUN = """
-import json, sys
-from pathlib import Path
-from datasets import Dataset
-from peft import LoraConfig
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import SFTConfig, SFTTrainer
-base, out, rows = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
-args = SFTConfig(output_dir=str(out), report_to="none", use_cpu=True, max_steps=2, per_device_train_batch_size=2,
-                 max_length=512, packing=True, completion_only_loss=True, save_strategy="steps", save_steps=2)
-tr = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base), args=args, train_dataset=Dataset.from_list(rows),
-                processing_class=AutoTokenizer.from_pretrained(base),
-                peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
-labels = next(iter(tr.get_train_dataloader()))["labels"]
-print("BATCH", json.dumps({"labelled": int((labels != -100).sum()), "tokens": labels.numel()}))
-tr.train()
-tr.save_model(str(out))
-(out / "training_args.json").write_text(json.dumps(args.to_dict(), default=str))
-"""
-
-
-@pytest.mark.skipif(not OLD_TRL, reason="set GRADIAN_OLD_TRL_PATH to a PYTHONPATH holding TRL < 0.20")
-def test_real_old_trl_drops_the_mask_and_gets_the_error(tmp_path: Path) -> None:
-    """The other end of C205's window on the real library: a packed run under TRL < 0.20 (GRADIAN_OLD_TRL_PATH, e.g.
-    ``pip install --no-deps --target DIR trl==0.19.1 transformers==4.53.3 tokenizers==0.21.4 datasets==4.0.0
-    huggingface_hub==0.34.4``) labels every packed token, prompts included, and its run dir gets the C205 error."""
-    from realsets import stories
-
-    rows = stories()[:40]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = {**os.environ, "PYTHONPATH": str(OLD_TRL)}
-    proc = subprocess.run([sys.executable, "-c", OLD_TRL_RUN, str(STORIES), str(tmp_path / "run"), json.dumps(rows)],
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (batch,) = [json.loads(ln[6:]) for ln in proc.stdout.splitlines() if ln.startswith("BATCH ")]
-    assert batch["labelled"] == batch["tokens"]  # the prompt mask is gone
-    setup = load_setup(discover(tmp_path / "run"))
-    assert setup.versions["trl"].startswith("0.")
-    fs = diag(run=tmp_path / "run", train=tmp_path / "train.jsonl", base=str(STORIES), select=["C205"])
-    assert [f.severity.value for f in fs] == ["error"]
-    for card in (tmp_path / "run").rglob("README.md"):
-        card.unlink()  # no card: the SFTConfig's packing_strategy ("ffd", TRL 0.19's name) settles it
-    fs = diag(run=tmp_path / "run", train=tmp_path / "train.jsonl", base=str(STORIES), select=["C205"])
-    assert [f.severity.value for f in fs] == ["error"]
 
 
 def _other_base(out: Path, hidden: int = 96, layers: int = 6) -> Path:

@@ -43,9 +43,12 @@ from gradian.run.versions import (
     check_window,
     parse_version,
     trl_range_from_config,
+    trl_range_from_fields,
 )
 
-TRL_APPENDS_EOS = VersionWindow("trl", (0, 16), "appends EOS to string rows", "append none")
+# trl/trainer/sft_trainer.py: 0.15.2 :432 tokenizes the text as it is; 0.16.0 :456 appends eos_token_id when the
+# tokenized row does not end with it.
+TRL_APPENDS_EOS = VersionWindow("trl", (0, 16), "appends EOS to string rows", "append none", ("0.15.2", "0.16.0"))
 
 _MISSING = object()
 _TRUE = {"true", "yes", "on", "1"}
@@ -479,6 +482,8 @@ def _versions(b: _Builder, artifacts: RunArtifacts, files: list[ConfigFile]) -> 
                                  f"{b.setup.sources[f'versions.{rv.package}']}")  # fmt: skip
     if "trl" not in b.setup.versions:
         implied = trl_range_from_config(b.setup.packing_strategy, b.setup.sources.get("packing_strategy"))
+        pickled = [trl_range_from_fields(cf.data, cf.path.name) for cf in files if cf.kind == "training_args_bin"]
+        implied = implied or next((r for r in pickled if r is not None), None)
         if implied is not None:
             b.setup.version_ranges["trl"] = implied
     b.setup.notes.append(_versions_note(b.setup))

@@ -10,6 +10,7 @@ bound; the installed one is only a hint, since the run may have trained elsewher
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,12 +100,14 @@ def card_versions(path: Path) -> list[RecordedVersion]:
 @dataclass(frozen=True)
 class VersionWindow:
     """Where a check's truth depends on a library version: ``package`` >= ``since`` behaves one way (``after``),
-    older versions the other (``before``)."""
+    older versions the other (``before``). ``ends``: the last release before the window and the first inside it,
+    the two that tests/test_version_ends.py runs."""
 
     package: str
     since: tuple[int, ...]
     after: str
     before: str
+    ends: tuple[str, str] = ("", "")
 
     @property
     def label(self) -> str:
@@ -150,6 +153,25 @@ def trl_range_from_config(packing_strategy: str | None, source: str | None) -> V
     if bounds is None or not source or "default" in source:
         return None
     return VersionRange(bounds[0], bounds[1], f"{source} {packing_strategy!r}")
+
+
+# The fields of a pickled SFTConfig that tell TRL versions apart (trl/trainer/sft_config.py at each tag): 0.15.2 has
+# max_seq_length alone; 0.16.0 adds max_length; 0.16.1 adds pad_token; 0.20.0 drops max_seq_length. Keyed by
+# (has max_seq_length, has max_length, has pad_token).
+TRL_SFT_FIELDS: dict[tuple[bool, bool, bool], tuple[tuple[int, ...] | None, tuple[int, ...] | None]] = {
+    (True, False, False): (None, (0, 16)),
+    (True, True, False): ((0, 16), (0, 16, 1)),
+    (True, True, True): ((0, 16, 1), (0, 20)),
+    (False, True, True): ((0, 20), None),
+}
+
+
+def trl_range_from_fields(fields: Collection[str], source: str) -> VersionRange | None:
+    """The TRL versions the fields of a pickled SFTConfig (training_args.bin: every field, set or not) imply."""
+    if "dataset_text_field" not in fields:  # not an SFTConfig
+        return None
+    bounds = TRL_SFT_FIELDS.get(("max_seq_length" in fields, "max_length" in fields, "pad_token" in fields))
+    return None if bounds is None else VersionRange(bounds[0], bounds[1], f"{source}'s SFTConfig fields")
 
 
 @dataclass(frozen=True)

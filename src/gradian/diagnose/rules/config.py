@@ -22,20 +22,45 @@ LINEAR_FAMILIES = {
 }
 FLASH_ATTN = ("flash_attention_2", "flash_attention_3", "flex_attention", "kernels", "flash")
 
-# The versions these rules depend on, read in the libraries' own source (tags of huggingface/trl, transformers).
-PACKING_KEEPS_MASK = VersionWindow(  # trl#3749: packing keeps completion_mask / assistant_masks (first tag v0.20.0)
+# The versions these rules depend on, read in the libraries' own source (the wheels of huggingface/trl and
+# transformers at each end) and run at both ends by tests/test_version_ends.py.
+# trl#3749. 0.19.1 trl/trainer/sft_trainer.py:794 select_columns("input_ids") before pack_dataset; 0.20.0 :833 keeps
+# completion_mask / assistant_masks in the packed columns.
+PACKING_KEEPS_MASK = VersionWindow(
     "trl", (0, 20), "keeps the completion/assistant mask when packing",
-    "pack input_ids alone and train on the prompts")  # fmt: skip
-READS_MAX_LENGTH = VersionWindow("trl", (0, 16), "reads max_length", "read only max_seq_length")
-DROPS_MAX_SEQ_LENGTH = VersionWindow("trl", (0, 20), "no longer reads max_seq_length", "read it (deprecated)")
-LABELS_EOS = VersionWindow(  # trl#3200 (v0.16.1): TRL's own collator pads labels with -100 by position
-    "trl", (0, 16, 1), "labels EOS and pads labels by position", "mask padding by id, so EOS gets no label"
+    "pack input_ids alone and train on the prompts", ("0.19.1", "0.20.0"))  # fmt: skip
+# trl/trainer/sft_config.py: 0.15.2 has max_seq_length alone; 0.16.0 adds max_length and copies a max_seq_length
+# into it (:183); 0.20.0 has max_length alone. SFTConfig is a dataclass: a field it lacks is a TypeError, and
+# `trl sft --config` refuses it too (trl/scripts/utils.py:226 at 0.20.0), so the key is refused, not ignored.
+READS_MAX_LENGTH = VersionWindow(
+    "trl", (0, 16), "reads max_length", "have only max_seq_length and refuse max_length", ("0.15.2", "0.16.0")
 )
-PATCHES_TEMPLATES = VersionWindow(  # trl#5470: SFTTrainer swaps in a {% generation %}-tagged template (v1.1.0)
-    "trl", (1, 1), "swaps in a tagged copy of the templates it ships", "use the template as it is"
+DROPS_MAX_SEQ_LENGTH = VersionWindow(
+    "trl", (0, 20), "has no max_seq_length and refuses it", "copy it into max_length (deprecated)", ("0.19.1", "0.20.0")
 )
-GRAD_ACCUM_FIXED = VersionWindow(  # transformers#34191
-    "transformers", (4, 46), "normalises the loss over accumulated tokens", "average it per micro-batch"
+# trl#3200. 0.16.0 trl/trainer/sft_trainer.py:236 transformers' DataCollatorForLanguageModeling (labels -100 where
+# input_ids == pad_token_id); 0.16.1 :73 TRL's own collator, which pads the labels with -100 by position.
+LABELS_EOS = VersionWindow(
+    "trl",
+    (0, 16, 1),
+    "labels EOS and pads labels by position",
+    "mask padding by id, so EOS gets no label",
+    ("0.16.0", "0.16.1"),
+)
+# trl#5470. 1.1.0 trl/trainer/sft_trainer.py:923 swaps in get_training_chat_template(...) when assistant_only_loss is
+# set and the template has no {% generation %}; 1.0.0 has the function (chat_template_utils.py:773) but SFTTrainer
+# never calls it, and refuses such rows ("no assistant tokens").
+PATCHES_TEMPLATES = VersionWindow(
+    "trl", (1, 1), "swaps in a tagged copy of the templates it ships", "use the template as it is", ("1.0.0", "1.1.0")
+)
+# transformers#34191. 4.46.0 transformers/trainer.py:5033 get_batch_samples counts the accumulated batch's tokens
+# (num_items_in_batch) before the loss; 4.45.2 :3520 divides each micro-batch's mean loss by the accumulation steps.
+GRAD_ACCUM_FIXED = VersionWindow(
+    "transformers",
+    (4, 46),
+    "normalises the loss over accumulated tokens",
+    "average it per micro-batch",
+    ("4.45.2", "4.46.0"),
 )
 
 
@@ -256,11 +281,12 @@ def packing_cross_attention(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 @rule(
     "C207", "max_len_key_ignored", "warning", needs=("setup",), tiers="W/I",
-    summary="The max length is set under a key the run's TRL does not read (max_seq_length on TRL >= 0.20, "
+    summary="The max length is set under a key the run's TRL does not have (max_seq_length on TRL >= 0.20, "
     "max_length on TRL < 0.16). Unknown TRL version with max_seq_length: an info note.",
-    why="The setting is ignored and the default (1024) applies: rows are truncated or padded differently than you "
-    "think.",
-    example="SFTConfig(max_seq_length=4096) on TRL 0.21.",
+    why="SFTConfig refuses a key it does not have (TypeError; `trl sft` refuses the config file), so a run that "
+    "recorded one was not configured with it: a wrapper dropped the key and the default (1024) applied, or the "
+    "record is not the config the run trained with. Rows were truncated or padded differently than it says.",
+    example="max_seq_length: 4096 in a recorded config on TRL 0.21, whose SFTConfig has only max_length.",
     fix="Rename the key (max_length on TRL >= 0.16).",
     seen_in="trl#2947",
 )  # fmt: skip
@@ -274,7 +300,10 @@ def max_len_key_ignored(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         fix = Fix(text="Rename max_seq_length to max_length", key="max_length", value=s.max_length)
         if trl.inside:
             yield Hit(
-                f"max_seq_length is ignored by {trl.note()}; the default max_length 1024 applies", evidence=ev, fix=fix
+                f"max_seq_length is not a setting of {trl.note()} (SFTConfig refuses it): the run did not train "
+                "with it, and where it was dropped the default max_length 1024 applied",
+                evidence=ev,
+                fix=fix,
             )
         elif trl.inside is None:
             yield Hit(
@@ -287,7 +316,7 @@ def max_len_key_ignored(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         trl = ctx.version_window(READS_MAX_LENGTH)
         if trl.inside is False:
             yield Hit(
-                f"max_length is not read by {trl.note()}; it reads max_seq_length",
+                f"max_length is not a setting of {trl.note()} (SFTConfig refuses it; it reads max_seq_length)",
                 evidence={**key_ev(ctx, "max_length", s.max_length), **trl.evidence()},
                 fix=Fix(text="Rename max_length to max_seq_length", key="max_seq_length", value=s.max_length),
             )
@@ -607,8 +636,8 @@ def _trl_patches(ctx: DiagnoseContext) -> tuple[bool, str, str]:
     """Whether the run's TRL swaps in its own {% generation %}-tagged copy of this template (SFTTrainer does so,
     from TRL 1.1, for the templates it ships: Qwen2.5/3, Llama-3, Gemma, Phi-3, ...), asked of the installed TRL
     itself. Returns (patched, severity, why): severity "" when that holds for the run, "error" when the run's
-    recorded TRL predates the patching, "warning" when it is older than the installed one (it may not patch this
-    template yet), "info" when the run recorded no TRL version."""
+    recorded TRL predates the patching, "warning" when it is older than the installed one and the template is not one
+    that TRL 1.1 already patched (it may not patch this one yet), "info" when the run recorded no TRL version."""
     if ctx.framework() not in ("trl", ""):
         return False, "", ""
     try:
@@ -626,9 +655,19 @@ def _trl_patches(ctx: DiagnoseContext) -> tuple[bool, str, str]:
         return True, "error", f"{trl.note()}, and {PATCHES_TEMPLATES.describe()}"
     if trl.inside is None:
         return True, "info", f"{trl.note()}, and {PATCHES_TEMPLATES.describe()}"
-    if here and (parse_version(trl.recorded) or ()) < (parse_version(here) or ()):
+    first = getattr(ctx.tokenizer, "chat_template", None) in _first_patched()
+    if not first and here and (parse_version(trl.recorded) or ()) < (parse_version(here) or ()):
         return True, "warning", f"{trl.note()} (patching checked with TRL {here})"
     return True, "", ""
+
+
+def _first_patched() -> set[str]:
+    """The templates every TRL in PATCHES_TEMPLATES patches: those 1.1.0 patches (trl/chat_template_utils.py:478-489
+    at 1.1.0: GPT-OSS, Llama-3, Qwen2.5, Qwen3), as the installed TRL ships them."""
+    from trl import chat_template_utils as u
+
+    names = ("gptoss_chat_template", "llama3_chat_template", "qwen2_5_chat_template", "qwen3_chat_template")
+    return {t for t in (getattr(u, n, None) for n in names) if isinstance(t, str)}
 
 
 @rule(
