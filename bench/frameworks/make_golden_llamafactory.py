@@ -68,6 +68,8 @@ def cases() -> list[dict[str, Any]]:
                 "config": {"template": "phi", "cutoff_len": 48, "train_on_prompt": True}})  # fmt: skip
     out.append({"name": "messages_qwen", "tokenizer": "smollm2", "rows": chat_rows(), "dataset_info": MESSAGES_INFO,
                 "config": {"template": "qwen", "cutoff_len": 64}})  # fmt: skip
+    out.append({"name": "messages_smollm2", "tokenizer": "smollm2", "rows": chat_rows(), "dataset_info": MESSAGES_INFO,
+                "config": {"template": "smollm2", "cutoff_len": 64}})  # fmt: skip
     out.append({"name": "sharegpt_chatml", "tokenizer": "smollm2", "rows": [*sharegpt_rows(), BROKEN],
                 "dataset_info": SHAREGPT_INFO, "config": {"template": "chatml", "cutoff_len": 64}})  # fmt: skip
     out.append({"name": "alpaca_chatml", "tokenizer": "smollm2", "rows": alpaca_rows(), "dataset_info": ALPACA_INFO,

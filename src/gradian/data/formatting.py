@@ -399,8 +399,12 @@ def _format_all(examples: Sequence[Example], tokenizer: Any, settings: FormatSet
     lf_note = None
     if lf_name is None and settings.trainer == "llamafactory":
         lf_note = (
-            f"LLaMA-Factory template {settings.template or '(none: parsed from the chat template)'} is not one "
-            f"Gradian models ({', '.join(llamafactory.TEMPLATES)}): rows rendered the generic way, ids and masks "
+            f"LLaMA-Factory template {settings.template} is not one Gradian models "
+            if settings.template
+            else "the LLaMA-Factory run does not record its template (pass --config with its training YAML) and "
+            "none was given "
+        ) + (
+            f"(Gradian models {', '.join(llamafactory.TEMPLATES)}): rows rendered the generic way, ids and masks "
             "may differ from the run's"
         )
         string_notes.append(lf_note)

@@ -74,6 +74,19 @@ TEMPLATES: dict[str, Template] = {
         stop_words=("<|im_end|>",),
         replace_eos=True,
     ),
+    "smollm": Template(
+        user=(_CHATML_USER,),
+        assistant=("{{content}}<|im_end|>\n",),
+        system=("<|im_start|>system\n{{content}}<|im_end|>\n",),
+        stop_words=("<|im_end|>",),
+    ),
+    "smollm2": Template(
+        user=(_CHATML_USER,),
+        assistant=("{{content}}<|im_end|>\n",),
+        system=("<|im_start|>system\n{{content}}<|im_end|>\n",),
+        default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face.",
+        stop_words=("<|im_end|>",),
+    ),
     "llama3": Template(
         user=(_L3_USER,),
         assistant=("{{content}}<|eot_id|>",),
