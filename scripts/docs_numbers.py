@@ -168,6 +168,14 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "recovery_within": ("expected_recovery.md", lambda: _recovery_fit("within 0.25")),
     "t_expected_recovery": ("expected_recovery.md", lambda: _md_table("expected_recovery.md", 0)),
     "t_realmodel": ("realmodel_suite.md", lambda: _md_table("realmodel_suite.md", 0)),
+    "t_realmodel_kronfluence": ("realmodel_kronfluence.md", lambda: _md_table("realmodel_kronfluence.md", 0)),
+    "lf_auc": ("realmodel_llamafactory.json", lambda: f"{_lf()['auc']:.3f}"),
+    "lf_kind": ("realmodel_llamafactory.json", lambda: f"{_lf()['verdict']}, cause {_lf()['cause']}"),
+    "lf_share": ("realmodel_llamafactory.json", lambda: f"{_lf()['planted_pos_share']:.0%}"),
+    "lf_truth": (
+        "realmodel_llamafactory.json",
+        lambda: f"{_json('realmodel_llamafactory.json')['truth']['recovery_drop_planted']:.2f}",
+    ),
     "suite_pass": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json")),
     "suite_controls": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json", controls=True)),
     "heldout6_blind": ("verdict_heldout26_blind.json", lambda: _passes("verdict_heldout26_blind.json")),
@@ -223,6 +231,11 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_diagnose_clean": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 1)),
     "diagnose_caught": ("diagnose_corpus.json", lambda: _diagnose_caught()),
 }
+
+
+def _lf() -> dict:
+    """The LLaMA-Factory run's attribution at the newest commit it was measured at."""
+    return _json("realmodel_llamafactory.json")["attributions"]["_head"]
 
 
 def _diagnose_caught() -> str:
