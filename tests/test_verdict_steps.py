@@ -94,7 +94,7 @@ def test_driven_reads_the_items_the_named_rows_drive():
     ev = ev_of(S, item_harm=ItemHarm(S, list(range(S.shape[0])), list(range(N))))
     d = decide(ev)
     assert d.driven is not None and d.driven.significant and set(d.driven.items) == set(range(4, S.shape[0]))
-    assert decide(ev, skip("driven")).driven is None
+    assert decide(ev, skip("effect")).driven is None
     assert decide(ev_of(S)).driven is None  # nothing saved per item: nothing read
 
 
@@ -104,7 +104,7 @@ def test_expected_recovery_is_the_named_rows_share_times_the_factor():
     s = ev.scores
     share = s[d.drop_rows].clip(0).sum() / s.clip(0).sum()
     assert d.expected_recovery == round(min(1.0, VerdictOptions().recovery_per_harm_share * share), 3)
-    assert decide(ev, skip("expected_recovery")).expected_recovery is None
+    assert decide(ev, skip("effect")).expected_recovery is None
 
 
 def test_forgetting_names_a_spread_harm_on_items_unlike_the_training_rows():

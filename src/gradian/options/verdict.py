@@ -19,15 +19,11 @@ STEP_NAMES = (
     "groups",
     "extension",
     "explain_away",
-    "minor",
     "share",
     "tokens",
     "describe",
-    "hints",
-    "leads",
     "setup_first",
-    "driven",
-    "expected_recovery",
+    "effect",
     "forgetting",
 )
 

@@ -10,15 +10,15 @@ and refines one :class:`Decision`; ``VerdictOptions.skip`` switches steps off (f
   largest one.
 - ``explain_away``: what the groups hold is set aside and the rest read again (its own head, the regressed items the
   groups do not drive, the findings that carry the rest's harm): a second defect.
-- ``minor``: beside a mechanical group, a content group too light or too small is set aside (listed, not named).
-- ``share``: the groups name rows only when they carry enough of the harm (or rest on finding tests) and are stable.
+- ``share``: beside a mechanical group, a light content group is set aside (listed, not named); the groups
+  name rows only when they carry enough of the harm (or rest on finding tests) and are stable.
 - ``tokens``: with token profiles, each named content group takes the rows whose harm sits on its tokens.
-- ``describe``: each content group's findings, label and distinctive terms, read on its final rows.
-- ``hints``: rows outside the groups that hold a content group's term and carry the harm, listed to read.
-- ``leads``: a spread harm that leans on one label's rows, said.
+- ``describe``: each content group's findings, label and distinctive terms, read on its final rows; the rows
+  outside the groups that hold a group's term and carry the harm (hints); a spread harm that leans on one label's
+  rows (leads).
 - ``setup_first``: over a run with a setup error, rows that stand out are listed, not named.
-- ``driven``: the regressed items the named rows drive (the items `gradian verify` judges them on).
-- ``expected_recovery``: the share of the summed regression dropping the named rows should bring back.
+- ``effect``: the regressed items the named rows drive (the items `gradian verify` judges them on) and the
+  share of the summed regression dropping them should bring back.
 - ``forgetting``: the rows not named carry most of the harm and the regressed items are unlike the training rows.
 """
 
@@ -113,11 +113,10 @@ def explain(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     d.undriven = explain_away(d.rd, d.groups, d.harmful, d.carriers, settled=o.runs("extension"))
 
 
-def set_aside(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
-    d.groups, d.set_aside = minor(d.groups, o)
-
-
 def share(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
+    """Beside a mechanical group, a light content group is set aside (listed, not named); the groups left name rows
+    when they carry enough of the harm and are stable."""
+    d.groups, d.set_aside = minor(d.groups, o)
     h = _head(d)
     d.culprit_rows, d.head_share = d.rd.named(d.groups, h.kept)
     d.concentrated, d.reason = concentration(h, d.groups, d.culprit_rows, d.head_share, d.harmful, d.basis, o)
@@ -159,18 +158,14 @@ def tokens(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
 
 
 def describe(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
+    """What a content group shares (findings, label, terms, read on its final rows); the rows outside the groups that
+    hold a group's term and carry the harm (hints); on a spread harm, the label its harm leans on (leads)."""
     for g in d.groups + d.set_aside:  # rows joined or left by direction or tokens: what a content group shares
         if g.cause == "content":
             describe_content(g, d.rd.findings, d.rd.terms, o)
-
-
-def hints(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     if d.concentrated:
         d.hints = term_hints(ev.S, d.rd.s, d.rd.rows, d.groups, ev.texts, o, [d.rd.family[0]])
-
-
-def leads(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
-    if not d.concentrated:
+    else:
         d.leads = label_leads(ev.S, d.rd.s, d.rd.rows, ev.labels, o, [d.rd.family[0]])
 
 
@@ -180,15 +175,15 @@ def setup_first(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
         d.kind = "setup"
 
 
-def driven(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
+def effect(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
+    """What dropping the named rows should do: the regressed items they drive (the ones `gradian verify` judges them
+    on) and the share of the summed regression it should bring back."""
+    if not (d.kind == "concentrated" and d.drop_rows):
+        return
     ih = ev.item_harm
-    if d.kind == "concentrated" and d.drop_rows and ih is not None:
+    if ih is not None:
         d.driven = driven_items(ih.S, ih.items, ih.rows, d.drop_rows, z=o.driven_z, alpha=o.driven_alpha)
-
-
-def recovery(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
-    if d.kind == "concentrated" and d.drop_rows:
-        d.expected_recovery = round(expected_recovery(ev.harm, d.drop_rows, o.recovery_per_harm_share), 3)
+    d.expected_recovery = round(expected_recovery(ev.harm, d.drop_rows, o.recovery_per_harm_share), 3)
 
 
 def forgot(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
@@ -225,19 +220,15 @@ STEPS: tuple[Step, ...] = (
     Step("groups", groups),
     Step("extension", extension),
     Step("explain_away", explain),
-    Step("minor", set_aside),
     Step("share", share, no_share),
     Step("tokens", tokens),
     Step("describe", describe),
-    Step("hints", hints),
-    Step("leads", leads),
     Step("setup_first", setup_first),
-    Step("driven", driven),
-    Step("expected_recovery", recovery),
+    Step("effect", effect),
     Step("forgetting", forgot),
 )
 assert tuple(s.name for s in STEPS) == STEP_NAMES, "VerdictOptions.skip names the steps of STEPS"
-CULPRIT_STEPS = ("head", "findings", "groups", "extension", "explain_away", "minor", "share", "tokens", "describe")
+CULPRIT_STEPS = ("head", "findings", "groups", "extension", "explain_away", "share", "tokens", "describe")
 
 
 def reading(ev: Evidence, o: VerdictOptions) -> Reading:

@@ -371,8 +371,8 @@ def _of_material(answer: str, material: set[str]) -> float:
         "min_rows": (5, "outliers are flagged only when they and the bare answers are at least this many rows"),
         "min_share": (0.02, "and at least this share of their peers: fewer are a file's natural tail (1-3% of a base "
                       "model's own stories); a defect that cut answers hits a group"),
-        "material_df": (0.05, "a word is the peers' own material when at least this share of their answers that are "
-                        "not short (the lower quartile's length or more) use it"),
+        "material_df": (0.02, "a word is the peers' own material when at least this share of their answers that are "
+                        "not short (the lower quartile's length or more) use it (as D134's profile words)"),
         "min_material": (0.5, "a short answer is a stripped or cut one only when at least this share of its words are "
                          "the peers' material; in other words it is another kind of answer (a refusal, a reply in "
                          "another language), which other rules judge"),
