@@ -487,6 +487,8 @@ def score() -> list[dict[str, Any]]:
     rows = []
     for d in sorted(WORK.glob("*_s*")):
         kind, seed = d.name.rsplit("_s", 1)
+        if kind not in KINDS:  # another trainer's run (bench/realmodel/llamafactory.py scores its own)
+            continue
         for how in ("prompts", "refs"):
             if (d / f"attr_{how}" / "report.json").is_file():
                 rows.append(score_run(kind, int(seed), how))
