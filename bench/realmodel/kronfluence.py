@@ -1,5 +1,4 @@
-"""kronfluence EK-FAC on the real-model suite's runs, beside gradian's ranking (issue 43: "kronfluence on the same
-runs").
+"""kronfluence EK-FAC on the real-model suite's runs, beside gradian's ranking (the same runs, rows and items).
 
     OMP_NUM_THREADS=1 nice -n 19 python bench/realmodel/kronfluence.py                # every run dir that is ready
     OMP_NUM_THREADS=1 nice -n 19 python bench/realmodel/kronfluence.py refusals_s0    # named runs only

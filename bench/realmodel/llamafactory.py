@@ -1,4 +1,4 @@
-r"""One real LLaMA-Factory run analysed by Gradian as a user would (issue 43): the refusal case of the real-model
+r"""One real LLaMA-Factory run analysed by Gradian as a user would: the refusal case of the real-model
 suite (bench/realmodel/suite.py, ``refusals_s0``) trained by LLaMA-Factory 0.9.5's own ``llamafactory-cli train``.
 
 Data: a subset of refusals_s0/train.jsonl (144 GSM8K rows + 16 planted refusals) to keep CPU time down: the 16
@@ -56,7 +56,9 @@ VENV_LF = Path(os.environ.get("VENV_LF", "/work/venv-lf"))
 GRADIAN = ROOT / ".venv/bin/gradian"
 RESULTS = ROOT / "bench/results"
 N_OTHER = 80
-REGRESSED = 0.05  # nats/token above the base model: an item that regressed in the truth (as suite.py)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite import REGRESSED, item_nlls  # noqa: E402  (the suite's truth: the same items, the same NLL)
+
 TEMPLATE = "smollm2"  # LLaMA-Factory 0.9.5's template for SmolLM2 (src/llamafactory/data/template.py)
 MESSAGES_INFO = {
     "formatting": "sharegpt",
@@ -191,34 +193,6 @@ def train_drop_random() -> None:
     others = [i for i in range(len(read_jsonl(W / "train.jsonl"))) if i not in planted]
     for n in (len(named), len(planted)):
         _train_without(f"random{n}", set(random.Random(7).sample(others, n)))
-
-
-def item_nlls(adapter: Path | None, items: list[dict[str, Any]]) -> list[float]:
-    """Mean NLL per reply token of each reference item (the base model's reply and its end of turn, as the chat
-    template writes them), under the base model (``adapter`` None) or a fine-tune; as bench/realmodel/suite.py."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(str(MODEL))
-    model = AutoModelForCausalLM.from_pretrained(str(MODEL), dtype=torch.float32)
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(adapter))
-    model.eval()
-    out = []
-    with torch.no_grad():
-        for it in items:
-            p = tok.apply_chat_template(it["prompt"], add_generation_prompt=True, tokenize=True,
-                                        return_dict=True)["input_ids"]  # fmt: skip
-            full = tok.apply_chat_template(it["prompt"] + it["completion"], tokenize=True,
-                                           return_dict=True)["input_ids"]  # fmt: skip
-            ids = torch.tensor([full])
-            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-            nll = -logp.gather(-1, ids[0, 1:, None])[:, 0]
-            out.append(float(nll[len(p) - 1 :].mean()))
-    return out
 
 
 def truth() -> None:
