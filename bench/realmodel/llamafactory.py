@@ -59,13 +59,10 @@ N_OTHER = 80
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import REGRESSED, item_nlls  # noqa: E402  (the suite's truth: the same items, the same NLL)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "frameworks"))
+from make_golden_llamafactory import MESSAGES_INFO  # noqa: E402  (the dataset_info entry the golden cases use)
+
 TEMPLATE = "smollm2"  # LLaMA-Factory 0.9.5's template for SmolLM2 (src/llamafactory/data/template.py)
-MESSAGES_INFO = {
-    "formatting": "sharegpt",
-    "columns": {"messages": "messages"},
-    "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
-             "system_tag": "system"},
-}  # fmt: skip
 CONFIG = {
     "stage": "sft",
     "do_train": True,

@@ -15,7 +15,7 @@ generic chat-template path, and the decision says so.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 IGNORE = -100
@@ -40,6 +40,12 @@ class Template:
 _CHATML_USER = "<|im_start|>user\n{{content}}<|im_end|>\n<|im_start|>assistant\n"
 _L3_USER = (
     "<|start_header_id|>user<|end_header_id|>\n\n{{content}}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+_SMOLLM = Template(  # ChatML's slots without its EOS replacement
+    user=(_CHATML_USER,),
+    assistant=("{{content}}<|im_end|>\n",),
+    system=("<|im_start|>system\n{{content}}<|im_end|>\n",),
+    stop_words=("<|im_end|>",),
 )
 TEMPLATES: dict[str, Template] = {
     "empty": Template(assistant=("{{content}}",)),
@@ -74,19 +80,8 @@ TEMPLATES: dict[str, Template] = {
         stop_words=("<|im_end|>",),
         replace_eos=True,
     ),
-    "smollm": Template(
-        user=(_CHATML_USER,),
-        assistant=("{{content}}<|im_end|>\n",),
-        system=("<|im_start|>system\n{{content}}<|im_end|>\n",),
-        stop_words=("<|im_end|>",),
-    ),
-    "smollm2": Template(
-        user=(_CHATML_USER,),
-        assistant=("{{content}}<|im_end|>\n",),
-        system=("<|im_start|>system\n{{content}}<|im_end|>\n",),
-        default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face.",
-        stop_words=("<|im_end|>",),
-    ),
+    "smollm": _SMOLLM,
+    "smollm2": replace(_SMOLLM, default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face."),
     "llama3": Template(
         user=(_L3_USER,),
         assistant=("{{content}}<|eot_id|>",),
