@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     except GradianError as err:
         if debug:
             raise
-        from gradian.dist import rank_prefix, record_failure
+        from gradian.dist import leave, rank_prefix, record_failure
 
         line = f"error: {rank_prefix()}{err.one_line()}"
         typer.echo(line, err=True)
         record_failure(line)
-        sys.exit(err.exit_code)
+        leave(err.exit_code)
     except OSError as err:  # a path no check caught (a folder where a file goes, unreadable): still one line
         if debug or err.filename is None:
             raise
@@ -73,17 +73,21 @@ def main(argv: list[str] | None = None) -> None:
             "`gradian COMMAND --help` says, that you can read or write).",
             err=True,
         )
-        sys.exit(2)
+        from gradian.dist import leave
+
+        leave(2)
     except RuntimeError as err:  # under torchrun: a collective broken by another rank's exit
-        from gradian.dist import peer_lost, rank_prefix, say_stopped
+        from gradian.dist import leave, peer_lost, rank_prefix, record_failure, say_stopped
 
         if debug or not peer_lost(err):
             raise
-        say_stopped(
+        line = (
             f"error: {rank_prefix()}stopped: another torchrun rank failed (its error line is above). "
             "Fix: fix that error and rerun."
         )
-        sys.exit(2)
+        say_stopped(line)
+        record_failure(line, caused_by_peer=True)
+        leave(2)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -203,6 +203,19 @@ def close() -> None:
         os._exit(0)
 
 
+def leave(code: int) -> None:
+    """End this process with ``code`` after an error line. A worker whose gloo group gradian joined itself leaves at
+    once (``os._exit``, output flushed): a broken group left to the interpreter's exit aborts the rank
+    ("terminate called without an active exception", SIGABRT), which would bury the one error line."""
+    import sys
+
+    if _JOINED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def _in_process_group() -> Any:
     """``torch.distributed`` when this process has joined a process group, else None (never imports torch)."""
     import sys
@@ -253,16 +266,19 @@ def rank_prefix() -> str:
     return f"rank {os.environ.get('RANK', '0')}: " if env_world() > 1 else ""
 
 
-def record_failure(line: str) -> None:
+def record_failure(line: str, *, caused_by_peer: bool = False) -> None:
     """Under torchrun, put this rank's one-line error in the file torchrun's failure summary reads
-    (``TORCHELASTIC_ERROR_FILE``), so the summary names it instead of "To enable traceback see ..."."""
+    (``TORCHELASTIC_ERROR_FILE``), so the summary names it instead of "To enable traceback see ...".
+
+    torchrun names the failure with the smallest timestamp (whole seconds) as the root cause; a rank stopped by
+    another's failure (``caused_by_peer``) dates its line one second later, so a tie never makes it the cause."""
     import json
     import time
 
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if env_world() <= 1 or not path:
         return
-    info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+    info = {"py_callstack": line, "timestamp": str(int(time.time()) + int(caused_by_peer))}
     try:
         with open(path, "w") as f:
             json.dump({"message": {"message": line, "extraInfo": info}}, f)
