@@ -180,3 +180,22 @@ def test_the_evidence_aligns_the_saved_harm_to_the_ranked_rows():
     picked = matched_item_harm(S, [10, 11, 12], [12, 10], [3, 7, 9])
     assert picked is not None and picked.items == [10, 12] and picked.S.tolist() == [S[0].tolist(), S[2].tolist()]
     assert matched_item_harm(S, [10, 11], [10], None) is None  # the matrix is not the query's
+
+
+def test_the_headline_names_a_group_by_the_content_finding_that_flags_most_of_it():
+    """A content group's distinctive terms say what its rows are about; on rows in another language they are that
+    language's function words ('la / un'). A content finding that flags most of the group says what the rows are,
+    so the headline uses it; one that flags a minority does not, and the terms stay."""
+    from gradian.verdict.headline import headline
+    from gradian.verdict.schema import How, SharedFinding, Verdict, VerdictGroup
+
+    def said(share: float) -> str:
+        lang = SharedFinding(code="D134", name="language_mix", count=round(13 * share), share=share)
+        group = VerdictGroup(cause="content", rows=list(range(13)), size=13, harm_share=0.5, shared=[lang],
+                             terms=["la", "un", "de"])  # fmt: skip
+        v = Verdict(kind="concentrated", cause="content", headline="", drop_rows=list(range(13)), groups=[group],
+                    how=How(head_share=0.51), expected_recovery=0.55)  # fmt: skip
+        return headline(v)
+
+    assert "13 training rows with language mix carry 51% of the harm" in said(1.0)
+    assert "about la / un" in said(0.3) and "language mix" not in said(0.3)

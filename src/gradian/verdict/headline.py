@@ -11,15 +11,19 @@ MAX_WORDS = 25
 
 
 def _what(g: VerdictGroup) -> str:
-    """A few words on what a group's rows share: its finding, its label, or its first two terms."""
+    """A few words on what a group's rows share: its finding, its label, a content finding that flags most of them,
+    or its first two terms (a finding says what the rows are; terms only what they are about, and on rows in
+    another language they are its function words)."""
     if g.finding is not None and g.finding.name:
         return f"with {g.finding.name.replace('_', ' ')}"
     if g.label:
         return f"labelled {g.label.strip()!r}"
+    shared = sorted((s for s in g.shared if s.name and s.share >= 0.5), key=lambda s: -s.share)
+    if shared:
+        return f"with {shared[0].name.replace('_', ' ')}"
     if g.terms:
         return "about " + " / ".join(g.terms[:2])
-    shared = [s.name.replace("_", " ") for s in g.shared if s.name]
-    return f"flagged {shared[0]}" if shared else ""
+    return ""
 
 
 def _fits(*options: str) -> str:
