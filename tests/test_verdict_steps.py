@@ -199,3 +199,33 @@ def test_the_headline_names_a_group_by_the_content_finding_that_flags_most_of_it
 
     assert "13 training rows with language mix carry 51% of the harm" in said(1.0)
     assert "about la / un" in said(0.3) and "language mix" not in said(0.3)
+
+
+REFUSALS = {"code": "D123", "name": "refusal_boilerplate", "severity": "warning", "cause": "content",
+            "evidence": {"rows": PLANTED}, "fix": {"text": "Drop the refusal rows"}}  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_spread_harm_leans_on_a_warnings_rows_that_carry_more_than_their_share(seed):
+    """40 rows a warning flags add a little harm to every item (0.3, a fifth of the noise's spread): no row stands
+    out and they carry under the share of the harm a culprit group needs, so the verdict is spread; as a set they
+    still carry more than their share and rank above the other rows, so the verdict lists them as a lead with what
+    dropping them should bring back, and names no row to drop. An info finding on the same rows, the same rows
+    with no extra harm, and the lead bar off make no lead."""
+    S = harm_matrix(seed=seed)
+    S[:, PLANTED] += 0.3
+    d = decide(ev_of(S, [REFUSALS]))
+    assert d.kind == "spread" and not d.drop_rows
+    (lead,) = d.finding_leads
+    s = S.sum(0)
+    assert lead.code == "D123" and sorted(lead.rows) == PLANTED and lead.rows == sorted(PLANTED, key=lambda r: -s[r])
+    share = s[PLANTED].clip(0).sum() / s.clip(0).sum()
+    assert share < VerdictOptions().min_head_share and share > 0.1 and lead.harm_share == pytest.approx(share)
+    assert lead.expected_recovery == round(VerdictOptions().recovery_per_harm_share * share, 3)
+    v = write(ev_of(S, [REFUSALS]), d, VerdictOptions())
+    assert v.how is not None and v.how.finding_leads[0]["rows"] == lead.rows
+    assert any("It leans on the 40 rows diagnose flags as refusal boilerplate" in x for x in v.sentences)
+    assert any(x.startswith("Drop the refusal rows (the 40 rows flagged") for x in v.next_steps)
+    assert not decide(ev_of(S, [{**REFUSALS, "severity": "info"}])).finding_leads
+    assert not decide(ev_of(harm_matrix(seed=seed), [REFUSALS])).finding_leads
+    assert not decide(ev_of(S, [REFUSALS]), VerdictOptions(lead_enrichment=0)).finding_leads

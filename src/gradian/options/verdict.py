@@ -107,6 +107,13 @@ class VerdictOptions(Options):
         "harm is this multiple of their share of the rows.",
         min=0,
     )
+    lead_enrichment: float = option(
+        1.0,
+        "On a spread harm, a warning's flagged rows are listed as a lead (rows to read, with what dropping them "
+        "should bring back; not named) when their share of the positive harm is this multiple of their share of the "
+        "rows and their harm ranks above the other rows' (the finding test at finding_alpha; 0: off).",
+        min=0,
+    )
     extend_mechanical: bool = option(
         True,
         "A mechanical group also takes the finding's other rows, those whose harm helps too: the defect is "

@@ -352,11 +352,18 @@ def listed(items: Sequence[Any], limit: int) -> str:
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
     """(label, rows) for each term hint of the verdict (:mod:`gradian.verdict.term_hints`), rows past drop_rows to
     read for the same defect, each content group set aside beside a mechanical one (:func:`culprits.minor`), and
-    each label a spread harm leans on (:mod:`gradian.verdict.label_leads`)."""
+    each label and each warning's rows a spread harm leans on (:mod:`gradian.verdict.label_leads`,
+    :mod:`gradian.verdict.finding_leads`)."""
     hints = v.how.hints if v.how is not None else []
     aside = v.how.set_aside if v.how is not None else []
     leads = v.how.leads if v.how is not None else []
+    flagged = v.how.finding_leads if v.how is not None else []
     return [
+        (f"Rows to read ({len(x.get('rows') or [])} flagged as {str(x.get('name') or '').replace('_', ' ')} "
+         f"({x.get('code')}), most harmful first, not in drop_rows)", [int(r) for r in x.get("rows") or []])
+        for x in flagged
+        if x.get("rows")
+    ] + [
         (f"Labels to check ({len(x.get('rows') or [])} rows whose completion is {x.get('label')!r}, most harmful "
          "first, not in drop_rows)", [int(r) for r in x.get("rows") or []])
         for x in leads

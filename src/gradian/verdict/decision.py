@@ -10,6 +10,7 @@ import numpy as np
 from gradian.diagnose.types import Finding
 from gradian.verdict.culprits import Culprits, FindingTest, Head, Reading, UndrivenRead
 from gradian.verdict.driven import DrivenItems
+from gradian.verdict.finding_leads import FindingLead
 from gradian.verdict.forgetting import Forgetting
 from gradian.verdict.groups import Group
 from gradian.verdict.label_leads import LabelLead
@@ -42,6 +43,7 @@ class Decision:
     reason: str = ""
     hints: list[TermHint] = field(default_factory=list)
     leads: list[LabelLead] = field(default_factory=list)
+    finding_leads: list[FindingLead] = field(default_factory=list)
     driven: DrivenItems | None = None
     expected_recovery: float | None = None
     forgetting: Forgetting | None = None

@@ -20,7 +20,7 @@ def _what(g: VerdictGroup) -> str:
         return f"labelled {g.label.strip()!r}"
     shared = sorted((s for s in g.shared if s.name and s.share >= 0.5), key=lambda s: -s.share)
     if shared:
-        return f"with {shared[0].name.replace('_', ' ')}"
+        return f"with {str(shared[0].name).replace('_', ' ')}"
     if g.terms:
         return "about " + " / ".join(g.terms[:2])
     return ""
@@ -83,6 +83,12 @@ def evidence(v: Verdict) -> list[str]:
             )
     if v.kind == "spread" and how is not None and how.reason:
         out.append(f"No group stands out: {how.reason}.")
+    for x in (how.finding_leads if v.kind == "spread" and how is not None else [])[:1]:
+        out.append(
+            f"{len(x.get('rows') or [])} rows flagged as {str(x.get('name') or '').replace('_', ' ')} carry "
+            f"{pct(x.get('harm_share'), '?')} of the harm ({pct(x.get('row_share'), '?')} of the rows); dropping them "
+            f"should bring back about {pct(x.get('expected_recovery'), '?')}."
+        )
     f = v.forgetting or {}
     if f.get("found"):
         out.append(

@@ -131,6 +131,7 @@ class How(Record):
     findings: list[dict[str, Any]] = field(default_factory=list)  # findings whose flagged rows carry the harm
     hints: list[dict[str, Any]] = field(default_factory=list)  # gradian.verdict.term_hints.TermHint.to_dict()
     leads: list[dict[str, Any]] = field(default_factory=list)  # gradian.verdict.label_leads.LabelLead.to_dict()
+    finding_leads: list[dict[str, Any]] = field(default_factory=list)  # verdict.finding_leads.FindingLead.to_dict()
     undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
     set_aside: list[VerdictGroup] = field(default_factory=list)  # content groups too light beside a mechanical one
     reason: str = ""
@@ -150,6 +151,7 @@ class How(Record):
             findings=[dict(f) for f in data.get("findings") or []],
             hints=[dict(h) for h in data.get("hints") or []],
             leads=[dict(x) for x in data.get("leads") or []],
+            finding_leads=[dict(x) for x in data.get("finding_leads") or []],
             undriven=[dict(u) for u in data.get("undriven") or []],
             set_aside=[VerdictGroup.from_dict(g) for g in data.get("set_aside") or []],
             reason=str(data.get("reason") or ""),

@@ -46,6 +46,7 @@ from gradian.verdict.culprits import (
 from gradian.verdict.decision import Decision
 from gradian.verdict.driven import driven_items
 from gradian.verdict.evidence import Evidence, Row, typed_findings
+from gradian.verdict.finding_leads import finding_leads
 from gradian.verdict.forgetting import forgetting
 from gradian.verdict.groups import describe_content, reorder
 from gradian.verdict.harm_tokens import extend_by_tokens
@@ -159,14 +160,17 @@ def tokens(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
 
 def describe(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     """What a content group shares (findings, label, terms, read on its final rows); the rows outside the groups that
-    hold a group's term and carry the harm (hints); on a spread harm, the label its harm leans on (leads)."""
+    hold a group's term and carry the harm (hints); on a spread harm, the label and the warnings' rows its harm leans
+    on (leads)."""
     for g in d.groups + d.set_aside:  # rows joined or left by direction or tokens: what a content group shares
         if g.cause == "content":
             describe_content(g, d.rd.findings, d.rd.terms, o)
     if d.concentrated:
         d.hints = term_hints(ev.S, d.rd.s, d.rd.rows, d.groups, ev.texts, o, [d.rd.family[0]])
     else:
-        d.leads = label_leads(ev.S, d.rd.s, d.rd.rows, ev.labels, o, [d.rd.family[0]])
+        family = [d.rd.family[0]]  # both lead tests count in the verdict's one Bonferroni family
+        d.leads = label_leads(ev.S, d.rd.s, d.rd.rows, ev.labels, o, family)
+        d.finding_leads = finding_leads(ev.S, d.rd.s, d.rd.rows, d.rd.findings, o, ev.harm, family)
 
 
 def setup_first(ev: Evidence, d: Decision, o: VerdictOptions) -> None:

@@ -26,6 +26,7 @@ from gradian.verdict.culprits import Culprits, FindingTest
 from gradian.verdict.decision import Decision
 from gradian.verdict.driven import driven_sentence
 from gradian.verdict.evidence import ClusterLike, Evidence
+from gradian.verdict.finding_leads import FindingLead
 from gradian.verdict.forgetting import FORGETTING_STEP, forgetting_sentence
 from gradian.verdict.groups import Group
 from gradian.verdict.headline import summarize
@@ -154,12 +155,13 @@ def _decided(ev: Evidence, d: Decision, policy: VerdictOptions, draft: _Draft, n
     verdict.confidence = _confidence(found.stability, found.basis, policy)
     verdict.how = How.from_dict(
         found.to_dict()
-        | {"head": found.head[:200], "hints": [h.to_dict() for h in d.hints], "leads": [x.to_dict() for x in d.leads]}
-    )
+        | {"head": found.head[:200], "hints": [h.to_dict() for h in d.hints], "leads": [x.to_dict() for x in d.leads],
+           "finding_leads": [x.to_dict() for x in d.finding_leads]}
+    )  # fmt: skip
     if d.kind == "setup":
         return _setup_first(draft, found, n_reg)
     if d.kind != "concentrated":
-        v = _spread(draft, found, n_reg, d.cause, d.leads)
+        v = _spread(draft, found, n_reg, d.cause, d.leads, d.finding_leads)
     else:
         typed_of = {id(fd): f for fd, f in zip(ev.finding_dicts, ev.findings, strict=True)}
         v = _concentrated(draft, found, d.hints, typed_of, ev.ids, ev.n_rows, n_reg, d.cause)
@@ -555,9 +557,10 @@ SPREAD_THIN = (
 )
 
 
-def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads: Sequence[LabelLead] = ()) -> Verdict:
+def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads: Sequence[LabelLead] = (),
+            flagged: Sequence[FindingLead] = ()) -> Verdict:  # fmt: skip
     """The verdict when no group of rows explains the regression: say why, what the harm leans on (one label's rows,
-    :mod:`label_leads`), and what to try instead."""
+    :mod:`label_leads`; a warning's rows, :mod:`finding_leads`), and what to try instead."""
     draft.sentences.append(
         f"The harm to the {n_reg} is spread: {found.reason}. No group of rows explains the regression, so no rows "
         "are named to drop."
@@ -576,6 +579,21 @@ def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads:
         "verdict.how.leads, most harmful first: wrong labels tend to rank first), relabel the wrong ones and re-train: "
         "if they were the cause, the regressed items come back. Dropping them all would take the label out of the data."
         for lead in leads
+    )
+    for fl in flagged:
+        freq = "" if fl.frequency is None else f", in {fl.frequency:.0%} of the resamples"
+        draft.sentences.append(
+            f"It leans on the {_rows_word(len(fl.rows))} diagnose flags as {fl.title}, though: they are "
+            f"{pct(fl.row_share)} of the scored rows and carry {pct(fl.harm_share)} of the harm, and as a set their "
+            f"harm ranks above the other rows' (p = {fl.p:.1g}{freq}). Too little to explain the regression; dropping "
+            f"them should bring back about {pct(fl.expected_recovery)} of it (their share of the harm, calibrated on "
+            "retrains)."
+        )
+    draft.next_steps.extend(
+        f"{fl.fix.rstrip('.') or 'Fix the rows'} (the {_rows_word(len(fl.rows))} flagged as {fl.title}, listed in "
+        f"verdict.how.finding_leads, most harmful first): dropping them should bring back about "
+        f"{pct(fl.expected_recovery)} of the regression."
+        for fl in flagged
     )
     warn = [] if draft.errors else [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
     if warn:
