@@ -8,7 +8,8 @@ Four kinds come in several cases each, on other sets, seeds, sizes and shares (n
 words, flipped sentiment labels, foreign reviews in an English sentiment file, text rows cut mid-word or
 mid-sentence), with clean sets of the same shapes. `--score` runs `gradian diagnose --select D` on every file and
 writes, per kind, the planted rows the expected rule flags (recall), the share of its flagged rows that are planted
-(precision) and its severity, and every error or warning on the clean sets (false alarms).
+(precision) and its severity (where that mixes in a note, also the recall and precision of the rows named at warning
+or error alone), and every error or warning on the clean sets (false alarms).
 
     python bench/diagnose_corpus.py OUT_DIR                  # writes OUT_DIR/<kind>.jsonl, clean_<set>.jsonl, manifest
     python bench/diagnose_corpus.py OUT_DIR --score RESULTS  # and RESULTS.json, RESULTS.md (the scores)
@@ -151,7 +152,8 @@ EXPECT = {
 
 # The precision each kind is held to besides recall >= 0.8 (0.5 unless named): a flipped label on a unique review
 # shows only through a text model of the file, and a bag-of-words model also disagrees with about one correct short
-# review in five, so at recall 0.8 its review list (a note) holds about three correct rows per flipped one.
+# review in five, so at recall 0.8 its rows (those it names at warning and its review list, a note) hold about three
+# correct rows per flipped one.
 MIN_PRECISION = {"label_noise_sentiment": 0.2, "label_noise_yelp": 0.2, "label_noise_amazon_imdb": 0.2}
 
 
@@ -345,18 +347,30 @@ def score(out: Path, manifest: dict, select: tuple[str, ...] = ("D",)) -> dict:
     res: dict = {"kinds": {}, "clean": {}}
     for kind, m in manifest["kinds"].items():
         planted = set(m["rows"])
-        best, got, sev = best_finding(run(out / m["file"]), m["expect"], planted)
+        fs = run(out / m["file"])
+        best, got, sev = best_finding(fs, m["expect"], planted)
         tp = len(got & planted)
         res["kinds"][kind] = {"base": m["base"], "n": m["n"], "planted": len(planted), "rule": best, "found": tp,
                               "recall": round(tp / len(planted), 3),
                               "precision": round(tp / len(got), 3) if got else None, "severity": sev}  # fmt: skip
+        if "info" in sev:  # the rows the expected rule names at warning or error alone
+            loud = {
+                r for f in fs if f.code == best and f.severity.value != "info" for r in f.evidence.get("rows") or []
+            }
+            res["kinds"][kind]["loud"] = _rates(loud, planted)
     for name, f in manifest["clean"].items():
         res["clean"][name] = [f"{x.code}:{x.severity.value}" for x in run(out / f) if x.severity.value != "info"]
     return res
 
 
+def _rates(rows: set[int], planted: set[int]) -> dict:
+    tp = len(rows & planted)
+    return {"rows": len(rows), "found": tp, "recall": round(tp / len(planted), 3),
+            "precision": round(tp / len(rows), 3) if rows else None}  # fmt: skip
+
+
 def write_scores(res: dict, dest: Path) -> None:
-    """dest.json and dest.md: the per-kind table and the clean sets' false alarms."""
+    """dest.json and dest.md: the per-kind table, the clean sets' false alarms and the rows named at warning."""
     dest.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     lines = ["| kind | base | rows | planted | rule | found | recall | precision | severity |",
              "|---|---|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
@@ -368,6 +382,13 @@ def write_scores(res: dict, dest: Path) -> None:
     lines += ["", f"{caught} of {len(res['kinds'])} kinds caught at recall >= 0.8.", "",
               "| clean set | error/warning findings |", "|---|---|"]  # fmt: skip
     lines += [f"| {name} | {', '.join(fs) or 'none'} |" for name, fs in res["clean"].items()]
+    loud = {kind: r["loud"] for kind, r in res["kinds"].items() if "loud" in r}
+    if loud:
+        lines += ["", "| kind | rows at warning | planted among them | recall at warning | precision at warning |",
+                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        for kind, x in loud.items():
+            prec = "-" if x["precision"] is None else f"{x['precision']:.2f}"
+            lines.append(f"| {kind} | {x['rows']} | {x['found']} | {x['recall']:.2f} | {prec} |")
     dest.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

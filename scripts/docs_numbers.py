@@ -229,6 +229,7 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_store_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 1)),
     "t_diagnose_corpus": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 0)),
     "t_diagnose_clean": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 1)),
+    "t_diagnose_warning": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 2)),
     "diagnose_caught": ("diagnose_corpus.json", lambda: _diagnose_caught()),
 }
 

@@ -92,20 +92,58 @@ def test_foreign_reviews_in_an_english_sentiment_file(tmp_path):
 
 
 def test_flipped_sentiment_labels_listed_for_review(tmp_path):
-    """10% of 1,000 real reviews with the other label: a leave-one-out naive Bayes model of the file lists most of
-    them (0.72 in this draw; 0.79 to 0.85 in four others and on the corpus: a bag-of-words model misreads about one
-    short review in five, flipped or not), the most confident first (half of the first 20 are flipped), as a note;
-    the real file alone gets no warning (its own list is a note: the model disagrees with hard, correct reviews), and
-    GSM8K questions labelled by their answer's parity, which their words do not predict, get no list at all."""
+    """10% of 1,000 real reviews with the other label: a leave-one-out naive Bayes model of the file disagrees with
+    far more labels among the rows it reads most clearly than a clean file shows there, so the file gets a warning
+    naming those rows (45% of them flipped here); the other rows that read like the other label are a note; together
+    they hold most flipped rows (0.72 here). The real file alone gets no warning (its own list is a note: the model
+    disagrees with hard, correct reviews), and GSM8K questions labelled by their answer's parity, which their words do
+    not predict, get no list at all."""
     rows = realsets.sentiment(seed=12)[:1000]
     idx = sorted(random.Random(5).sample(range(len(rows)), 100))
     fs = run(realsets.write_jsonl(tmp_path / "noisy.jsonl", _sentiment_with(rows, idx, C._flip)), "D135")
-    model = [f for f in fs if f.evidence.get("kind") == "model"]
-    assert [f.severity.value for f in model] == ["info"]
-    got = flagged(model)
+    model = [f for f in fs if f.evidence.get("kind") in ("noisy_file", "model")]
+    assert [(f.severity.value, f.evidence["kind"]) for f in model] == [("warning", "noisy_file"), ("info", "model")]
+    assert "Labels look flipped" in model[0].message
+    named, got = flagged(model[:1]), flagged(model)
+    assert len(named & set(idx)) >= 0.35 * len(named), (len(named & set(idx)), len(named))
     assert len(got & set(idx)) >= 0.7 * len(idx) and len(got) <= 0.35 * len(rows), (len(got & set(idx)), len(got))
-    assert len(set(model[0].evidence["most_confident"]) & set(idx)) >= 10  # the list holds 1 in 4
+    assert len(set(model[0].evidence["most_confident"]) & set(idx)) >= 10
     assert loud(run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D135")) == []
     answers = [(r["prompt"], int(r["completion"].split("####")[-1].replace(",", ""))) for r in realsets.gsm8k(600)]
     parity = [{"prompt": p, "completion": " odd" if a % 2 else " even"} for p, a in answers]
     assert run(realsets.write_jsonl(tmp_path / "parity.jsonl", parity), "D135") == []  # words do not predict it
+
+
+@pytest.mark.parametrize(("seed", "sources", "n", "share"), [
+    (31, ("amazon", "imdb", "yelp"), 1500, 0.10), (32, ("yelp",), 1000, 0.15), (33, ("amazon", "imdb"), 800, 0.08),
+])  # fmt: skip
+def test_randomly_flipped_labels_warn_on_fresh_draws(tmp_path, seed, sources, n, share):
+    """Fresh draws of the corpus' three label-noise shapes (8% to 15% of unique reviews flipped): the file gets the
+    noisy-labels warning, 30% or more of the rows it names are flipped (a third to two thirds measured), and with the
+    review note it holds 80% of the flipped rows."""
+    rows = realsets.sentiment(seed=seed, sources=sources)[:n]
+    idx = sorted(random.Random(seed).sample(range(len(rows)), int(share * len(rows))))
+    fs = run(realsets.write_jsonl(tmp_path / "noisy.jsonl", _sentiment_with(rows, idx, C._flip)), "D135")
+    warn = [f for f in fs if f.evidence.get("kind") == "noisy_file"]
+    assert [f.severity.value for f in warn] == ["warning"]
+    named, got = flagged(warn), flagged(f for f in fs if f.evidence.get("kind") in ("noisy_file", "model"))
+    assert len(named & set(idx)) >= 0.3 * len(named) and len(named & set(idx)) >= 0.25 * len(idx), len(named)
+    assert len(got & set(idx)) >= 0.8 * len(idx), (len(got & set(idx)), len(idx))
+
+
+@pytest.mark.parametrize("sources", [("amazon",), ("imdb",), ("yelp",), ("amazon", "imdb", "yelp")])
+def test_clean_real_label_files_get_no_label_noise_warning(tmp_path, sources):
+    """The real sentiment files, whole (1,000 reviews each, and the 3,000 together): no D135 warning. A bag-of-words
+    model misreads about a fifth of their reviews, but few of those it reads most clearly."""
+    rows = realsets.sentiment(seed=0, sources=sources)
+    assert loud(run(realsets.write_jsonl(tmp_path / "clean.jsonl", rows), "D135")) == []
+
+
+def test_clean_labels_of_another_task_are_not_called_noisy(tmp_path):
+    """The same reviews labelled by their source site (amazon, imdb, yelp): an exact label of another difficulty. A
+    few identical short reviews on two sites are conflicting copies; the labels are not called noisy."""
+    rows = [{"prompt": r["prompt"], "completion": f" {s}"} for s in ("amazon", "imdb", "yelp")
+            for r in realsets.sentiment(seed=1, sources=(s,))]  # fmt: skip
+    random.Random(0).shuffle(rows)
+    fs = run(realsets.write_jsonl(tmp_path / "sources.jsonl", rows), "D135")
+    assert [f for f in fs if f.evidence.get("kind") == "noisy_file"] == []

@@ -641,6 +641,12 @@ def _nb_margins(inputs: list[str], labels: list[str], alpha: float) -> list[floa
     return (best_other - own).tolist()
 
 
+def _wilson_low(k: int, n: int, z: float = 1.645) -> float:
+    """One-sided 95% lower bound of a rate of ``k`` in ``n`` (Wilson score interval)."""
+    p, d = k / n, 1 + z * z / n
+    return (p + z * z / (2 * n) - z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / d
+
+
 @rule(
     "D135", "label_noise", "warning", needs=("train",), cause="content", tiers="W/I",
     thresholds={
@@ -648,18 +654,29 @@ def _nb_margins(inputs: list[str], labels: list[str], alpha: float) -> list[floa
         "alpha": (1.0, "add-alpha smoothing of the naive Bayes word counts"),
         "margin": (-0.25, "a row whose input is at most this many nats less likely under another label than under "
                    "its own (leave-one-out naive Bayes) reads like that label's rows: listed for review"),
-        "min_rows": (100, "rows a classification file needs for the naive Bayes review list"),
-        "max_error_ratio": (0.8, "the list is made only where the model disagrees with fewer labels than this "
-                            "fraction of those a majority-label guess gets wrong (the words predict the label)"),
+        "min_rows": (100, "rows a classification file needs for the naive Bayes checks"),
+        "max_error_ratio": (0.8, "the naive Bayes checks run only where the model disagrees with fewer labels than "
+                            "this fraction of those a majority-label guess gets wrong (the words predict the label)"),
+        "clear_share": (0.4, "the share of rows the model reads most clearly (largest margin, either way) on which "
+                        "the file's label disagreement is measured: flipped labels show there as often as anywhere, "
+                        "the model's own mistakes seldom"),
+        "noisy_rate": (0.075, "the labels are called noisy where the one-sided 95% lower bound of the disagreement "
+                       "on those rows is above this (clean real review files: 0.06 at most; 5% to 15% flipped: "
+                       "0.09 and up)"),
     },
     summary="Classification-style rows (few distinct short targets) whose label disagrees with the label of the "
-    "same or a near-duplicate input elsewhere in the file (the minority label is flagged; a warning); and rows whose "
-    "input reads more like another label's rows than like its own label's, by a naive Bayes model over the words "
-    "of the file's own inputs with the row left out (a review list: a note).",
+    "same or a near-duplicate input elsewhere in the file (the minority label is flagged; a warning); files whose "
+    "labels look flipped at random: a naive Bayes model over the words of the file's own inputs, each row left out, "
+    "disagrees with too many labels among the rows it reads most clearly (a warning naming those rows); and the "
+    "other rows whose input reads more like another label's rows than like its own label's (a review list: a note).",
     why="Flipped or inconsistent labels teach the model contradictory answers. Two copies of one input with two "
     "labels are the cheapest reliable signal. A flipped label on a unique input shows only against the rest of the "
-    "file: its words are those of the other label's rows. A bag-of-words model also disagrees with the hard rows "
-    "of a clean file (about one short review in five), so that list is a note to review, not a verdict.",
+    "file: its words are those of the other label's rows. A bag-of-words model also misreads hard, correct rows "
+    "(about one short review in five), but seldom the rows it reads most clearly, where random flips show as often "
+    "as anywhere: many disagreements there mark a noisy file, and a third to two thirds of the rows named there "
+    "were flipped in review files with 5% to 15% of their labels flipped. The rest of the flipped rows lie among "
+    "the hard ones, where the model cannot tell them from correct rows, so that list is a note to review, not a "
+    "verdict.",
     example='"Great phone, works well." labelled positive twice and negative once; "Terrible battery, returned it." '
     "labelled positive among 1,500 reviews.",
     fix="Relabel the flagged rows (or drop them); review the listed rows, the most confident first.",
@@ -688,7 +705,28 @@ def label_noise(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     majority = Counter(labels).most_common(1)[0][1] / len(labels)
     if sum(m > 0 for m in margins) > t.max_error_ratio * (1 - majority) * len(margins):
         return  # the words hardly predict the label (GSM8K questions labelled by the answer's parity): no list
-    listed = sorted((k for k, m in enumerate(margins) if m > t.margin and k not in set(rows)),
+    conflicts = set(rows)
+    clear = sorted(range(len(margins)), key=lambda k: -abs(margins[k]))[: max(1, int(t.clear_share * len(margins)))]
+    against = [k for k in clear if margins[k] > 0]
+    low = _wilson_low(len(against), len(clear))
+    named: set[int] = set()
+    if low > t.noisy_rate:
+        named = {k for k in against if k not in conflicts}
+        flagged = sorted(named, key=lambda k: -margins[k])
+        idx = [rows_[k].index for k in flagged]
+        yield Hit(
+            f"Labels look flipped: on the {len(clear)} rows the file's own words place most clearly, {len(against)} "
+            f"({pct(len(against), len(clear))}%, at least {100 * low:.0f}% at 95% confidence) read as another label "
+            f"than theirs, where a clean file shows a few percent: {len(idx)} row(s) named, the most confident "
+            "first (a third to two thirds of such rows were flipped in files with labels flipped at random)",
+            evidence=rows_ev(idx, len(ctx.train), ctx.train_file, kind="noisy_file", clear_rows=len(clear),
+                             disagree=len(against), low_rate=round(low, 3), most_confident=idx[:20],
+                             margins={str(i): round(margins[k], 2) for i, k in zip(idx[:20], flagged, strict=False)}),
+            fix=drop_fix("Check the labels of the named rows, the most confident first, and of the file's source",
+                         idx, ctx.train_file, "D135"),
+        )  # fmt: skip
+    skip = conflicts | named
+    listed = sorted((k for k, m in enumerate(margins) if m > t.margin and k not in skip),
                     key=lambda k: -margins[k])  # fmt: skip
     if listed:
         idx = [rows_[k].index for k in listed]
