@@ -274,9 +274,14 @@ def _load(adapter: Path | None = None):
 
 
 def base_replies(prompts: list[str]) -> list[str]:
-    """The base model's greedy reply to each prompt (at most REF_TOKENS tokens, cut before the end of turn)."""
+    """The base model's greedy reply to each prompt (at most REF_TOKENS tokens, cut before the end of turn); a run
+    whose eval prompts another run already holds reuses that run's replies (the same model, greedy)."""
     import torch
 
+    for other in sorted(WORK.glob("*/eval_refs.jsonl")):
+        rows = read_jsonl(other)
+        if [r["prompt"][0]["content"] for r in rows] == prompts:
+            return [r["completion"][0]["content"] for r in rows]
     model, tok = _load()
     out = []
     with torch.no_grad():
