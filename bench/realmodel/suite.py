@@ -507,6 +507,7 @@ def score() -> list[dict[str, Any]]:
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    (RESULTS / "realmodel_suite_summary.md").write_text(summary(rows))
     (RESULTS / "realmodel_suite.md").write_text(
         "# Real-model suite: SmolLM2-135M-Instruct fine-tuned by the real TRL\n\n"
         "Produced by `python bench/realmodel/suite.py score` (bench/realmodel/suite.py's docstring has every step).\n"
@@ -516,6 +517,51 @@ def score() -> list[dict[str, Any]]:
         "the two models' greedy replies.\n\n" + "\n".join(lines) + "\n"
     )
     return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """Per attribution, what the suite judges: for a fault kind, whether its planted rows explain at least half of
+    the regression (the retrain), the verdict's cause, precision and recall where they do, AUC beside kronfluence's,
+    and expected_recovery against the retrain of what the verdict names (or, failing that, of the planted rows);
+    for a control (no planted row), whether the verdict names no row."""
+    kf_path = RESULTS / "realmodel_kronfluence.json"
+    kf = {r["run"]: r for r in json.loads(kf_path.read_text())["runs"]} if kf_path.is_file() else {}
+    head = ["run", "eval", "kind", "planted explain (retrain)", "verdict", "cause", "named", "precision", "recall",
+            "AUC", "kronfluence AUC", "expected", "retrain of named", "judged"]  # fmt: skip
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def f(x: Any) -> str:
+        return "–" if x is None else (f"{x:.2f}" if isinstance(x, float) else str(x))
+
+    for r in rows:
+        control = not r["planted"]
+        truth = r.get("truth_recovery_named")
+        truth = truth if truth is not None else r.get("truth_recovery_planted")
+        half = r.get("truth_recovery_planted")
+        if control:
+            judged = "silent" if not r["named"] else f"names {r['named']} rows"
+        elif half is None:
+            judged = "no retrain"
+        elif half >= 0.5:
+            ok = (r.get("precision") or 0) >= 0.8 and (r.get("recall") or 0) >= 0.8
+            judged = "P/R >= 0.8" if ok else "P/R under 0.8"
+        else:
+            judged = "planted rows explain under half: " + ("no rows named" if not r["named"] else "rows named")
+        exp = r.get("expected_recovery")
+        if exp is not None and truth is not None:
+            judged += f"; expected {'within' if abs(exp - truth) <= 0.25 else 'off by more than'} 0.25"
+        out.append("| " + " | ".join([
+            r["run"], r["eval"], "control" if control else r["kind"], f(half), f(r["verdict"]), f(r["cause"]),
+            f(r["named"]), f(r.get("precision")), f(r.get("recall")), f(r.get("auc")),
+            f((kf.get(r["run"]) or {}).get("kronfluence_auc")) if r["eval"] == "prompts" else "–", f(exp), f(truth),
+            judged,
+        ]) + " |")  # fmt: skip
+    return (
+        "# Real-model suite, judged\n\nProduced by `python bench/realmodel/suite.py score` from the same runs as "
+        "realmodel_suite.md. *planted explain*: the share of the summed regression the retrain without the planted "
+        "rows brings back; *retrain of named*: the retrain without the verdict's drop_rows where it ran, else the "
+        "planted rows'; kronfluence AUC from realmodel_kronfluence.json (prompts only).\n\n" + "\n".join(out) + "\n"
+    )
 
 
 def derive(kind: str, seed: int) -> list[Path]:
