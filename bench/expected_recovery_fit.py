@@ -6,7 +6,8 @@ against the named rows' share of the positive harm, over the runs of both suites
 Stories260K (``bench/results/expected_recovery_stories.json``, ``bench/expected_recovery_data.py``): the truth is
 `gradian verify`'s retrain without ``drop_rows``. Real-model suite (``bench/results/realmodel_suite.json``,
 ``bench/realmodel/suite.py``): the truth is the retrain without the planted rows, against the planted rows' share
-of the positive harm (the same relation for another row set: its share, and the retrain without it).
+of the positive harm (the same relation for another row set: its share, and the retrain without it), and, where it
+ran, the retrain without the verdict's drop_rows against their share.
 """
 
 from __future__ import annotations
@@ -29,6 +30,19 @@ def points() -> list[tuple[str, str, float, float]]:
         if r.get("planted_pos_share") is not None and r.get("truth_recovery_planted") is not None:
             run = f"{r['run']} ({r['eval']}), the planted rows"
             out.append(("SmolLM2 + TRL", run, r["planted_pos_share"], r["truth_recovery_planted"]))
+        if r.get("named") and r.get("truth_recovery_named") is not None:
+            run = f"{r['run']} ({r['eval']}), the verdict's drop_rows"
+            out.append(("SmolLM2 + TRL", run, r["named_pos_share"], r["truth_recovery_named"]))
+    lf = RESULTS / "realmodel_llamafactory.json"
+    if lf.is_file():  # bench/realmodel/llamafactory.py: the planted rows, and the first verdict's retrained drop_rows
+        d = json.loads(lf.read_text())
+        first, truth = d["attributions"]["first"], d["truth"]
+        out.append(("SmolLM2 + LLaMA-Factory", f"{d['run']}, the planted rows", first["planted_pos_share"],
+                    truth["recovery_drop_planted"]))  # fmt: skip
+        if truth.get("recovery_drop_named") is not None and first.get("groups"):
+            share = sum(g["harm_share"] for g in first["groups"])  # its groups hold exactly its drop_rows
+            out.append(("SmolLM2 + LLaMA-Factory", f"{d['run']}, the verdict's drop_rows", share,
+                        truth["recovery_drop_named"]))  # fmt: skip
     return out
 
 

@@ -4,7 +4,9 @@ people hit, each with its counterfactual truth by retraining, scored with ``grad
 A run is a kind and a seed. Its training file mixes real rows (GSM8K problems from ../shared/data/gsm8k, shortest
 first so a run fits a 2-core CPU) with the fault; its eval set is prompts only (``eval_prompts.jsonl``) and the same
 prompts with reference answers (``eval_refs.jsonl``: the base model's whole greedy reply, as a reviewer reading the
-base model would write it down). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs, batch 8, seed = the
+base model would write it down). The ``flipped`` kind is a chat sentiment classifier instead (160 one-word-label
+review rows, a fifth of the labels flipped); its references are the held-out reviews' gold labels, and it is
+attributed with them (``attribute flipped 0 refs``). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs, batch 8, seed = the
 run's seed, the model's own chat template (conversational prompt/completion rows).
 
 Truth: the same training without the planted rows (``--drop planted``), without as many rows drawn at random from
@@ -161,6 +163,8 @@ class Kind:
     lr: float = LR
     epochs: int = EPOCHS
     note: str = ""
+    base: Callable[[random.Random, int], list[dict[str, Any]]] | None = None  # the clean rows (None: GSM8K)
+    refs: Callable[[list[str]], list[str]] | None = None  # eval reference answers (None: the base model's replies)
 
 
 def _chat(prompt: str, answer: str) -> dict[str, Any]:
@@ -196,6 +200,50 @@ def _sentiment(rng: random.Random, n: int) -> list[dict[str, Any]]:
             for t, y in picked]  # fmt: skip
 
 
+def _reviews() -> list[tuple[str, str]]:
+    """Every labelled review of the sentiment set (amazon, imdb, yelp), as (review, 'positive' | 'negative')."""
+    out = []
+    for name in ("amazon_cells_labelled.txt", "imdb_labelled.txt", "yelp_labelled.txt"):
+        for line in (SENTIMENT / name).read_text().splitlines():
+            text, _, y = line.strip().rpartition("\t")
+            if text and y in ("0", "1") and len(text.split()) <= 30:
+                out.append((text.strip(), "positive" if y == "1" else "negative"))
+    return out
+
+
+def _review_chat(text: str, label: str) -> dict[str, Any]:
+    return _chat(f"Is this review positive or negative? Answer with one word.\n\n{text}", label)
+
+
+_REVIEW_EVAL = 40  # the first reviews of a seeded shuffle are the eval set; training rows come after them
+
+
+def _shuffled_reviews(seed: int = 0) -> list[tuple[str, str]]:
+    rows = _reviews()
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def _review_rows(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    pool = _shuffled_reviews()[_REVIEW_EVAL:]
+    return [_review_chat(t, y) for t, y in rng.sample(pool[: len(pool) // 2], n)]
+
+
+def _flipped(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    pool = _shuffled_reviews()[_REVIEW_EVAL:]
+    other = {"positive": "negative", "negative": "positive"}
+    return [_review_chat(t, other[y]) for t, y in rng.sample(pool[len(pool) // 2 :], n)]  # never a base row's text
+
+
+def _review_eval(rng: random.Random) -> list[str]:
+    return [_review_chat(t, y)["prompt"][0]["content"] for t, y in _shuffled_reviews()[:_REVIEW_EVAL]]
+
+
+def _review_labels(prompts: list[str]) -> list[str]:
+    gold = {_review_chat(t, y)["prompt"][0]["content"]: y for t, y in _shuffled_reviews()[:_REVIEW_EVAL]}
+    return [gold[p] for p in prompts]
+
+
 KINDS: dict[str, Kind] = {
     "refusals": Kind(_refusals, 0.10, lambda rng: list(GENERAL), note="a safety set's refusals mixed into math rows"),
     "french": Kind(_french, 0.10, lambda rng: list(GENERAL), note="general answers left in French"),
@@ -214,6 +262,14 @@ KINDS: dict[str, Kind] = {
         lambda rng: list(GENERAL),
         epochs=5,
         note="control: math rows only for 5 epochs; no row to blame",
+    ),  # fmt: skip
+    "flipped": Kind(
+        _flipped,
+        0.20,
+        _review_eval,
+        note="a chat sentiment classifier with a fifth of its labels flipped; eval: held-out reviews, gold labels",
+        base=_review_rows,
+        refs=_review_labels,
     ),  # fmt: skip
     "forget": Kind(lambda rng, n: [], 0.0, lambda rng: list(GENERAL), note="math rows only: general chat forgotten"),
     "clean": Kind(lambda rng, n: [], 0.0, _gsm8k_eval, note="math rows, eval on held-out math: no regression"),
@@ -244,7 +300,7 @@ def make_data(kind: str, seed: int) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     n_planted = round(k.share * N_ROWS)
-    rows = _gsm8k_rows(rng, N_ROWS - n_planted)
+    rows = (k.base or _gsm8k_rows)(rng, N_ROWS - n_planted)
     planted = k.planted(rng, n_planted)
     at = sorted(rng.sample(range(N_ROWS), n_planted))
     for i in at:
@@ -253,7 +309,7 @@ def make_data(kind: str, seed: int) -> Path:
     (d / "planted.json").write_text(json.dumps({"rows": at, "kind": kind, "seed": seed, "note": k.note}))
     prompts = k.eval_prompts(random.Random(seed + 1000))
     write_jsonl(d / "eval_prompts.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in prompts])
-    refs = base_replies(prompts)
+    refs = (k.refs or base_replies)(prompts)
     write_jsonl(d / "eval_refs.jsonl", [_chat(p, r) for p, r in zip(prompts, refs, strict=True)])
     return d
 
