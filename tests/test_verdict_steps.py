@@ -120,6 +120,25 @@ def test_forgetting_names_a_spread_harm_on_items_unlike_the_training_rows():
     assert decide(near).cause == "unknown"
 
 
+def test_a_setup_error_comes_before_forgetting_in_the_headline_and_the_steps():
+    """The same forgetting run trained with a setup error (the learning rate too high, which alone can make a model
+    forget): the headline says to fix the setup first, and its fix leads the next steps."""
+    texts = {i: f"Add {i} apples and {i + 1} pears: the sum is {2 * i + 1}." for i in range(N)}
+    items = ["How do I boil an egg?", "Name a river in France.", "Write a haiku about snow."]
+    error = {"code": "C202", "name": "lr_too_high", "severity": "error", "cause": "setup",
+             "evidence": {"key": "learning_rate", "value": 0.003},
+             "fix": {"text": "Lower the learning rate", "key": "learning_rate", "value": 0.0002}}  # fmt: skip
+    ev = ev_of(harm_matrix(seed=0), [error], texts=texts, item_texts=items)
+    d = decide(ev)
+    assert d.kind == "spread" and d.forgetting is not None and d.forgetting.found and not d.forgetting_first
+    v = write(ev, d, VerdictOptions())
+    assert v.headline.startswith("Fix the setup error first (lr too high: learning_rate = 0.003)"), v.headline
+    assert "lr too high" in v.next_steps[0] and v.next_steps[1].startswith("Mix general data")
+    plain = write(ev_of(harm_matrix(seed=0), texts=texts, item_texts=items), decide(ev_of(harm_matrix(seed=0),
+                  texts=texts, item_texts=items)), VerdictOptions())  # fmt: skip
+    assert plain.headline.startswith("The model forgot") and plain.next_steps[0].startswith("Mix general data")
+
+
 def test_a_decision_resumed_after_the_tokens_step_is_the_decision_made_at_once():
     ev = ev_of(harm_matrix(PLANTED, seed=2), embeddings=_embeddings([PLANTED], seed=2))
     o = VerdictOptions()

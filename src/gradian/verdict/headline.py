@@ -55,6 +55,15 @@ def headline(v: Verdict) -> str:
             f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt) to bring back {end}",
             f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt).",
         )
+    if v.kind == "spread" and forgot and v.config_changes:
+        c = v.config_changes[0]
+        more = f" (+{len(v.config_changes) - 1} more)" if len(v.config_changes) > 1 else ""
+        where = f": {c.key} = {c.value}" if c.key else ""
+        return _fits(
+            f"Fix the setup error first ({(c.name or c.code or '').replace('_', ' ')}{where}{more}); "
+            "the model also forgot from the data as a whole: mix general data in.",
+            "Fix the setup errors first; the model also forgot from the data as a whole: mix general data in.",
+        )
     if v.kind == "spread" and forgot:
         return "The model forgot: the training data as a whole pulls it away from these items; mix general data in."
     if v.kind == "spread":

@@ -196,7 +196,7 @@ def forgot(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     d.forgetting = forgetting(ev.harm, d.drop_rows, ev.item_texts, ev.texts or {}, o)
     if d.forgetting is not None and d.forgetting.found:
         little = (d.expected_recovery or 0.0) < o.forgetting_leads_below  # dropping the rows brings back little
-        d.forgetting_first = d.kind == "spread" or little
+        d.forgetting_first = (d.kind == "spread" or little) and not d.errors  # a setup error's fix comes first
 
 
 def _head(d: Decision) -> Head:
