@@ -117,6 +117,25 @@ def test_gsm8k_cut_by_a_length_limit_vs_other_short_answers(tmp_path, gsm_rows):
     assert not named & set(other)
 
 
+def test_gsm8k_cut_answers_vs_answers_wrapped_in_markup(tmp_path, gsm_rows):
+    """D128 on real GSM8K: answers cut before their final line are named; whole answers a scraper wrapped in HTML
+    (their final line '#### 72' inside, a closing tag and a comment after it) reached their final line and are not
+    called cut: the markup rule names them."""
+    train = [dict(r) for r in gsm_rows[:300]]
+    lengths = sorted(len(r["completion"].split()) for r in train)
+    cut = [i for i, r in enumerate(train) if len(r["completion"].split()) > lengths[int(0.9 * len(lengths))]]
+    for i in cut:
+        train[i]["completion"] = "\n".join(train[i]["completion"].split("\n")[:-1])
+    wrapped = [i for i in range(0, 300, 10) if i not in cut][:20]
+    for i in wrapped:
+        body = train[i]["completion"].strip().replace("\n", "<br/>")
+        train[i]["completion"] = f' <div class="post"><p>{body}</p></div>\n<!-- posted via a forum | reply -->'
+    fs = {f.code: f for f in run(write_run(tmp_path / "g", train, gsm_rows[1000:1050], "meta-llama/Llama-3.2-1B"))}
+    named = set(fs["D128"].evidence["rows"]) if "D128" in fs else set()
+    assert named and set(cut) >= named and len(named) >= 0.8 * len(cut), (sorted(named), cut)
+    assert set(fs["D132"].evidence["rows"]) == set(wrapped)
+
+
 def test_gsm8k_stripped_answers_vs_refusals(tmp_path, gsm_rows):
     """D133 on real GSM8K: answers stripped to their result line ('#### 72') are named; refusals of the same math
     prompts, as short but in words the worked answers do not use, are another kind of answer and are not."""

@@ -24,7 +24,8 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     are the shorter ones, or the limit would cut most of them); a shorter answer without the line is as likely another
     kind of answer (a refusal, a reply in another language, another task's row), which the text does not show to be
     cut, unless it is at least half as long and does not end in a full stop or another sentence end (an export cut
-    it inside a line: '... = <<2*16=32>>32')."""
+    it inside a line: '... = <<2*16=32>>32'). An answer that holds the marker anywhere reached its final line: what
+    follows it (a scraper's closing markup, a signature) is added text, not a cut, which other rules judge."""
     firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
     top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
     if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
@@ -32,7 +33,12 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     words = dict((i, len(a.split())) for i, a in ans)
     typical = statistics.median(words[i] for i, f in firsts if f == top)
     open_end = {i for i, a in ans if a.rstrip()[-1:] not in ts.TERMINAL | ts.CLOSERS}
-    return {i for i, f in firsts if f != top and (words[i] >= typical or (words[i] >= 0.5 * typical and i in open_end))}
+    reached = {i for i, a in ans if top in a}
+    return {
+        i
+        for i, f in firsts
+        if f != top and i not in reached and (words[i] >= typical or (words[i] >= 0.5 * typical and i in open_end))
+    }
 
 
 def _ending(text: str, cls: str) -> str:
