@@ -6,8 +6,8 @@ first so a run fits a 2-core CPU) with the fault; its eval set is prompts only (
 prompts with reference answers (``eval_refs.jsonl``: the base model's whole greedy reply, as a reviewer reading the
 base model would write it down). The ``flipped`` kind is a chat sentiment classifier instead (160 one-word-label
 review rows, a fifth of the labels flipped); its references are the held-out reviews' gold labels, and it is
-attributed with them (``attribute flipped 0 refs``). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs, batch 8, seed = the
-run's seed, the model's own chat template (conversational prompt/completion rows).
+attributed with them (``attribute flipped 0 refs``). Training: LoRA r=16 on every linear layer, lr 5e-4, 2 epochs,
+batch 8, seed = the run's seed, the model's own chat template (conversational prompt/completion rows).
 
 Truth: the same training without the planted rows (``--drop planted``), without as many rows drawn at random from
 the others (``random``) and without the rows the verdict names (``named``: its drop_rows, the truth for
@@ -591,10 +591,12 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
     for r in rows:
         control = not r["planted"]
-        truth = r.get("truth_recovery_named")
-        truth = truth if truth is not None else r.get("truth_recovery_planted")
+        named_truth = r.get("truth_recovery_named") if r["named"] and r["eval"] == "prompts" else None
+        truth = named_truth if named_truth is not None else r.get("truth_recovery_planted")
         half = r.get("truth_recovery_planted")
-        if control:
+        if r["verdict"] == "no_regression":
+            judged = "no regression against the base model"
+        elif control:
             judged = "silent" if not r["named"] else f"names {r['named']} rows"
         elif half is None:
             judged = "no retrain"
@@ -607,7 +609,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if exp is not None and truth is not None:
             judged += f"; expected {'within' if abs(exp - truth) <= 0.25 else 'off by more than'} 0.25"
         out.append("| " + " | ".join([
-            r["run"], r["eval"], "control" if control else r["kind"], f(half), f(r["verdict"]), f(r["cause"]),
+            r["run"], r["eval"], r["kind"] + (" (no row to blame)" if control else ""), f(half), f(r["verdict"]),
+            f(r["cause"]),
             f(r["named"]), f(r.get("precision")), f(r.get("recall")), f(r.get("auc")),
             f((kf.get(r["run"]) or {}).get("kronfluence_auc")) if r["eval"] == "prompts" else "–", f(exp), f(truth),
             judged,
@@ -615,8 +618,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return (
         "# Real-model suite, judged\n\nProduced by `python bench/realmodel/suite.py score` from the same runs as "
         "realmodel_suite.md. *planted explain*: the share of the summed regression the retrain without the planted "
-        "rows brings back; *retrain of named*: the retrain without the verdict's drop_rows where it ran, else the "
-        "planted rows'; kronfluence AUC from realmodel_kronfluence.json (prompts only).\n\n" + "\n".join(out) + "\n"
+        "rows brings back; *retrain of named*: the retrain without the verdict's drop_rows (of the prompts-only "
+        "attribution) where it ran, else the planted rows'; kronfluence AUC from realmodel_kronfluence.json "
+        "(prompts only).\n\n" + "\n".join(out) + "\n"
     )
 
 
