@@ -11,6 +11,8 @@
     OMP_NUM_THREADS=1 python bench/bench_callback.py [--reps 3] [--results callback.json]
     OMP_NUM_THREADS=1 python bench/bench_callback.py --repeat 10 --epochs 1 --reps 1 --attr-reps 2 \
         --results callback_rows4020.json      # a 10x larger file (timing only: no planted-row figures)
+    OMP_NUM_THREADS=1 python bench/bench_callback.py --setup smollm2 --epochs 2 --reps 1 \
+        --results callback_smollm2.json       # SmolLM2-135M-Instruct on the real-model suite's refusal rows
 
 Each process is timed from start to exit (wall and CPU seconds; on the shared cores CPU time is the steadier one),
 with ``uptime`` before and after. Results: bench/results/callback.json and .md.
@@ -29,20 +31,21 @@ from statistics import median
 
 import numpy as np
 from bench_process import timed_process, uptime
+from callback_train import SETUPS, planted_rows
 
 HERE = Path(__file__).resolve().parent
-EX = HERE.parent / "examples" / "stories260k"
 ADAPTER = "adapter_model.safetensors"
-PLANTED = json.loads((EX / "data" / "planted.json").read_text("utf-8"))["harmful_cluster"]["indices"]
 
 
-def train_cmd(out: Path, callback: bool, epochs: float, repeat: int = 1) -> list[str]:
-    cmd = [sys.executable, str(HERE / "callback_train.py"), str(out), "--epochs", str(epochs), "--repeat", str(repeat)]
+def train_cmd(out: Path, callback: bool, epochs: float, repeat: int = 1, setup: str = "stories260k") -> list[str]:
+    cmd = [sys.executable, str(HERE / "callback_train.py"), str(out), "--epochs", str(epochs), "--repeat", str(repeat),
+           "--setup", setup]  # fmt: skip
     return cmd + (["--callback"] if callback else [])
 
 
-def attribute_cmd(run: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "gradian", "attribute", "--run", str(run), "--base", str(EX / "base"), "--train",
+def attribute_cmd(run: Path, out: Path, *extra: str, setup: str = "stories260k") -> list[str]:
+    base = str(SETUPS[setup].base)
+    return [sys.executable, "-m", "gradian", "attribute", "--run", str(run), "--base", base, "--train",
             str(run / "train.jsonl"), "--eval", str(run / "eval.jsonl"), "--out", str(out), *extra]  # fmt: skip
 
 
@@ -74,12 +77,12 @@ def scores(out: Path) -> np.ndarray:
     return s
 
 
-def quality(cb: Path, ps: Path) -> dict:
+def quality(cb: Path, ps: Path, planted_at: list[int]) -> dict:
     """Rank agreement of the recorded ranking with the post-hoc one on the same adapter, and each one's planted AUC."""
     a, b = scores(cb), scores(ps)
     ok = np.isfinite(a) & np.isfinite(b)
     a, b = a[ok], b[ok]
-    planted = np.isin(np.flatnonzero(ok), PLANTED)
+    planted = np.isin(np.flatnonzero(ok), planted_at)
     k = int(planted.sum())
     top_a, top_b = set(np.argsort(-a)[:k]), set(np.argsort(-b)[:k])
     return {"rows": int(ok.sum()), "planted": k, "spearman": _spearman(a, b), "top_k_overlap": len(top_a & top_b) / k,
@@ -114,8 +117,9 @@ def sha(path: Path) -> str:
 def markdown(res: dict) -> str:
     t, a, q = res["training_ratio"], res["attribute_ratio"], res.get("quality")
     med = {n: median(x["cpu_s"] for x in res["runs"] if x["name"] == n) for n in {x["name"] for x in res["runs"]}}
+    model = {"stories260k": "stories260K", "smollm2": "SmolLM2-135M-Instruct"}[res.get("setup", "stories260k")]
     return "\n".join([
-        f"# GradianCallback on stories260K (TRL {res['trl']}, {res['rows']} rows, {res['epochs']} epochs, CPU)", "",
+        f"# GradianCallback on {model} (TRL {res['trl']}, {res['rows']} rows, {res['epochs']} epochs, CPU)", "",
         f"`{res['command']}`", "",
         "| processes | CPU s (median) | ratio CPU | ratio wall |", "|---|---|---|---|",
         f"| train + callback / train | {med['train_callback']:.1f} / {med['train']:.1f} | "
@@ -143,6 +147,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="the training file this many times (timing only)")
     ap.add_argument("--attr-reps", type=int, default=None, help="attribute pairs (default: --reps)")
     ap.add_argument("--no-profiles-too", action="store_true", help="also both attribute commands, --token-profiles 0")
+    ap.add_argument(
+        "--setup",
+        choices=sorted(SETUPS),
+        default="stories260k",
+        help="the model and rows (callback_train.SETUPS; smollm2 reads the real-model suite's refusals_s0)",
+    )
     a = ap.parse_args()
     import trl
 
@@ -151,25 +161,26 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "HF_HUB_OFFLINE": "1"}  # fmt: skip
     w = a.work
-    runs = side_by_side([("train", train_cmd(w / "plain-{r}", False, a.epochs, a.repeat), "train_callback",
-                          train_cmd(w / "cb-{r}", True, a.epochs, a.repeat))], a.reps, env, logs)  # fmt: skip
-    pair = ("attribute_post_hoc", attribute_cmd(w / "plain-0", w / "attr-ph-{r}"), "attribute_recorded",
-            attribute_cmd(w / "cb-0", w / "attr-rec-{r}"))  # fmt: skip
+    su = a.setup
+    runs = side_by_side([("train", train_cmd(w / "plain-{r}", False, a.epochs, a.repeat, su), "train_callback",
+                          train_cmd(w / "cb-{r}", True, a.epochs, a.repeat, su))], a.reps, env, logs)  # fmt: skip
+    pair = ("attribute_post_hoc", attribute_cmd(w / "plain-0", w / "attr-ph-{r}", setup=su), "attribute_recorded",
+            attribute_cmd(w / "cb-0", w / "attr-rec-{r}", setup=su))  # fmt: skip
     runs += side_by_side([pair], a.attr_reps or a.reps, env, logs)
     if a.no_profiles_too:
         flag = ("--token-profiles", "0")
-        pair = ("attribute_post_hoc_np", attribute_cmd(w / "plain-0", w / "np-ph-{r}", *flag),
-                "attribute_recorded_np", attribute_cmd(w / "cb-0", w / "np-rec-{r}", *flag))  # fmt: skip
+        pair = ("attribute_post_hoc_np", attribute_cmd(w / "plain-0", w / "np-ph-{r}", *flag, setup=su),
+                "attribute_recorded_np", attribute_cmd(w / "cb-0", w / "np-rec-{r}", *flag, setup=su))  # fmt: skip
         runs += side_by_side([pair], a.attr_reps or a.reps, env, logs)
     if a.repeat == 1:
-        same = attribute_cmd(w / "cb-0", w / "attr-same", "--gradients", "pass")
+        same = attribute_cmd(w / "cb-0", w / "attr-same", "--gradients", "pass", setup=su)
         runs.append({**timed("attribute_pass_same_adapter", same, env, logs / "same.log"), "rep": 0})
     rec = json.loads((w / "attr-rec-0" / "report.json").read_text())
     ph = json.loads((w / "attr-ph-0" / "report.json").read_text())
     res = {
         "command": "OMP_NUM_THREADS=1 python bench/bench_callback.py " + " ".join(sys.argv[1:]),
-        "trl": trl.__version__, "rows": sum(1 for _ in (w / "cb-0" / "train.jsonl").open()), "epochs": a.epochs,
-        "reps": a.reps, "runs": runs,
+        "setup": su, "trl": trl.__version__, "rows": sum(1 for _ in (w / "cb-0" / "train.jsonl").open()),
+        "epochs": a.epochs, "reps": a.reps, "runs": runs,
         "training_ratio": ratios(runs, "train_callback", "train"),
         "attribute_ratio": ratios(runs, "attribute_recorded", "attribute_post_hoc"),
         "attribute_ratio_no_profiles": ratios(runs, "attribute_recorded_np", "attribute_post_hoc_np")
@@ -181,17 +192,20 @@ def main() -> None:
         "weights_note": next(n for n in rec["notes"] if "GradianCallback" in n),
     }  # fmt: skip
     if a.repeat == 1:
-        res["quality"] = quality(w / "attr-rec-0", w / "attr-same") | {"auc_plain_post_hoc": _auc_of(w / "attr-ph-0")}
+        at = planted_rows(su)
+        res["quality"] = quality(w / "attr-rec-0", w / "attr-same", at) | {
+            "auc_plain_post_hoc": _auc_of(w / "attr-ph-0", at)
+        }
     out = HERE / "results" / a.results
     out.write_text(json.dumps(res, indent=1))
     out.with_suffix(".md").write_text(markdown(res))
     print(markdown(res))
 
 
-def _auc_of(out: Path) -> float:
+def _auc_of(out: Path, planted_at: list[int]) -> float:
     s = scores(out)
     ok = np.isfinite(s)
-    return _auc(s[ok], np.isin(np.flatnonzero(ok), PLANTED))
+    return _auc(s[ok], np.isin(np.flatnonzero(ok), planted_at))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 max_length 128, completion-only loss, seed 0, CPU).
 
     python bench/callback_train.py OUT [--callback] [--epochs 4] [--rows N] [--lr 3e-3] [--batch 8] [--accum 1]
+    python bench/callback_train.py OUT --setup smollm2 [--callback]   # SmolLM2-135M-Instruct, the refusal run's rows
     torchrun --nproc_per_node 2 bench/callback_train.py OUT --callback       # one store per rank
 """
 
@@ -11,43 +12,77 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-EX = Path(__file__).resolve().parents[1] / "examples" / "stories260k"
+ROOT = Path(__file__).resolve().parents[1]
+EX = ROOT / "examples" / "stories260k"
+REFUSALS = ROOT / "bench" / "work" / "realmodel" / "refusals_s0"  # bench/realmodel/suite.py data refusals 0
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A model, its training and eval files, and its LoRA and trainer settings."""
+
+    base: Path
+    train: Path
+    eval: Path
+    planted: Path  # JSON with the planted rows ("harmful_cluster"/"indices" or "rows")
+    rank: int
+    lr: float
+    max_length: int
+
+
+SETUPS = {
+    # the bundled example's config: LoRA r=8, lr 3e-3, max_length 128, prompt/completion text rows
+    "stories260k": Setup(EX / "base", EX / "data" / "train.jsonl", EX / "data" / "eval.jsonl",
+                         EX / "data" / "planted.json", 8, 3e-3, 128),
+    # the real-model suite's refusal run: SmolLM2-135M-Instruct, conversational rows, LoRA r=16, lr 5e-4
+    "smollm2": Setup(ROOT / "examples" / "smollm2" / "model", REFUSALS / "train.jsonl", REFUSALS / "eval_prompts.jsonl",
+                     REFUSALS / "planted.json", 16, 5e-4, 256),
+}  # fmt: skip
+
+
+def planted_rows(setup: str) -> list[int]:
+    data = json.loads(SETUPS[setup].planted.read_text("utf-8"))
+    return list(data["harmful_cluster"]["indices"] if "harmful_cluster" in data else data["rows"])
 
 
 def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = None, seed: int = 0, *,
-          lr: float = 3e-3, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1,
+          lr: float | None = None, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1,
           save_steps: int | None = None, crash_at: int | None = None, resume: bool = False,
-          options: dict | None = None) -> Path:  # fmt: skip
+          options: dict | None = None, setup: str = "stories260k") -> Path:  # fmt: skip
     """Train into ``out`` (the adapter, trainer_state.json, train.jsonl and eval.jsonl beside it). ``random_init``:
     lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model). ``repeat``: the
     rows that many times, copy k's prompts prefixed with ``k.`` so no two rows are the same (for timing only).
     ``save_steps``: a checkpoint every that many steps; ``crash_at``: raise at that step (an interrupted run);
-    ``resume``: go on from the last checkpoint; ``options``: the callback's (``gradian.options.CallbackOptions``)."""
+    ``resume``: go on from the last checkpoint; ``options``: the callback's (``gradian.options.CallbackOptions``);
+    ``setup``: a :data:`SETUPS` key (its model, files, rank, learning rate unless ``lr`` is given, max_length)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    su = SETUPS[setup]
+    lr = su.lr if lr is None else lr
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
-    lines = (EX / "data" / "train.jsonl").read_text("utf-8").splitlines()[:rows]
+    lines = su.train.read_text("utf-8").splitlines()[:rows]
     if repeat > 1:
-        copies = [{**json.loads(x), "prompt": f"{k}. " + json.loads(x)["prompt"]} for k in range(repeat) for x in lines]
+        copies = [_numbered(json.loads(x), k) for k in range(repeat) for x in lines]
         lines = [json.dumps(r) for r in copies]
     (out / "train.jsonl").write_text("".join(line + "\n" for line in lines), "utf-8")
-    shutil.copy(EX / "data" / "eval.jsonl", out / "eval.jsonl")
+    shutil.copy(su.eval, out / "eval.jsonl")
     data = [json.loads(line) for line in lines]
     cfg = SFTConfig(
         output_dir=str(out), learning_rate=lr, num_train_epochs=epochs, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=accum, max_length=128, completion_only_loss=True, logging_steps=5,
+        gradient_accumulation_steps=accum, max_length=su.max_length, completion_only_loss=True, logging_steps=5,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[], seed=seed,
         use_cpu=True, bf16=False, dataloader_num_workers=0,
     )  # fmt: skip
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM",
-                      init_lora_weights=not random_init)  # fmt: skip
+    lora = LoraConfig(r=su.rank, lora_alpha=2 * su.rank, lora_dropout=0.0, target_modules="all-linear",
+                      task_type="CAUSAL_LM", init_lora_weights=not random_init)  # fmt: skip
     callbacks = []
     if callback:
         from gradian.integrations import GradianCallback
@@ -56,13 +91,21 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     if crash_at is not None:
         callbacks.append(_Crash(crash_at))
     trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(EX / "base")), args=cfg, train_dataset=Dataset.from_list(data),
-        processing_class=AutoTokenizer.from_pretrained(str(EX / "base")), peft_config=lora, callbacks=callbacks,
+        model=AutoModelForCausalLM.from_pretrained(str(su.base)), args=cfg, train_dataset=Dataset.from_list(data),
+        processing_class=AutoTokenizer.from_pretrained(str(su.base)), peft_config=lora, callbacks=callbacks,
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(str(out))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
     return out
+
+
+def _numbered(row: dict, k: int) -> dict:
+    """A copy of ``row`` whose prompt starts with ``k.`` (text or conversational prompt)."""
+    p = row["prompt"]
+    if isinstance(p, list):
+        return {**row, "prompt": [{**p[0], "content": f"{k}. " + p[0]["content"]}, *p[1:]]}
+    return {**row, "prompt": f"{k}. " + p}
 
 
 def _Crash(step: int):
@@ -84,14 +127,15 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=4.0)
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=None, help="default: the setup's")
+    ap.add_argument("--setup", choices=sorted(SETUPS), default="stories260k")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--random-init", action="store_true", help="lora_B drawn at random too")
     ap.add_argument("--repeat", type=int, default=1, help="the rows this many times, each copy's prompts numbered")
     a = ap.parse_args()
     train(a.out, a.callback, a.epochs, a.rows, a.seed, lr=a.lr, batch=a.batch, accum=a.accum,
-          random_init=a.random_init, repeat=a.repeat)  # fmt: skip
+          random_init=a.random_init, repeat=a.repeat, setup=a.setup)  # fmt: skip
 
 
 if __name__ == "__main__":
