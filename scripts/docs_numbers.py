@@ -215,9 +215,22 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_cost_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 0)),
     "t_callback": ("callback.md", lambda: _md_table("callback.md", 0)),
     "t_callback_4020": ("callback_rows4020.md", lambda: _md_table("callback_rows4020.md", 0)),
+    "t_callback_smollm2": ("callback_smollm2.md", lambda: _md_table("callback_smollm2.md", 0)),
     "callback_spearman": ("callback.json", lambda: f"{_json('callback.json')['quality']['spearman']:.2f}"),
     "callback_auc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_callback']:.3f}"),
     "callback_auc_post_hoc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_post_hoc']:.3f}"),
+    "callback_smollm2_spearman": (
+        "callback_smollm2.json",
+        lambda: f"{_json('callback_smollm2.json')['quality']['spearman']:.2f}",
+    ),
+    "callback_smollm2_auc": (
+        "callback_smollm2.json",
+        lambda: f"{_json('callback_smollm2.json')['quality']['auc_callback']:.3f}",
+    ),
+    "callback_smollm2_auc_post_hoc": (
+        "callback_smollm2.json",
+        lambda: f"{_json('callback_smollm2.json')['quality']['auc_post_hoc']:.3f}",
+    ),
     "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),
     "callback_attribute_ratio": ("callback.json", lambda: _ratio_median("callback.json", "attribute_ratio")),
     "callback_train_ratio_4020": (
