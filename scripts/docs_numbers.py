@@ -154,6 +154,11 @@ def _store_1b() -> str:
     raise KeyError("the default --proj-dim row")
 
 
+def _quality(name: str, field: str, digits: int) -> str:
+    """A figure of the ``quality`` block of a callback results file (bench/bench_callback.py)."""
+    return f"{_json(f'callback{name}.json')['quality'][field]:.{digits}f}"
+
+
 def _recovery_fit(key: str) -> str:
     """A ``key: value`` line of expected_recovery.md (the slope, the runs, how many land within 0.25)."""
     for line in (RESULTS / "expected_recovery.md").read_text(encoding="utf-8").splitlines():
@@ -216,21 +221,15 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_callback": ("callback.md", lambda: _md_table("callback.md", 0)),
     "t_callback_4020": ("callback_rows4020.md", lambda: _md_table("callback_rows4020.md", 0)),
     "t_callback_smollm2": ("callback_smollm2.md", lambda: _md_table("callback_smollm2.md", 0)),
-    "callback_spearman": ("callback.json", lambda: f"{_json('callback.json')['quality']['spearman']:.2f}"),
-    "callback_auc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_callback']:.3f}"),
-    "callback_auc_post_hoc": ("callback.json", lambda: f"{_json('callback.json')['quality']['auc_post_hoc']:.3f}"),
-    "callback_smollm2_spearman": (
-        "callback_smollm2.json",
-        lambda: f"{_json('callback_smollm2.json')['quality']['spearman']:.2f}",
-    ),
-    "callback_smollm2_auc": (
-        "callback_smollm2.json",
-        lambda: f"{_json('callback_smollm2.json')['quality']['auc_callback']:.3f}",
-    ),
-    "callback_smollm2_auc_post_hoc": (
-        "callback_smollm2.json",
-        lambda: f"{_json('callback_smollm2.json')['quality']['auc_post_hoc']:.3f}",
-    ),
+    **{
+        f"callback{tag}_{key}": (f"callback{name}.json", lambda n=name, f=field, d=digits: _quality(n, f, d))
+        for tag, name in (("", ""), ("_smollm2", "_smollm2"))
+        for key, field, digits in (
+            ("spearman", "spearman", 2),
+            ("auc", "auc_callback", 3),
+            ("auc_post_hoc", "auc_post_hoc", 3),
+        )
+    },  # fmt: skip
     "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),
     "callback_attribute_ratio": ("callback.json", lambda: _ratio_median("callback.json", "attribute_ratio")),
     "callback_train_ratio_4020": (

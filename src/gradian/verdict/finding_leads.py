@@ -18,11 +18,12 @@ what dropping them should bring back (:func:`gradian.verdict.recovery.expected_r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Fix
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.culprits import harmful_findings
 from gradian.verdict.recovery import expected_recovery
@@ -47,18 +48,7 @@ class FindingLead:
         return f"{self.name.replace('_', ' ')} ({self.code} {self.name})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "name": self.name,
-            "rows": self.rows,
-            "size": len(self.rows),
-            "harm_share": self.harm_share,
-            "row_share": self.row_share,
-            "p": self.p,
-            "frequency": self.frequency,
-            "expected_recovery": self.expected_recovery,
-            "fix": self.fix,
-        }
+        return {**asdict(self), "size": len(self.rows)}
 
 
 def finding_leads(
@@ -92,14 +82,7 @@ def finding_leads(
                 t.p,
                 t.frequency,
                 round(expected_recovery(harm, picked, policy.recovery_per_harm_share), 3),
-                _fix_text(t.finding.get("fix")),
+                fix.text if (fix := Fix.from_dict(t.finding.get("fix"))) is not None else "",
             )
         )
     return sorted(out, key=lambda lead: -lead.harm_share)
-
-
-def _fix_text(fix: Any) -> str:
-    """A finding's fix as report.json holds it (a dict with ``text``, or a string), as text."""
-    if isinstance(fix, Mapping):
-        return str(fix.get("text") or "")
-    return str(fix or "")
