@@ -128,6 +128,8 @@ CHAT_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
     "chat_extra_message_key": lambda r, g: {"messages": [r["messages"][0], {**r["messages"][1], "score": 1}]},
     "chat_loop": lambda r, g: {"messages": [r["messages"][0], {"role": "assistant",
                                                                 "content": _loop(r["messages"][1]["content"], g)}]},
+    "chat_system_prompt": lambda r, g: {"messages": [{"role": "system", "content": "You are a patient math tutor."},
+                                                     *r["messages"]]},
 }  # fmt: skip
 
 # kind -> the rules that should catch it (any of them)
@@ -142,6 +144,7 @@ EXPECT = {
     "chat_copied_prompt": ["D121"],
     "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
     "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],
+    "chat_system_prompt": ["D136"],
     "label_flip": ["D135"], "duplicates": ["D104"],
     "near_dup_gsm8k": ["D104"], "near_dup_sentiment": ["D104"], "near_dup_shakespeare": ["D104"],
     "near_dup_stories": ["D104"],

@@ -307,6 +307,40 @@ def _(ctx):
     return {"rows": [15]}
 
 
+@planted("D136")
+def _(ctx):
+    for k, e in enumerate(ctx.train):
+        msgs = [{"role": "user", "content": e.prompt}, {"role": "assistant", "content": e.completion}]
+        if k % 4 == 1:  # a quarter of the rows from an export that kept its system prompt
+            msgs.insert(0, {"role": "system", "content": "You are a terse assistant."})
+        ctx.train[k] = Example(index=k, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+    return {"rows": list(range(1, len(ctx.train), 4)), "severity": "warning"}
+
+
+def test_system_prompt_mix_sides_and_tiers():
+    """The minority side is named (rows without a system prompt where most have one); a rare mix is a note; a file
+    whose rows all carry one (several prompts, as a varied-persona set) or none is silent."""
+    rule = next(r for r in RULES if r.code == "D136")
+
+    def ctx_with(systems):
+        ctx = clean_context(n=len(systems))
+        for k, s in enumerate(systems):
+            msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+            if s is not None:
+                msgs.insert(0, {"role": "system", "content": s})
+            ctx.train[k] = Example(index=k, source="t", format="messages", messages=msgs, raw={"messages": msgs})
+        return ctx
+
+    (f,) = run_rule(rule, ctx_with(["Be kind."] * 150 + [None] * 50))
+    assert f.evidence["rows"] == list(range(150, 200)) and f.severity.value == "warning"
+    assert "carry no system prompt" in f.message
+    (f,) = run_rule(rule, ctx_with(["Be kind."] * 5 + [None] * 195))
+    assert f.evidence["rows"] == list(range(5)) and f.severity.value == "info"
+    assert not run_rule(rule, ctx_with(["Be kind.", "Be brief.", "Be a pirate."] * 60))
+    assert not run_rule(rule, ctx_with([None] * 200))
+    assert not run_rule(rule, clean_context())  # plain prompt/completion rows carry no system turn
+
+
 # ---- config --------------------------------------------------------------------------------------------------------
 @planted("C201")
 def _(ctx):

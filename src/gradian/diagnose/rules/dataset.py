@@ -7,6 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from gradian.data.types import Example
 from gradian.diagnose import textstats as ts
 from gradian.diagnose.context import DiagnoseContext
 from gradian.diagnose.minhash import near_duplicate_pairs, normalize
@@ -659,6 +660,49 @@ def size_small(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             severity="error" if n < t.error_below else "warning",
             evidence={"count": n, "file": _tfile(ctx)},
         )
+
+
+def _system_prompt(e: Example) -> str | None:
+    """A row's system prompt: its first message's when that is a system turn, an Alpaca row's ``system`` field; ""
+    for a chat or Alpaca row without one; None for a row that cannot carry one (plain prompt/completion, text)."""
+    if e.messages:
+        first = e.messages[0]
+        return str(first.get("content") or "") if first.get("role") == "system" else ""
+    if "instruction" in e.raw:
+        return str(e.raw.get("system") or "")
+    return None
+
+
+@rule(
+    "D136", "system_prompt_mix", "warning", cause="mechanical", needs=("train",), tiers="W/I",
+    thresholds={"min_percent": (10.0, "share of rows on the minority side (with or without a system prompt) from "
+                                      "which it is a warning; below it a note")},
+    summary="Some chat rows carry a system prompt and the others none.",
+    why="A chat template writes its own default system prompt (or none) into the rows without one, so the file "
+    "teaches its answers under two different prompts, and the model serves one of them: what the rows under the "
+    "other prompt teach carries over only in part, and the rows without one move the template's default behaviour.",
+    example="80 of 160 rows start with a system turn 'You are MathTutor...', the other 80 have none.",
+    fix="Give every row the system prompt you serve with (or none), then retrain.",
+    seen_in="meta-llama/llama3#203",
+)  # fmt: skip
+def system_prompt_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    prompts = [(e.index, _system_prompt(e)) for e in ctx.train]
+    with_sys = [i for i, s in prompts if s]
+    without = [i for i, s in prompts if s == ""]
+    if not with_sys or not without:
+        return
+    rows = with_sys if len(with_sys) <= len(without) else without
+    n = len(with_sys) + len(without)
+    top = Counter(s for _, s in prompts if s).most_common(1)[0][0]
+    side = "carry a system prompt" if rows is with_sys else "carry no system prompt"
+    yield Hit(
+        f"{len(rows)} of {n} chat rows ({pct(len(rows), n)}%) {side}, the other {n - len(rows)} "
+        f"{'none' if rows is with_sys else 'one'} (most often {top[:60]!r})",
+        severity="warning" if pct(len(rows), n) >= t.min_percent else "info",
+        evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), system_prompt=top[:200]),
+        fix=drop_fix("Give every row the system prompt you serve with (or none), or drop the listed rows", rows,
+                     _tfile(ctx), "D136"),
+    )  # fmt: skip
 
 
 def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
