@@ -612,20 +612,25 @@ def attribute(kind: str, seed: int, how: str) -> Path:
     return out
 
 
-def replies(kind: str, seed: int) -> list[dict[str, str]]:
+def replies(kind: str, seed: int, drop: str = "") -> list[dict[str, str]]:
     """What a person compares: the base model's and the fine-tune's greedy replies to each eval prompt (REF_TOKENS
-    tokens), saved as replies.json."""
+    tokens), saved as replies.json; with ``drop``, the retrain's (``run_drop_<drop>``) beside the base's, saved as
+    replies_drop_<drop>.json."""
     import torch
 
     d = run_dir(kind, seed)
     prompts = [r["prompt"] for r in read_jsonl(d / "eval_prompts.jsonl")]
-    model, tok = _load(d / "run")
+    model, tok = _load(d / (f"run_drop_{drop}" if drop else "run"))
+    known = json.loads((d / "replies.json").read_text()) if drop and (d / "replies.json").is_file() else None
     out = []
     with torch.no_grad():
-        for p in prompts:
+        for k, p in enumerate(prompts):
             ids = tok.apply_chat_template(p, add_generation_prompt=True, return_tensors="pt", return_dict=True)
             pair = {}
             for who in ("base", "finetuned"):
+                if who == "base" and known is not None:  # the base model's greedy reply, already generated
+                    pair[who] = known[k]["base"]
+                    continue
                 if who == "base":
                     with model.disable_adapter():
                         gen = model.generate(**ids, max_new_tokens=REF_TOKENS, do_sample=False,
@@ -635,8 +640,21 @@ def replies(kind: str, seed: int) -> list[dict[str, str]]:
                                          pad_token_id=tok.eos_token_id)  # fmt: skip
                 pair[who] = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True).strip()
             out.append(pair)
-    (d / "replies.json").write_text(json.dumps(out, indent=1))
+    (d / (f"replies_drop_{drop}.json" if drop else "replies.json")).write_text(json.dumps(out, indent=1))
     return out
+
+
+def seen_recovery(d: Path, drop: str) -> float | None:
+    """Of the eval prompts whose fine-tuned reply a person sees change (:func:`changed`), the share whose reply from
+    the retrain without ``drop`` rows does not."""
+    a, b = d / "replies.json", d / f"replies_drop_{drop}.json"
+    if not (a.is_file() and b.is_file()):
+        return None
+    ft, rt = json.loads(a.read_text()), json.loads(b.read_text())
+    seen = [i for i, r in enumerate(ft) if changed(r["base"], r["finetuned"])]
+    if not seen:
+        return None
+    return sum(not changed(rt[i]["base"], rt[i]["finetuned"]) for i in seen) / len(seen)
 
 
 def changed(base: str, tuned: str) -> bool:
@@ -687,6 +705,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_random": truth.get("recovery_drop_random"),
         "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
+        "seen_recovery_planted": seen_recovery(d, "planted"),
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
     }  # fmt: skip
@@ -739,8 +758,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
     for a control (no planted row), whether the verdict names no row."""
     kf_path = RESULTS / "realmodel_kronfluence.json"
     kf = {r["run"]: r for r in json.loads(kf_path.read_text())["runs"]} if kf_path.is_file() else {}
-    head = ["run", "eval", "kind", "planted explain (retrain)", "verdict", "cause", "named", "precision", "recall",
-            "AUC", "kronfluence AUC", "expected", "retrain of named", "judged"]  # fmt: skip
+    head = ["run", "eval", "kind", "planted explain (retrain)", "planted explain (seen)", "verdict", "cause",
+            "named", "precision", "recall", "AUC", "kronfluence AUC", "expected", "retrain of named",
+            "judged"]  # fmt: skip
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def f(x: Any) -> str:
@@ -751,6 +771,9 @@ def summary(rows: list[dict[str, Any]]) -> str:
         named_truth = r.get("truth_recovery_named") if r["named"] and r["eval"] == "prompts" else None
         truth = named_truth if named_truth is not None else r.get("truth_recovery_planted")
         half = r.get("truth_recovery_planted")
+        seen = r.get("seen_recovery_planted")
+        if half is not None and seen is not None:
+            half = max(half, seen)  # the planted rows explain half by either measure: the P/R bar applies
         if r["verdict"] == "no_regression":
             judged = "no regression against the base model"
         elif control:
@@ -766,7 +789,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if exp is not None and truth is not None:
             judged += f"; expected {'within' if abs(exp - truth) <= 0.25 else 'off by more than'} 0.25"
         out.append("| " + " | ".join([
-            r["run"], r["eval"], r["kind"] + (" (no row to blame)" if control else ""), f(half), f(r["verdict"]),
+            r["run"], r["eval"], r["kind"] + (" (no row to blame)" if control else ""),
+            f(r.get("truth_recovery_planted")), f(seen), f(r["verdict"]),
             f(r["cause"]),
             f(r["named"]), f(r.get("precision")), f(r.get("recall")), f(r.get("auc")),
             f((kf.get(r["run"]) or {}).get("kronfluence_auc")) if r["eval"] == "prompts" else "–", f(exp), f(truth),
@@ -775,8 +799,10 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return (
         "# Real-model suite, judged\n\nProduced by `python bench/realmodel/suite.py score` from the same runs as "
         "realmodel_suite.md. *planted explain*: the share of the summed regression the retrain without the planted "
-        "rows brings back; *retrain of named*: the retrain without the verdict's drop_rows (of the prompts-only "
-        "attribution) where it ran, else the planted rows'; kronfluence AUC from realmodel_kronfluence.json "
+        "rows brings back; *planted explain (seen)*: of the prompts whose reply a person sees change, the share whose "
+        "reply from that retrain does not (the P/R bar applies where either is at least half); *retrain of named*: "
+        "the retrain without the verdict's drop_rows (of the prompts-only attribution) where it ran, else the "
+        "planted rows'; kronfluence AUC from realmodel_kronfluence.json "
         "(prompts only).\n\n" + "\n".join(out) + "\n"
     )
 
@@ -824,7 +850,8 @@ def main(argv: list[str]) -> None:
     elif cmd == "derive":
         print(derive(argv[1], int(argv[2])))
     elif cmd == "replies":
-        print(json.dumps(replies(argv[1], int(argv[2])), indent=1))
+        drop = argv[argv.index("--drop") + 1] if "--drop" in argv else ""
+        print(json.dumps(replies(argv[1], int(argv[2]), drop), indent=1))
     elif cmd == "score":
         print(json.dumps(score(), indent=1))
     else:
