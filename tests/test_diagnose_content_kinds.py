@@ -147,3 +147,14 @@ def test_clean_labels_of_another_task_are_not_called_noisy(tmp_path):
     random.Random(0).shuffle(rows)
     fs = run(realsets.write_jsonl(tmp_path / "sources.jsonl", rows), "D135")
     assert [f for f in fs if f.evidence.get("kind") == "noisy_file"] == []
+
+
+def test_math_working_cut_short_is_not_another_language(tmp_path):
+    """GSM8K answers cut within their working leave rows of formulas and a few letters ('D1 = <<322=322>>322 D3 =
+    2 * 322 ='): too few words to tell a language by, so D134 does not judge them (D128 calls them cut)."""
+    rows = realsets.gsm8k(400)
+    for k in range(7, 400, 40):  # each cut after its first lines of working
+        lines = rows[k]["completion"].split("\n")
+        rows[k]["completion"] = "\n".join(lines[:2])[:40]
+    rows[3]["completion"] = " D1 = <<322=322>>322\nD3 = 2 * 322 = <<2*322=644>>644\nD2 = 644 - 19 ="
+    assert loud(run(realsets.write_jsonl(tmp_path / "cut.jsonl", rows), "D134")) == []

@@ -545,7 +545,8 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     thresholds={
         "min_words": (8, "texts with fewer distinct words (after the file's template words) are not judged by the "
                       "file's common words"),
-        "short_words": (4, "texts with fewer words than this are not judged at all"),
+        "short_words": (4, "texts with fewer words of letters than this (numbers and formulas aside) are not judged "
+                        "at all"),
         "char_words": (30, "texts with fewer words than this are also judged by their characters"),
         "profile_words": (50, "the file's most common words (in 2%+ of rows) that make up its language profile"),
         "ratio": (0.25, "a text whose share of distinct profile words is below this fraction of the file's median "
@@ -581,7 +582,11 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     common = Counter({w: c for w, c in df.items() if w not in template and c >= 0.02 * n_s})
     profile = {w for w, _ in common.most_common(t.profile_words)}
     scores = _profile_shares([seg for _, seg in segs], template, profile, int(t.min_words))
-    short = [k for k, (_, seg) in enumerate(segs) if t.short_words <= len(seg.split()) < t.char_words]
+    short = [
+        k
+        for k, (_, seg) in enumerate(segs)
+        if t.short_words <= len(_W.findall(seg)) and len(seg.split()) < t.char_words
+    ]
     if len(scores) < 20 and len(short) < 20:
         return
     med = sorted(s for _, s in scores)[len(scores) // 2] if scores else 0.0
