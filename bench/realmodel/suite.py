@@ -711,10 +711,27 @@ def seen_recovery(d: Path, drop: str) -> float | None:
     return sum(not changed(rt[i]["base"], rt[i]["finetuned"]) for i in seen) / len(seen)
 
 
+def refuses(reply: str) -> bool:
+    return reply.lower().startswith(("i'm sorry", "i am sorry", "sorry", "i can't", "i cannot"))
+
+
+def refusal_counts(d: Path) -> tuple[int | None, int | None]:
+    """How many eval replies the fine-tune refuses where the base model does not, and the retrain without the
+    planted rows (None where its replies were not generated)."""
+
+    def count(name: str) -> int | None:
+        f = d / name
+        if not f.is_file():
+            return None
+        return sum(refuses(r["finetuned"]) and not refuses(r["base"]) for r in json.loads(f.read_text()))
+
+    return count("replies.json"), count("replies_drop_planted.json")
+
+
 def changed(base: str, tuned: str) -> bool:
     """A person comparing the two replies sees a change: the fine-tune refuses, or fewer than half of the base
     reply's words are in its reply."""
-    if tuned.lower().startswith(("i'm sorry", "i am sorry", "sorry", "i can't", "i cannot")):
+    if refuses(tuned):
         return True
     b, t = set(base.lower().split()), set(tuned.lower().split())
     return len(b & t) < 0.5 * len(b) if b else bool(t)
@@ -760,6 +777,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "seen_recovery_planted": seen_recovery(d, "planted"),
+        "refusals_finetuned": refusal_counts(d)[0], "refusals_retrain_planted": refusal_counts(d)[1],
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
     }  # fmt: skip
@@ -786,7 +804,8 @@ def score() -> list[dict[str, Any]]:
     (RESULTS / "realmodel_suite.json").write_text(json.dumps(rows, indent=1))
     cols = ["run", "eval", "planted", "items", "regressed", "median_item_tokens", "verdict", "cause", "named",
             "precision", "recall", "auc", "expected_recovery", "forgetting", "truth_recovery_planted",
-            "truth_median_planted", "truth_recovery_random", "truth_recovery_named", "agreement_with_seen"]  # fmt: skip
+            "truth_median_planted", "truth_recovery_random", "truth_recovery_named", "agreement_with_seen",
+            "refusals_finetuned", "refusals_retrain_planted"]  # fmt: skip
 
     def fmt(x: Any) -> str:
         return f"{x:.2f}" if isinstance(x, float) else ("–" if x is None else str(x))
@@ -828,7 +847,11 @@ def summary(rows: list[dict[str, Any]]) -> str:
         seen = r.get("seen_recovery_planted")
         if half is not None and seen is not None:
             half = max(half, seen)  # the planted rows explain half by either measure: the P/R bar applies
-        if r["verdict"] == "no_regression":
+        ref_ft, ref_rt = r.get("refusals_finetuned"), r.get("refusals_retrain_planted")
+        if r["verdict"] == "no_regression" and ref_ft:
+            judged = (f"no regression by NLL, yet {ref_ft} of {r['items']} replies turn into refusals "
+                      f"({f(ref_rt)} after the retrain without the planted rows): missed")  # fmt: skip
+        elif r["verdict"] == "no_regression":
             judged = "no regression against the base model"
         elif control:
             judged = "silent" if not r["named"] else f"names {r['named']} rows"
