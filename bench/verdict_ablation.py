@@ -74,13 +74,19 @@ def stories(runs_dir: Path) -> dict[str, Any]:
 
 def realmodel(root: Path) -> dict[str, Any]:
     """Per configuration: each saved attribution's verdict re-decided from its saved inputs."""
-    attrs = sorted(p for p in root.glob("*_s*/attr_*") if (p / "report.json").is_file())
+    attrs = sorted(p for p in root.glob("*_s*/attr_*") if (p / "report.json").is_file() and _attributed(p))
     out: dict[str, Any] = {}
     for name in ("all", *STEP_NAMES):
         options = VerdictOptions(skip=() if name == "all" else (name,))
         out[name] = {"runs": [redecide(p, options) for p in attrs]}
         print(f"real model {name}: {len(out[name]['runs'])} attributions", flush=True)
     return out
+
+
+def _attributed(attr: Path) -> bool:
+    """An attribution that ranked rows (a run with no regressed item saves nothing to re-decide)."""
+    kind = (json.loads((attr / "report.json").read_text()).get("verdict") or {}).get("kind")
+    return kind != "no_regression" and (attr / "rows.jsonl").is_file()
 
 
 def redecide(attr: Path, options: VerdictOptions) -> dict[str, Any]:

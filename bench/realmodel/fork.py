@@ -87,9 +87,34 @@ def run(name: str) -> dict:
     }  # fmt: skip
 
 
+def margins(name: str, adapter: str) -> dict:
+    """Fork margins of one adapter of a run (the fine-tune, or a retrain) over the base model's whole greedy replies
+    (replies.json): how many replies it forks from at a token it prefers to the base model's, and by how much."""
+    d = WORK / name
+    prompts = [r["prompt"] for r in (json.loads(x) for x in (d / "eval_prompts.jsonl").read_text().splitlines())]
+    replies = json.loads((d / "replies.json").read_text())
+    model, tok = _load(d / adapter)
+    ms = []
+    for p, r in zip(prompts, replies, strict=True):
+        with model.disable_adapter():
+            _, _, lb = per_token(model, tok, p, r["base"])
+        _, am, lf = per_token(model, tok, p, r["base"])
+        ids = tok(r["base"], add_special_tokens=False)["input_ids"]
+        fork = next((t for t in range(len(ids)) if am[t] != ids[t]), None)
+        if fork is not None:
+            a, b = am[fork], ids[fork]
+            ms.append(float((lf[fork, a] - lf[fork, b]) - (lb[fork, a] - lb[fork, b])))
+    return {
+        "run": name, "adapter": adapter, "prompts": len(prompts), "forks": len(ms),
+        "forks_at_margin_above_1": sum(m > 1 for m in ms), "forks_at_margin_above_2": sum(m > 2 for m in ms),
+        "median_margin": statistics.median(ms) if ms else None,
+    }  # fmt: skip
+
+
 def main(names: list[str]) -> None:
     rows = [run(n) for n in names]
-    (RESULTS / "realmodel_fork.json").write_text(json.dumps(rows, indent=1))
+    pairs = [margins(n, a) for n in names for a in ("run", "run_drop_planted") if (WORK / n / a).is_dir()]
+    (RESULTS / "realmodel_fork.json").write_text(json.dumps({"items": rows, "adapters": pairs}, indent=1))
     cols = [c for c in rows[0] if c != "per_item"]
 
     def f(x: object) -> str:
@@ -97,6 +122,17 @@ def main(names: list[str]) -> None:
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(f(r[c]) for c in cols) + " |" for r in rows]
+    c2 = list(pairs[0]) if pairs else []
+    lines += [
+        "",
+        "Each fine-tune beside its retrain without the planted rows, over the base model's whole replies "
+        "(64 tokens): the replies it forks from at a token of its own, and how much more it prefers that token "
+        "than the base model does.",
+        "",
+        "| " + " | ".join(c2) + " |",
+        "|" + "---|" * len(c2),
+    ]
+    lines += ["| " + " | ".join(f(r[c]) for c in c2) + " |" for r in pairs]
     (RESULTS / "realmodel_fork.md").write_text(
         "# Where the fine-tune forks from the base model's reply\n\nProduced by `python bench/realmodel/fork.py "
         + " ".join(names)
