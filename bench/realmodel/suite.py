@@ -715,15 +715,26 @@ def refuses(reply: str) -> bool:
     return reply.lower().startswith(("i'm sorry", "i am sorry", "sorry", "i can't", "i cannot"))
 
 
-def refusal_counts(d: Path) -> tuple[int | None, int | None]:
-    """How many eval replies the fine-tune refuses where the base model does not, and the retrain without the
-    planted rows (None where its replies were not generated)."""
+def language(text: str) -> str:
+    import py3langid
+
+    return py3langid.classify(text)[0] if text.strip() else ""
+
+
+def flips(base: str, tuned: str) -> bool:
+    """A reply a person sees turn into another behaviour: a refusal, or another language than the base model's."""
+    return (refuses(tuned) and not refuses(base)) or (len(tuned.split()) >= 4 and language(tuned) != language(base))
+
+
+def flip_counts(d: Path) -> tuple[int | None, int | None]:
+    """How many eval replies turn into a refusal or another language (:func:`flips`) under the fine-tune, and under
+    the retrain without the planted rows (None where its replies were not generated)."""
 
     def count(name: str) -> int | None:
         f = d / name
         if not f.is_file():
             return None
-        return sum(refuses(r["finetuned"]) and not refuses(r["base"]) for r in json.loads(f.read_text()))
+        return sum(flips(r["base"], r["finetuned"]) for r in json.loads(f.read_text()))
 
     return count("replies.json"), count("replies_drop_planted.json")
 
@@ -777,7 +788,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "seen_recovery_planted": seen_recovery(d, "planted"),
-        "refusals_finetuned": refusal_counts(d)[0], "refusals_retrain_planted": refusal_counts(d)[1],
+        "flips_finetuned": flip_counts(d)[0], "flips_retrain_planted": flip_counts(d)[1],
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
     }  # fmt: skip
@@ -805,7 +816,7 @@ def score() -> list[dict[str, Any]]:
     cols = ["run", "eval", "planted", "items", "regressed", "median_item_tokens", "verdict", "cause", "named",
             "precision", "recall", "auc", "expected_recovery", "forgetting", "truth_recovery_planted",
             "truth_median_planted", "truth_recovery_random", "truth_recovery_named", "agreement_with_seen",
-            "refusals_finetuned", "refusals_retrain_planted"]  # fmt: skip
+            "flips_finetuned", "flips_retrain_planted"]  # fmt: skip
 
     def fmt(x: Any) -> str:
         return f"{x:.2f}" if isinstance(x, float) else ("–" if x is None else str(x))
@@ -847,10 +858,10 @@ def summary(rows: list[dict[str, Any]]) -> str:
         seen = r.get("seen_recovery_planted")
         if half is not None and seen is not None:
             half = max(half, seen)  # the planted rows explain half by either measure: the P/R bar applies
-        ref_ft, ref_rt = r.get("refusals_finetuned"), r.get("refusals_retrain_planted")
+        ref_ft, ref_rt = r.get("flips_finetuned"), r.get("flips_retrain_planted")
         if r["verdict"] == "no_regression" and ref_ft:
-            judged = (f"no regression by NLL, yet {ref_ft} of {r['items']} replies turn into refusals "
-                      f"({f(ref_rt)} after the retrain without the planted rows): missed")  # fmt: skip
+            judged = (f"no regression by NLL, yet {ref_ft} of {r['items']} replies turn into refusals or another "
+                      f"language ({f(ref_rt)} after the retrain without the planted rows): missed")  # fmt: skip
         elif r["verdict"] == "no_regression":
             judged = "no regression against the base model"
         elif control:
