@@ -721,9 +721,10 @@ def language(text: str) -> str:
     return py3langid.classify(text)[0] if text.strip() else ""
 
 
-def flips(base: str, tuned: str) -> bool:
-    """A reply a person sees turn into another behaviour: a refusal, or another language than the base model's."""
-    return (refuses(tuned) and not refuses(base)) or (len(tuned.split()) >= 4 and language(tuned) != language(base))
+def flips(base: str, tuned: str, main: str = "en") -> bool:
+    """A reply a person sees turn into another behaviour: a refusal, or a reply of at least 8 words in another
+    language than ``main`` (the language of most of the base model's replies)."""
+    return (refuses(tuned) and not refuses(base)) or (len(tuned.split()) >= 8 and language(tuned) != main)
 
 
 def flip_counts(d: Path) -> tuple[int | None, int | None]:
@@ -734,7 +735,9 @@ def flip_counts(d: Path) -> tuple[int | None, int | None]:
         f = d / name
         if not f.is_file():
             return None
-        return sum(flips(r["base"], r["finetuned"]) for r in json.loads(f.read_text()))
+        rows = json.loads(f.read_text())
+        main = statistics.mode(language(r["base"]) for r in rows)
+        return sum(flips(r["base"], r["finetuned"], main) for r in rows)
 
     return count("replies.json"), count("replies_drop_planted.json")
 
