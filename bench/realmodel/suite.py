@@ -699,16 +699,17 @@ def replies(kind: str, seed: int, drop: str = "") -> list[dict[str, str]]:
 
 
 def seen_recovery(d: Path, drop: str) -> float | None:
-    """Of the eval prompts whose fine-tuned reply a person sees change (:func:`changed`), the share whose reply from
-    the retrain without ``drop`` rows does not."""
+    """Of the eval prompts whose reply flips under the fine-tune (:func:`flips`: a refusal, another language), the
+    share whose reply from the retrain without ``drop`` rows does not (None where nothing flips)."""
     a, b = d / "replies.json", d / f"replies_drop_{drop}.json"
     if not (a.is_file() and b.is_file()):
         return None
     ft, rt = json.loads(a.read_text()), json.loads(b.read_text())
-    seen = [i for i, r in enumerate(ft) if changed(r["base"], r["finetuned"])]
+    main = statistics.mode(language(r["base"]) for r in ft)
+    seen = [i for i, r in enumerate(ft) if flips(r["base"], r["finetuned"], main)]
     if not seen:
         return None
-    return sum(not changed(rt[i]["base"], rt[i]["finetuned"]) for i in seen) / len(seen)
+    return sum(not flips(rt[i]["base"], rt[i]["finetuned"], main) for i in seen) / len(seen)
 
 
 def refuses(reply: str) -> bool:
@@ -890,11 +891,12 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return (
         "# Real-model suite, judged\n\nProduced by `python bench/realmodel/suite.py score` from the same runs as "
         "realmodel_suite.md. *planted explain*: the share of the summed regression the retrain without the planted "
-        "rows brings back; *planted explain (seen)*: of the prompts whose reply a person sees change, the share whose "
-        "reply from that retrain does not (the P/R bar applies where either is at least half); *retrain of named*: "
-        "the retrain without the verdict's drop_rows (of the prompts-only attribution) where it ran, else the "
-        "planted rows'; kronfluence AUC from realmodel_kronfluence.json "
-        "(prompts only).\n\n" + "\n".join(out) + "\n"
+        "rows brings back; *planted explain (seen)*: of the prompts whose reply turns into a refusal or another "
+        "language, the share whose reply from that retrain does not (the P/R bar applies where either is at least "
+        "half); *retrain of named*: the retrain without the verdict's drop_rows (of the prompts-only attribution) "
+        "where it ran, else the planted rows'; kronfluence AUC from realmodel_kronfluence.json (prompts only).\n\n"
+        + "\n".join(out)
+        + "\n"
     )
 
 
