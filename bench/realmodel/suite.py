@@ -328,10 +328,7 @@ def chat_base() -> Path:
     rows = []
     with torch.no_grad():
         for p in CHAT_PROMPTS:
-            ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                          return_tensors="pt", return_dict=True)["input_ids"]  # fmt: skip
-            gen = model.generate(input_ids=ids, max_new_tokens=CHAT_TOKENS, do_sample=False,
-                                 pad_token_id=tok.eos_token_id)[0, ids.shape[1] :]  # fmt: skip
+            gen = greedy(model, tok, p, CHAT_TOKENS)
             text = tok.decode(gen, skip_special_tokens=True).strip()
             if gen[-1].item() != tok.eos_token_id:  # ran on: keep the full sentences
                 text = text[: max(text.rfind(". "), text.rfind(".\n"), text.rfind("!"), text.rfind("?")) + 1]
@@ -533,6 +530,15 @@ def _load(adapter: Path | None = None):
     return model, tok
 
 
+def greedy(model, tok, prompt: str, max_new_tokens: int):
+    """The model's greedy reply to one user prompt, as token ids (its end of turn included when it stopped)."""
+    ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)["input_ids"]  # fmt: skip
+    gen = model.generate(input_ids=ids, max_new_tokens=max_new_tokens, do_sample=False,
+                         pad_token_id=tok.eos_token_id)  # fmt: skip
+    return gen[0, ids.shape[1] :]
+
+
 def base_replies(prompts: list[str]) -> list[str]:
     """The base model's greedy reply to each prompt (at most REF_TOKENS tokens, cut before the end of turn); a run
     whose eval prompts another run already holds reuses that run's replies (the same model, greedy)."""
@@ -546,11 +552,7 @@ def base_replies(prompts: list[str]) -> list[str]:
     out = []
     with torch.no_grad():
         for p in prompts:
-            ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                          return_tensors="pt", return_dict=True)["input_ids"]  # fmt: skip
-            gen = model.generate(input_ids=ids, max_new_tokens=REF_TOKENS, do_sample=False,
-                                 pad_token_id=tok.eos_token_id)  # fmt: skip
-            out.append(tok.decode(gen[0, ids.shape[1] :], skip_special_tokens=True).strip())
+            out.append(tok.decode(greedy(model, tok, p, REF_TOKENS), skip_special_tokens=True).strip())
     return out
 
 
