@@ -18,7 +18,7 @@ import json
 import statistics
 import sys
 
-from suite import RESULTS, WORK, _load, changed
+from suite import RESULTS, WORK, _load, changed, refuses
 
 CUT_RISE = 0.1
 
@@ -61,7 +61,7 @@ def run(name: str) -> dict:
             "row": i, "tokens": len(ids), "mean_rise": statistics.fmean(rise), "fork": fork,
             "fork_rise": rise[fork] if fork is not None else None, "fork_margin": margin,
             "seen": changed(replies[i]["base"], replies[i]["finetuned"]),
-            "refusal": replies[i]["finetuned"].lower().startswith(("i'm sorry", "sorry", "i can't", "i cannot")),
+            "refusal": refuses(replies[i]["finetuned"]),
             "gradian_regressed": bool(e.get("regressed")),
         })  # fmt: skip
     seen = [it for it in items if it["seen"]]

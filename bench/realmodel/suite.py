@@ -775,6 +775,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
     named = set(v.get("drop_rows") or [])
     scores = {int(e["index"]): float(e["score"] or 0.0) for e in rep.get("examples", [])}
     gen = [e for e in rep.get("eval", []) if e.get("generated")]
+    flipped = flip_counts(d)
     reg = {int(r["index"]) for r in rep.get("regressed", [])}
     out: dict[str, Any] = {
         "run": d.name, "kind": kind, "seed": seed, "eval": how, "planted": len(planted),
@@ -794,7 +795,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_named": truth.get("recovery_drop_named"),
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "seen_recovery_planted": seen_recovery(d, "planted"),
-        "flips_finetuned": flip_counts(d)[0], "flips_retrain_planted": flip_counts(d)[1],
+        "flips_finetuned": flipped[0], "flips_retrain_planted": flipped[1],
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
     }  # fmt: skip

@@ -668,7 +668,7 @@ def _system_prompt(e: Example) -> str | None:
     if e.messages:
         first = e.messages[0]
         return str(first.get("content") or "") if first.get("role") == "system" else ""
-    if "instruction" in e.raw:
+    if e.format == "alpaca":
         return str(e.raw.get("system") or "")
     return None
 
