@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.attribute.regression import regression_summary
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.attribute.stages import find_regressions, prepare, score_states
 from gradian.dist import SINGLE, Dist
@@ -42,6 +43,7 @@ def run_attribution(
     states: list[AdapterState] | None = None,
     tokens: TokenPass | None = None,
     progress: bool = False,
+    replies: Callable[[], list | None] | None = None,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -55,7 +57,8 @@ def run_attribution(
     label tokens, needs ``tokens``, a :class:`TokenPass`; :mod:`gradian.attribute.tokens`), one adapter state only;
     the top ``options.token_profiles`` share of the rows get token profiles when ``tokens.wants_profiles(result)``
     says the verdict needs them (the report pipeline's check: does it name a content group), or with
-    ``token_profiles_always``.
+    ``token_profiles_always``. ``replies``: called when no eval item regressed by NLL, the fine-tune's own replies
+    to the generated items, formatted (see :func:`gradian.attribute.stages.find_regressions`).
 
     The stages (:mod:`gradian.attribute.stages`): prepare → regressed items → per adapter state, training gradients
     and scores → assembly (:mod:`gradian.attribute.assemble`)."""
@@ -68,7 +71,14 @@ def run_attribution(
         model, train_fx, eval_fx, pad_id, opts, store_dir=store, dist=dist, progress=progress and dist.is_main
     )
     notes = [*(notes or []), *ctx.notes]
-    reg = find_regressions(ctx, ids.eval)
+    reg = find_regressions(ctx, ids.eval, replies)
+    if reg.nll_call is not None:
+        n = reg.settings["regression"]["replies_differ"]
+        notes.append(
+            f"no eval item regressed by NLL ({regression_summary(reg.nll_call)}), but the fine-tune's greedy reply "
+            f"differs from the base model's on {n} generated item(s): they are scored by preference, how much more "
+            "the fine-tune prefers its own reply over the base model's than the base model does (eval[].score)"
+        )
     settings = ctx.settings | reg.settings
     timings = {"eval_nll_s": reg.seconds}
     nothing = reg.nothing_to_attribute(len(eval_fx), opts.query)

@@ -54,15 +54,22 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     if n_dropped:
         ld.notes.append(f"{n_dropped} training rows the trainer would drop are not scored")
     states = _adapter_states(ld, choices, ck_notes, opts.gradients == "auto")
+    replies: Callable[[], list | None] | None = None
+    reply_texts: dict[int, str] = {}
+    if gen_info and not opts.eval_samples and opts.eval_preference:
+        generated = [bool(x.get("generated")) for x in eval_extra]
+        replies, reply_texts = _replies(ld, eval_ex, eval_fx, generated, fs, opts)
     res = run_attribution(
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
         notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles),
-        progress=progress,
+        progress=progress, replies=replies,
     )  # fmt: skip
     res.eval_examples = eval_ex
-    for item, extra in zip(res.eval_items, eval_extra, strict=True):
+    for i, (item, extra) in enumerate(zip(res.eval_items, eval_extra, strict=True)):
         item.update(extra)
+        if item.get("score") == "preference" and i in reply_texts:
+            item["reply"] = reply_texts[i]  # the fine-tune's greedy reply, the other side of the preference
     if gen_info:
         res.settings["eval_generation"] = gen_info
         res.timings["eval_generation_s"] = t_gen
@@ -212,6 +219,34 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
             "open": {str(k): v for k, v in opened.items()},
         },
     )
+
+
+def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any, opts: AttributeOptions
+             ) -> tuple[Callable[[], list | None], dict[int, str]]:  # fmt: skip
+    """What the regression stage calls when no item regressed by NLL: the fine-tune's greedy reply to each generated
+    item (rank 0 generates and broadcasts the texts), formatted as the items are; and the texts by item position,
+    filled in by that call (report.json ``eval[].reply``)."""
+    texts: dict[int, str] = {}
+
+    def replies() -> list | None:
+        from gradian.attribute.generate import finetuned_replies
+        from gradian.data import format_examples
+
+        got = None
+        if ld.dist.is_main:
+            got = finetuned_replies(ld.lm.model, ld.lm.tokenizer, items, fxs, generated,
+                                    max_new_tokens=opts.max_new_tokens, batch_size=opts.batch_size)  # fmt: skip
+        got = ld.dist.broadcast(got)
+        keep = [i for i, r in enumerate(got) if r is not None]
+        fx = format_examples([got[i] for i in keep], ld.lm.tokenizer, dataclasses.replace(fs, add_eos=opts.eval_eos))
+        out: list = [None] * len(items)
+        for i, f in zip(keep, fx, strict=True):
+            out[i] = f
+            r = got[i]
+            texts[i] = r.messages[-1]["content"] if r.messages is not None else r.completion or ""
+        return out
+
+    return replies, texts
 
 
 def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, opts: AttributeOptions) -> None:

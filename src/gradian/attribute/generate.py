@@ -307,3 +307,40 @@ def side_by_side(
     for i, p, b, t in zip(keep, prompts, base, tuned, strict=True):
         out[i] = {"base": continuation_text(tokenizer, p, b[0]), "finetuned": continuation_text(tokenizer, p, t[0])}
     return out
+
+
+def finetuned_replies(
+    model,
+    tokenizer: Any,
+    items: Sequence[Example],
+    fxs: Sequence[FormattedExample],
+    generated: Sequence[bool],
+    *,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    batch_size: int = DEFAULTS.batch_size,
+) -> list[Example | None]:
+    """Per eval item: for a generated one, the fine-tune's greedy reply to the same prompt tokens as an item of its
+    own, cut to as many tokens as the base model's completion has (off a broken character; open unless the fine-tune
+    ended it there): the other side of the preference a person compares. None for a written item, and for one whose
+    two replies agree over that length."""
+    keep = [i for i, g in enumerate(generated) if g and fxs[i].n_prompt_tokens > 0]
+    prompts = [fxs[i].input_ids[: fxs[i].n_prompt_tokens] for i in keep]
+    out: list[Example | None] = [None] * len(items)
+    if not keep:
+        return out
+    tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    for i, p, seqs in zip(keep, prompts, tuned, strict=True):
+        ex, seq = items[i], seqs[0]
+        base = ex.messages[-1]["content"] if ex.messages is not None else ex.completion or ""
+        n = len(tokenizer(base, add_special_tokens=False)["input_ids"])
+        e = whole_chars(tokenizer, p, seq, n)
+        text = continuation_text(tokenizer, p, seq[:e])
+        if not e or text == base:
+            continue
+        new = dataclasses.replace(ex, open_end=e < len(seq) or len(seq) >= max_new_tokens)
+        if ex.messages is not None:
+            new.messages = [*ex.messages[:-1], {"role": "assistant", "content": text}]
+        else:
+            new.completion = text
+        out[i] = new
+    return out

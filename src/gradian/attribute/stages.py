@@ -12,7 +12,7 @@ them in order):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,8 @@ class Regressions:
     weights: np.ndarray  # each query item's weight in the summed query
     settings: dict[str, Any]  # report.json settings["regression"]
     seconds: float
+    partners: list | None = None  # scored by preference: the fine-tune's reply per query item (the pair's other side)
+    nll_call: RegressionCall | None = None  # scored by preference: the NLL rule's call, which found no regression
 
     @property
     def regressed(self) -> list[dict[str, Any]]:
@@ -121,6 +123,9 @@ class Regressions:
         """The note when there is no query item, else None."""
         if self.query:
             return None
+        if query == "regressed" and self.nll_call is not None:
+            return (f"no eval item regressed in {n_eval} items, neither by NLL ({regression_summary(self.nll_call)}) "
+                    f"nor by preference ({regression_summary(self.call)})")  # fmt: skip
         if query == "regressed":
             return f"no eval item regressed in {n_eval} items: " + regression_summary(self.call)
         return "no eval item has completion tokens"
@@ -147,24 +152,19 @@ def select_queries(
     return idx, call
 
 
-def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regressions:
+def find_regressions(ctx: Context, eval_ids: Sequence[str | None],
+                     replies: Callable[[], list | None] | None = None) -> Regressions:  # fmt: skip
     """Every eval item's completion NLL under the base model and the fine-tune (rank 0, broadcast), and the rule's
-    call on which regressed."""
-    from gradian.attribute import engine
-
+    call on which regressed. When none did and ``replies`` gives the fine-tune's own replies to generated items
+    (:func:`gradian.attribute.generate.finetuned_replies`, formatted), the items are scored by preference instead
+    (:func:`_preference`)."""
     o, dist = ctx.options, ctx.dist
     t = time.perf_counter()
     nll = None
     if dist.is_main:
-        kw: dict[str, Any] = {"batch_size": o.batch_size, "progress": ctx.progress}
-        nll = (
-            engine.completion_nll(ctx.model, ctx.eval_fx, ctx.pad_id, adapter=False, description="eval NLL (base)",
-                                  **kw),
-            engine.completion_nll(ctx.model, ctx.eval_fx, ctx.pad_id, adapter=True, description="eval NLL (tuned)",
-                                  **kw),
-        )  # fmt: skip
+        nll = (_nll(ctx, ctx.eval_fx, adapter=False, what="eval NLL (base)"),
+               _nll(ctx, ctx.eval_fx, adapter=True, what="eval NLL (tuned)"))  # fmt: skip
     base_nll, ft_nll = dist.broadcast(nll)
-    seconds = time.perf_counter() - t
     q_idx, call = select_queries(base_nll, ft_nll, o.threshold, o.query, o.noise_multiple)
     items = [
         {
@@ -179,11 +179,66 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None]) -> Regression
         }
         for i, f in enumerate(ctx.eval_fx)
     ]
+    reg = Regressions(items, call, q_idx, _weights(o, call, q_idx), {"regression": _rule(o, call)}, 0.0)
+    if not q_idx and replies is not None and o.query == "regressed":
+        pref = _preference(ctx, reg, replies(), base_nll, ft_nll)
+        reg = pref or reg
+    reg.seconds = time.perf_counter() - t
+    return reg
+
+
+def _nll(ctx: Context, fxs: Sequence, *, adapter: bool, what: str) -> np.ndarray:
+    from gradian.attribute import engine
+
+    return engine.completion_nll(ctx.model, fxs, ctx.pad_id, adapter=adapter, description=what,
+                                 batch_size=ctx.options.batch_size, progress=ctx.progress)  # fmt: skip
+
+
+def _weights(o: AttributeOptions, call: RegressionCall, q_idx: list[int]) -> np.ndarray:
     w = np.ones(len(q_idx)) if o.weighting == "uniform" else np.clip(call.delta[q_idx], 0, None)
     if o.weighting == "regression" and w.sum() == 0:
         w = np.ones(len(q_idx))
-    rule = {**RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple).to_dict(), **call.to_dict()}
-    return Regressions(items, call, q_idx, w, {"regression": rule}, seconds)
+    return w
+
+
+def _rule(o: AttributeOptions, call: RegressionCall) -> dict[str, Any]:
+    return {**RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple).to_dict(), **call.to_dict()}
+
+
+def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: np.ndarray,
+                ft_nll: np.ndarray) -> Regressions | None:  # fmt: skip
+    """The generated items scored by preference: how much more the fine-tune prefers its own greedy reply ``r`` over
+    the base model's ``b`` than the base model does, ``[nll_ft(b) - nll_base(b)] - [nll_ft(r) - nll_base(r)]``
+    (mean nats per token of each, the two replies cut to the same length; 0 where they agree), under the same
+    regression rule. A fine-tune trained on replies like the base model's own makes them *more* likely while its
+    greedy reply turns into another one (a refusal): the base reply's NLL does not rise, the preference does. The
+    query item of a regressed one is the pair: ``grad nll(b) - grad nll(r)``. None when no reply differs."""
+    o, dist = ctx.options, ctx.dist
+    pos = [i for i, r in enumerate(replies or []) if r is not None]
+    if not dist.broadcast(len(pos) if dist.is_main else None):
+        return None
+    nll = None
+    if dist.is_main:
+        fx = [replies[i] for i in pos]  # type: ignore[index]
+        nll = (pos, _nll(ctx, fx, adapter=False, what="replies NLL (base)"),
+               _nll(ctx, fx, adapter=True, what="replies NLL (tuned)"))  # fmt: skip
+    pos, rb, rf = dist.broadcast(nll)
+    pref = np.zeros(len(base_nll))
+    pref[~np.isfinite(base_nll - ft_nll)] = np.nan
+    pref[pos] = (ft_nll[pos] - base_nll[pos]) - (rf - rb)
+    q_idx, call = select_queries(base_nll, base_nll + pref, o.threshold, o.query, o.noise_multiple)
+    at = dict(zip(pos, zip(rb, rf, strict=True), strict=True))
+    items = []
+    for i, e in enumerate(reg.eval_items):
+        b = at.get(i)
+        items.append(e | {
+            "score": "preference", "delta": finite(call.delta[i]), "relative": finite(call.relative[i]),
+            "regressed": bool(call.regressed[i]),
+            "reply_base_nll": finite(b[0]) if b else None, "reply_finetuned_nll": finite(b[1]) if b else None,
+        })  # fmt: skip
+    settings = {"regression": _rule(o, call) | {"score": "preference", "replies_differ": len(pos)}}
+    partners = [replies[i] for i in q_idx] if replies is not None else []
+    return Regressions(items, call, q_idx, _weights(o, call, q_idx), settings, 0.0, partners, reg.call)
 
 
 @dataclass
@@ -279,6 +334,13 @@ def _query_gradients(ctx: Context, reg: Regressions, tag: str) -> dict[str, Any]
             mean_per_token=True, progress=ctx.progress, description="query gradients" + tag,
         )  # fmt: skip
         assert V is not None
+        if reg.partners:  # preference items: the pair's gradient, toward the base model's reply, away from its own
+            R, _ = engine.gradient_pass(
+                ctx.model, ctx.blocks, reg.partners, ctx.pad_id, batch_size=ctx.options.batch_size,
+                mean_per_token=True, progress=ctx.progress, description="query gradients (replies)" + tag,
+            )  # fmt: skip
+            assert R is not None
+            V = {k: v - R[k] for k, v in V.items()}
         V = {k: v.cpu() for k, v in V.items()}
     V = ctx.dist.broadcast(V)
     wt = torch.tensor(reg.weights, dtype=torch.float64)

@@ -93,6 +93,13 @@ class AttributeOptions(Options):
         "of it when shorter): one token holds the reply's first word, not the behaviour that changed.",
         min=1,
     )
+    eval_preference: bool = option(
+        True,
+        "When no eval item regressed by NLL, score each greedy generated item by preference instead: how much more the "
+        "fine-tune prefers its own greedy reply over the base model's (same length) than the base model does "
+        "(--no-eval-preference: NLL only).",
+        flag="--eval-preference/--no-eval-preference",
+    )
     max_new_tokens: int = option(32, "Tokens generated per eval completion and per continuation.", min=1)
     generations: int = option(
         20, "The N most regressed items are shown as the base model's and the fine-tune's greedy continuations.", min=0
