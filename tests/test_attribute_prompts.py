@@ -286,7 +286,7 @@ def test_verify_rescores_the_saved_completions(runs):
 
     rep = runs["prompts"]
     tok = load_tokenizer(EX / "run")
-    fx = _eval_rows(rep, tok)
+    fx, _ = _eval_rows(rep, tok)
     assert [f.index for f in fx] == [e["index"] for e in rep["eval"]]
     for f, e in zip(fx, rep["eval"], strict=True):
         labels = [t for t, m in zip(f.input_ids, f.loss_mask, strict=True) if m]
@@ -459,3 +459,56 @@ def test_an_unfinished_generated_reply_is_scored_without_an_end_of_turn(smollm2_
     assert end not in open_labels and tok.decode(open_labels).strip() == "Put the egg in boiling"
     assert end in done_labels and not open_fx.ends_with_eos
     assert open_fx.input_ids == done_fx.input_ids[: len(open_fx.input_ids)] or open_fx.input_ids[-1] != end
+
+
+def test_preference_scores_the_pair_and_its_gradient_is_the_difference(fp64_model):
+    """fp64, on the bundled fine-tune's greedy replies to prompts: an item scored by preference has delta
+    ``[nll_ft(b) - nll_base(b)] - [nll_ft(r) - nll_base(r)]`` (b the base model's completion, r the fine-tune's
+    reply), an item whose replies agree scores 0 and never regresses, and the query gradient of a regressed pair is
+    ``grad nll(b) - grad nll(r)``."""
+    from gradian.attribute import engine
+    from gradian.attribute.engine import pad_id_of
+    from gradian.attribute.generate import complete_prompts, finetuned_replies, with_completions
+    from gradian.attribute.regression import call_regressions
+    from gradian.attribute.stages import Regressions, _preference, _query_gradients, prepare
+    from gradian.dist import SINGLE
+    from gradian.options import AttributeOptions
+
+    tok, model = fp64_model.tokenizer, fp64_model.model
+    prompts = ["Once upon a time, there was a little girl named", "One day, a boy went to the", "The sun was",
+               "Lily and Tom went to the park. They saw a"]  # fmt: skip
+    ex = load_examples(write_jsonl(Path(__import__("tempfile").mkdtemp()) / "p.jsonl",
+                                   [{"prompt": p} for p in prompts]), prompt_only=True)  # fmt: skip
+    comp, opened = complete_prompts(model, tok, ex, max_new_tokens=16)
+    items, _ = with_completions(ex, comp, "greedy", opened)
+    fs = FormatSettings(128, add_eos=False)
+    fxs = format_examples(items, tok, fs)
+    got = finetuned_replies(model, tok, items, fxs, [True] * len(items), max_new_tokens=16)
+    got[0] = None  # an item whose replies agree
+    assert sum(r is not None for r in got) >= 2
+    replies = [format_examples([r], tok, fs)[0] if r is not None else None for r in got]
+    pad = pad_id_of(tok)
+    opts = AttributeOptions(proj_dim=0, noise_multiple=0)
+    train_fx = format_examples(load_examples(EX / "data" / "train.jsonl")[:8], tok, FormatSettings(max_length=128))
+    ctx = prepare(model, train_fx, fxs, pad, opts, store_dir=None, dist=SINGLE, progress=False)
+    nb = engine.completion_nll(model, fxs, pad, adapter=False)
+    nf = engine.completion_nll(model, fxs, pad, adapter=True)
+    empty = Regressions([{} for _ in fxs], call_regressions(nb, nf), [], np.ones(0), {}, 0.0)
+    reg = _preference(ctx, empty, replies, nb, nf)
+    assert reg is not None and reg.nll_call is not None
+    for i, r in enumerate(replies):
+        if r is None:
+            assert reg.call.delta[i] == 0 and not reg.call.regressed[i] and reg.eval_items[i]["score"] == "preference"
+            continue
+        rb = engine.completion_nll(model, [r], pad, adapter=False)[0]
+        rf = engine.completion_nll(model, [r], pad, adapter=True)[0]
+        assert np.isclose(reg.call.delta[i], (nf[i] - nb[i]) - (rf - rb), rtol=1e-9, atol=1e-12)
+        assert reg.eval_items[i]["reply_finetuned_nll"] == pytest.approx(rf)
+    if not reg.query:
+        pytest.skip("no pair regressed on these prompts")
+    q = _query_gradients(ctx, reg, "")
+    B, _ = engine.gradient_pass(model, ctx.blocks, [fxs[i] for i in reg.query], pad, mean_per_token=True)
+    R, _ = engine.gradient_pass(model, ctx.blocks, reg.partners, pad, mean_per_token=True)
+    assert B is not None and R is not None
+    for k, v in q.items():
+        assert np.allclose(v[:-1].numpy(), (B[k] - R[k]).double().numpy(), rtol=1e-9, atol=1e-12)

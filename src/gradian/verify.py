@@ -192,8 +192,10 @@ def _originally_excluded(adapter_dir: str | Path) -> set[int]:
 # --- measuring ----------------------------------------------------------------------------------------------------
 
 
-def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> list[Any]:
-    """The eval items as the report scored them (its formatting, ``eval_eos`` and generated completions)."""
+def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> tuple[list[Any], dict[int, Any]]:
+    """The eval items as the report scored them (its formatting, ``eval_eos`` and generated completions), and for
+    each item scored by preference (by eval row index) the fine-tune's reply it was compared with."""
+    from gradian.attribute.generate import with_reply
     from gradian.data import format_examples, load_examples
     from gradian.data.types import FormatSettings
 
@@ -208,7 +210,11 @@ def _eval_rows(report: Report | Mapping[str, Any], tokenizer: Any) -> list[Any]:
         from gradian.attribute.generate import with_completions
 
         rows, _ = with_completions(rows, gen.get("completions") or {}, str(gen.get("how")), gen.get("open"))
-    return format_examples(rows, tokenizer, fs)
+    at = {r.index: r for r in rows}
+    pref = [e for e in report.eval or [] if e.score == "preference" and e.reply is not None and e.index in at]
+    replies = [with_reply(at[e.index], str(e.reply), bool(e.extra.get("reply_open"))) for e in pref]
+    rfx = format_examples(replies, tokenizer, fs) if replies else []
+    return format_examples(rows, tokenizer, fs), {int(e.index): f for e, f in zip(pref, rfx, strict=True)}
 
 
 def measure(
@@ -221,7 +227,8 @@ def measure(
     with_base: bool = False,
 ) -> tuple[dict[int, float], dict[int, float] | None]:
     """Completion NLL of every eval item of ``report`` (by eval row index) with the adapter, and with it disabled if
-    asked.
+    asked; for an item scored by preference, its NLL minus that of the fine-tune's reply it was compared with (the
+    difference of the two is then the preference, as attribute measured it).
 
     The same loader, formatting and :func:`gradian.attribute.engine.completion_nll` as ``gradian attribute``."""
     import numpy as np
@@ -234,12 +241,20 @@ def measure(
     report = as_report(report)
     opts = report.attribute_options()
     lm = load(base, adapter_dir, device=device, dtype=dtype)
-    fx = _eval_rows(report, lm.tokenizer)
+    fx, replies = _eval_rows(report, lm.tokenizer)
     pad = engine.pad_id_of(lm.tokenizer)
-    tuned = engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=True)
-    base_nll = (
-        engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=False) if with_base else None
-    )
+    pos = {int(f.index): k for k, f in enumerate(fx)}
+
+    def nll(adapter: bool) -> np.ndarray:
+        out = engine.completion_nll(lm.model, fx, pad, batch_size=opts.batch_size, adapter=adapter)
+        if replies:  # a pair's loss: the base model's completion's NLL minus the fine-tune's reply's
+            r = engine.completion_nll(lm.model, list(replies.values()), pad, batch_size=opts.batch_size,
+                                      adapter=adapter)  # fmt: skip
+            out[[pos[i] for i in replies]] -= r
+        return out
+
+    tuned = nll(True)
+    base_nll = nll(False) if with_base else None
 
     def as_map(a: np.ndarray) -> dict[int, float]:
         return {int(f.index): float(v) for f, v in zip(fx, a, strict=True) if np.isfinite(v)}

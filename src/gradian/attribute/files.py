@@ -55,7 +55,7 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
         ld.notes.append(f"{n_dropped} training rows the trainer would drop are not scored")
     states = _adapter_states(ld, choices, ck_notes, opts.gradients == "auto")
     replies: Callable[[], list | None] | None = None
-    reply_texts: dict[int, str] = {}
+    reply_texts: dict[int, tuple[str, bool]] = {}
     if gen_info and not opts.eval_samples and opts.eval_preference:
         generated = [bool(x.get("generated")) for x in eval_extra]
         replies, reply_texts = _replies(ld, eval_ex, eval_fx, generated, fs, opts)
@@ -68,8 +68,8 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     res.eval_examples = eval_ex
     for i, (item, extra) in enumerate(zip(res.eval_items, eval_extra, strict=True)):
         item.update(extra)
-        if item.get("score") == "preference" and i in reply_texts:
-            item["reply"] = reply_texts[i]  # the fine-tune's greedy reply, the other side of the preference
+        if item.get("score") == "preference" and i in reply_texts:  # the fine-tune's reply: the pair's other side
+            item["reply"], item["reply_open"] = reply_texts[i]
     if gen_info:
         res.settings["eval_generation"] = gen_info
         res.timings["eval_generation_s"] = t_gen
@@ -222,11 +222,11 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
 
 
 def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any, opts: AttributeOptions
-             ) -> tuple[Callable[[], list | None], dict[int, str]]:  # fmt: skip
+             ) -> tuple[Callable[[], list | None], dict[int, tuple[str, bool]]]:  # fmt: skip
     """What the regression stage calls when no item regressed by NLL: the fine-tune's greedy reply to each generated
     item (rank 0 generates and broadcasts the texts), formatted as the items are; and the texts by item position,
-    filled in by that call (report.json ``eval[].reply``)."""
-    texts: dict[int, str] = {}
+    filled in by that call (report.json ``eval[].reply`` and ``reply_open``)."""
+    texts: dict[int, tuple[str, bool]] = {}
 
     def replies() -> list | None:
         from gradian.attribute.generate import finetuned_replies
@@ -243,7 +243,7 @@ def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any,
         for i, f in zip(keep, fx, strict=True):
             out[i] = f
             r = got[i]
-            texts[i] = r.messages[-1]["content"] if r.messages is not None else r.completion or ""
+            texts[i] = (r.messages[-1]["content"] if r.messages is not None else r.completion or "", r.open_end)
         return out
 
     return replies, texts

@@ -337,10 +337,15 @@ def finetuned_replies(
         text = continuation_text(tokenizer, p, seq[:e])
         if not e or text == base:
             continue
-        new = dataclasses.replace(ex, open_end=e < len(seq) or len(seq) >= max_new_tokens)
-        if ex.messages is not None:
-            new.messages = [*ex.messages[:-1], {"role": "assistant", "content": text}]
-        else:
-            new.completion = text
-        out[i] = new
+        out[i] = with_reply(ex, text, e < len(seq) or len(seq) >= max_new_tokens)
     return out
+
+
+def with_reply(ex: Example, text: str, open_end: bool) -> Example:
+    """A completed eval item with its completion (or last assistant turn) replaced by ``text``."""
+    new = dataclasses.replace(ex, open_end=open_end)
+    if ex.messages is not None:
+        new.messages = [*ex.messages[:-1], {"role": "assistant", "content": text}]
+    else:
+        new.completion = text
+    return new

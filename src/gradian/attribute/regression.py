@@ -146,8 +146,11 @@ class RegressionCall:
         }
 
 
-def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionRule | None = None) -> RegressionCall:
-    """Apply ``rule`` to per-item mean completion NLLs (NaN items never regress)."""
+def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionRule | None = None,
+                     drift: float | None = None) -> RegressionCall:  # fmt: skip
+    """Apply ``rule`` to per-item mean completion NLLs (NaN items never regress). ``drift``: the fine-tune's ordinary
+    drift when it is read elsewhere (items scored by preference move one way by construction: their drift is their
+    NLL's)."""
     rule = rule or RegressionRule()
     base = np.asarray(base_nll, dtype=np.float64)
     ft = np.asarray(ft_nll, dtype=np.float64)
@@ -158,7 +161,8 @@ def call_regressions(base_nll: np.ndarray, ft_nll: np.ndarray, rule: RegressionR
     change = rel if rule.scale == "relative" else delta
     neg = change[ok & (change < 0)]
     # half-normal scale of the improvements: median |x| = 0.6745 sigma; robust to one item that improved a lot
-    drift = float(1.4826 * np.median(np.abs(neg))) if neg.size else None
+    if drift is None:
+        drift = float(1.4826 * np.median(np.abs(neg))) if neg.size else None
     floor = rule.min_relative if rule.scale == "relative" else rule.min_delta
     cutoff = max(floor, rule.noise_multiple * drift if drift is not None else 0.0)
     floors = ok & (delta > rule.min_delta) & (rel > rule.min_relative)

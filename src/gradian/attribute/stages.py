@@ -21,7 +21,13 @@ import numpy as np
 
 from gradian.attribute.gradients import GradientPass, TrainingGradients, rank_rows, training_gradients
 from gradian.attribute.plan import auto_proj_dim
-from gradian.attribute.regression import DEFAULT_NOISE_MULTIPLE, RegressionCall, RegressionRule, regression_summary
+from gradian.attribute.regression import (
+    DEFAULT_NOISE_MULTIPLE,
+    RegressionCall,
+    RegressionRule,
+    call_regressions,
+    regression_summary,
+)
 from gradian.attribute.result import AdapterState, finite
 from gradian.dist import Dist
 from gradian.errors import GradianError
@@ -209,10 +215,12 @@ def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: 
                 ft_nll: np.ndarray) -> Regressions | None:  # fmt: skip
     """The generated items scored by preference: how much more the fine-tune prefers its own greedy reply ``r`` over
     the base model's ``b`` than the base model does, ``[nll_ft(b) - nll_base(b)] - [nll_ft(r) - nll_base(r)]``
-    (mean nats per token of each, the two replies cut to the same length; 0 where they agree), under the same
-    regression rule. A fine-tune trained on replies like the base model's own makes them *more* likely while its
-    greedy reply turns into another one (a refusal): the base reply's NLL does not rise, the preference does. The
-    query item of a regressed one is the pair: ``grad nll(b) - grad nll(r)``. None when no reply differs."""
+    (mean nats per token of each, the two replies cut to the same length; 0 where they agree). A fine-tune trained
+    on replies like the base model's own makes them *more* likely while its greedy reply turns into another one (a
+    refusal): the base reply's NLL does not rise, the preference does. The fine-tune's greedy reply is the one it
+    prefers, so the shift goes one way and its own spread is no drift: an item regresses when its shift clears the
+    floor and ``noise_multiple`` x the drift of its NLL (the regression rule per item). The query item of a
+    regressed one is the pair: ``grad nll(b) - grad nll(r)``. None when no reply differs."""
     o, dist = ctx.options, ctx.dist
     pos = [i for i, r in enumerate(replies or []) if r is not None]
     if not dist.broadcast(len(pos) if dist.is_main else None):
@@ -226,7 +234,9 @@ def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: 
     pref = np.zeros(len(base_nll))
     pref[~np.isfinite(base_nll - ft_nll)] = np.nan
     pref[pos] = (ft_nll[pos] - base_nll[pos]) - (rf - rb)
-    q_idx, call = select_queries(base_nll, base_nll + pref, o.threshold, o.query, o.noise_multiple)
+    rule = RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple, gate="item")
+    call = call_regressions(base_nll, base_nll + pref, rule, drift=reg.call.drift)
+    q_idx = [int(i) for i in np.flatnonzero(call.regressed)]
     at = dict(zip(pos, zip(rb, rf, strict=True), strict=True))
     items = []
     for i, e in enumerate(reg.eval_items):
@@ -236,7 +246,7 @@ def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: 
             "regressed": bool(call.regressed[i]),
             "reply_base_nll": finite(b[0]) if b else None, "reply_finetuned_nll": finite(b[1]) if b else None,
         })  # fmt: skip
-    settings = {"regression": _rule(o, call) | {"score": "preference", "replies_differ": len(pos)}}
+    settings = {"regression": {**rule.to_dict(), **call.to_dict(), "score": "preference", "replies_differ": len(pos)}}
     partners = [replies[i] for i in q_idx] if replies is not None else []
     return Regressions(items, call, q_idx, _weights(o, call, q_idx), settings, 0.0, partners, reg.call)
 

@@ -444,6 +444,17 @@ def _driven_by_verdict(report: Report) -> dict[int, str] | None:
     }
 
 
+def _regressed_intro(reg: list) -> str:
+    """What "got worse" means for these items: the NLL of the base model's completion rose, or (scored by
+    preference) the fine-tune now prefers its own reply."""
+    n = f"{len(reg)} eval item{'s' if len(reg) != 1 else ''}"
+    if any(r.score == "preference" for r in reg):
+        return (f"{n} changed: the fine-tune prefers its own greedy reply over the base model's (change: nats/token "
+                "more than the base model does; the NLLs are the base model's reply's; the two replies are side by "
+                "side under Base vs fine-tune).")  # fmt: skip
+    return f"{n} got worse (fine-tuned NLL above base NLL)."
+
+
 def _regressed_html(report: Report) -> str:
     reg = report.regressed
     if not reg:
@@ -459,7 +470,7 @@ def _regressed_html(report: Report) -> str:
             + f"{_text_cell(r.text, r.generated)}</tr>"
         )
     return (
-        f"<p>{len(reg)} eval item{'s' if len(reg) != 1 else ''} got worse (fine-tuned NLL above base NLL).</p>"
+        f"<p>{esc(_regressed_intro(reg))}</p>"
         "<table><thead><tr><th>eval row</th><th>id</th><th>base NLL</th><th>fine-tuned NLL</th><th>change</th>"
         + (f"<th>{esc(DRIVEN_HEADER)}</th>" if driven is not None else "")
         + "<th>text</th></tr></thead><tbody>"
@@ -752,6 +763,7 @@ def _md_regressed(report: Report) -> list[str]:
     reg = report.regressed
     if reg:
         driven = _driven_by_verdict(report)
+        lines += [md_escape(_regressed_intro(reg)), ""]
         lines.append(
             _md_table(
                 ["eval row", "id", "base NLL", "fine-tuned NLL", "change"]

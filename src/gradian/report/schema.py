@@ -84,11 +84,16 @@ class EvalItem(Record):
     regressed: bool | None = None
     generated: str | None = None  # how the base model wrote its completion, for a prompt-only row
     generations: dict[str, str] | None = None  # {"base", "finetuned"} continuations of its prompt
+    score: str | None = None  # "preference": scored by the fine-tune's preference for its own reply (else NLL)
+    reply: str | None = None  # scored by preference: the fine-tune's own greedy reply, cut to the same length
     text: str | None = None
 
     @property
     def change(self) -> float:
-        """The NLL rise (fine-tuned minus base; a missing NLL counts as 0)."""
+        """The NLL rise (fine-tuned minus base; a missing NLL counts as 0), or for an item scored by preference, how
+        much more the fine-tune prefers its own reply than the base model does (``delta``)."""
+        if self.score == "preference":
+            return self.delta or 0.0
         return (self.finetuned_nll or 0) - (self.base_nll or 0)
 
     @property

@@ -426,10 +426,27 @@ def harmful_findings(
         fm = np.zeros(len(s), dtype=bool)
         fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
         tested.append((f, fm))
-    return [
+    found = [
         FindingTest(tested[k][0], tested[k][1], p, freq, on_rest=on_rest)
         for k, p, freq in carrying_sets(S, s, [fm for _, fm in tested], policy, family)
     ]
+    return [t for t in found if not _explained_by_narrower(t, found, S, s, policy, family)]
+
+
+def _explained_by_narrower(
+    t: FindingTest, found: Sequence[FindingTest], S: np.ndarray | None, s: np.ndarray, policy: VerdictOptions,
+    family: list[int] | None,
+) -> bool:  # fmt: skip
+    """Whether a carrying finding's harm is a narrower carrying finding's: one that flags fewer rows, at least
+    ``flag_share`` of them among ``t``'s, while ``t``'s other rows do not carry the harm on their own (refusals are
+    short answers too: "short answer" carries the harm only through the refusals)."""
+    for n in found:
+        inner = int((n.flagged & t.flagged).sum())
+        if n is t or n.flagged.sum() >= t.flagged.sum() or inner < policy.flag_share * n.flagged.sum():
+            continue
+        if not carrying_sets(S, s, [t.flagged & ~n.flagged], policy, family):
+            return True
+    return False
 
 
 def is_note(f: Mapping[str, Any]) -> bool:

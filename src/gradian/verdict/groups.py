@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.diagnose.types import Severity
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.stats import robust
 from gradian.verdict.terms import distinctive_terms, finding_train_rows, terms_of
@@ -126,6 +127,8 @@ def group_rows(
     taken: set[int] = set()
     groups: list[Group] = []
     flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
+    problems = [f for f in findings if str(f.get("severity") or "").lower() != Severity.INFO.value]
+    content = [set(finding_train_rows(f)) for f in problems if finding_cause(f) == "content"]
     while left:
         best = None
         for f, frows in flagged:
@@ -135,6 +138,8 @@ def group_rows(
                 continue
             if not carried and n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
                 continue
+            if any(len(c & hit) >= policy.flag_share * len(hit) and len(c) < len(frows) for c in content):
+                continue  # a narrower content finding says what these rows are (refusals are short answers too)
             if best is None or len(hit) > len(best[1]):
                 best = (f, hit)
         if best is None:
