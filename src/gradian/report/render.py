@@ -351,7 +351,7 @@ def listed(items: Sequence[Any], limit: int) -> str:
 
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
     """(label, rows) for each term hint of the verdict (:mod:`gradian.verdict.term_hints`), rows past drop_rows to
-    read for the same defect, each content group set aside beside a mechanical one (:func:`culprits.minor`), and
+    read for the same defect, each group set aside as too light (:func:`culprits.minor`), and
     each label and each warning's rows a spread harm leans on (:mod:`gradian.verdict.label_leads`,
     :mod:`gradian.verdict.finding_leads`)."""
     hints = v.how.hints if v.how is not None else []
@@ -374,7 +374,7 @@ def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
         for h in hints
         if h.get("rows")
     ] + [
-        (f"Rows to read ({len(g.rows)} set aside beside the mechanical group, {pct(g.harm_share)} of the harm, not in "
+        (f"Rows to read ({len(g.rows)} set aside beside the named rows, {pct(g.harm_share)} of the harm, not in "
          "drop_rows)", list(g.rows))
         for g in aside
         if g.rows

@@ -132,7 +132,7 @@ class Culprits:
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
     tests: int = 0  # finding tests made (one Bonferroni family; gradian.verdict.term_hints continues it)
     undriven: list[UndrivenRead] = field(default_factory=list)  # heads found on the items no group drives
-    set_aside: list[Group] = field(default_factory=list)  # content groups too light beside a mechanical one (minor)
+    set_aside: list[Group] = field(default_factory=list)  # groups too light beside another (minor)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,14 +184,19 @@ def minor(groups: list[Group], policy: VerdictOptions) -> tuple[list[Group], lis
     rows too few for a content group in the first place ride along in the mechanical group, :func:`group_rows`: they
     are as often rows the finding missed.) On the planted-fault suite and both held-out sets every second defect's
     group carries over a quarter of the harm, and the 29 rows set aside in 6 runs hold no planted row
-    (CHANGELOG.md, the planted-fault suite)."""
-    if not any(g.cause == "mechanical" for g in groups):
-        return groups, []
+    (CHANGELOG.md, the planted-fault suite). Likewise any group under ``min_head_share`` beside a group that carries
+    it: a finding whose rows rank above the rest once the defect is set aside (short answers beside refusals, which
+    are short too), or a row or two read there, is listed, not named."""
     few = max(2, policy.min_group_share * sum(len(g.rows) for g in groups))
+    light_share = [g.harm_share < policy.min_head_share for g in groups]
+    heavy = [g for g, lt in zip(groups, light_share, strict=True) if not lt]
+    # a group carrying a sliver of the harm beside one that carries it (a finding's rows read on the rest)
+    sliver = [lt and any(h is not g for h in heavy) for g, lt in zip(groups, light_share, strict=True)]
+    mechanical = any(g.cause == "mechanical" and not sl for g, sl in zip(groups, sliver, strict=True))
     named: list[Group] = []
     light: list[Group] = []
-    for g in groups:
-        minor_group = g.cause == "content" and (g.harm_share < policy.min_head_share or len(g.rows) < few)
+    for g, lt, sl in zip(groups, light_share, sliver, strict=True):
+        minor_group = sl or (g.cause == "content" and mechanical and (lt or len(g.rows) < few))
         (light if minor_group else named).append(g)
     return named, light
 

@@ -301,7 +301,8 @@ def _tests_text(tests: Sequence[FindingTest], typed_of: Mapping[int, Finding], *
 
 def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]:
     """The sentence for findings read once the first groups were set aside (the confidence is the first head's)."""
-    later = [t for t in found.findings if t.on_rest]
+    aside = {str(g.finding.get("code")) for g in found.set_aside if g.finding is not None}
+    later = [t for t in found.findings if t.on_rest and str(t.finding.get("code")) not in aside]
     if not later:
         return []
     tests = _tests_text(later, typed_of, frequency=True)
@@ -345,12 +346,28 @@ def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[
 
 
 def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The sentence and next step for content groups set aside beside a mechanical one (:func:`culprits.minor`)."""
-    if not found.set_aside:
-        return [], []
-    n = sum(len(g.rows) for g in found.set_aside)
-    share = sum(g.harm_share for g in found.set_aside)
+    """The sentences and next steps for the groups set aside (:func:`culprits.minor`): content groups beside a
+    mechanical one, and groups carrying a sliver of the harm beside one that carries it."""
+    content = [g for g in found.set_aside if g.cause == "content"]
+    sentences: list[str] = []
+    steps: list[str] = []
     min_share = float(policy.get("min_head_share") or 0.0)
+    for g in found.set_aside:
+        if g.cause == "content" or g.finding is None:
+            continue
+        f = Finding.from_dict(g.finding)
+        got, need = apart(g.harm_share, min_share, percent=True)
+        sentences.append(
+            f"The {_rows_word(len(g.rows))} diagnose flags as {f.title} also rank above the others once the named "
+            f"rows are set aside, but they carry {got} of the harm, under the {need} a group of its own needs, so "
+            "they are not in drop_rows."
+        )
+        if f.fix is not None:
+            steps.append(f"Fix {f.title} before the next run: {_fix_text(f.fix)}.")
+    if not content:
+        return sentences, steps
+    n = sum(len(g.rows) for g in content)
+    share = sum(g.harm_share for g in content)
     got, need = apart(share, min_share, percent=True)
     why = (
         f"they carry {got} of the harm, under the {need} a group of its own needs"
@@ -358,15 +375,16 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
         else f"they carry {pct(share)} of the harm, but are too few for a group of their own (under "
         f"{pct(float(policy.get('min_group_share') or 0.0))} of the rows the groups hold)"
     )
-    sentence = (
-        f"Beside the mechanical group, {_rows_word(n)} that no finding flags also stand out, but {why}. They likely "
+    beside = "the mechanical group" if any(g.cause == "mechanical" for g in found.groups) else "the named rows"
+    sentences.append(
+        f"Beside {beside}, {_rows_word(n)} that no finding flags also stand out, but {why}. They likely "
         "lead a few regressed items beside the defect rather than make a second one, so they are not in drop_rows."
     )
-    step = (
-        f"Read the {_rows_word(n)} set aside beside the mechanical group (listed under Rows to read, and in "
+    steps.append(
+        f"Read the {_rows_word(n)} set aside beside {beside} (listed under Rows to read, and in "
         "report.json verdict.how.set_aside) once the named rows are fixed, if some regressed items stay worse."
     )
-    return [sentence], [step]
+    return sentences, steps
 
 
 def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
