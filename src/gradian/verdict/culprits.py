@@ -77,7 +77,7 @@ from gradian.diagnose.types import Severity
 from gradian.numbers import apart
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.driven import driven_items
-from gradian.verdict.groups import Group, RowTerms, group_rows, settle
+from gradian.verdict.groups import Group, RowTerms, finding_cause, group_rows, settle
 from gradian.verdict.stats import jaccard, local_fdr, rank_sum_p, resampled_sums, robust
 from gradian.verdict.terms import finding_train_rows
 
@@ -184,19 +184,18 @@ def minor(groups: list[Group], policy: VerdictOptions) -> tuple[list[Group], lis
     rows too few for a content group in the first place ride along in the mechanical group, :func:`group_rows`: they
     are as often rows the finding missed.) On the planted-fault suite and both held-out sets every second defect's
     group carries over a quarter of the harm, and the 29 rows set aside in 6 runs hold no planted row
-    (CHANGELOG.md, the planted-fault suite). Likewise any group under ``min_head_share`` beside a group that carries
-    it: a finding whose rows rank above the rest once the defect is set aside (short answers beside refusals, which
-    are short too), or a row or two read there, is listed, not named."""
+    (CHANGELOG.md, the planted-fault suite). Likewise a content group of one row beside another group. A group under
+    ``min_head_share`` beside a content group stays named: on a real chat model the planted refusals carry 15% of the
+    harm beside forgetting's 23%, and on the planted-fault suite a second, mechanical defect found on the rest
+    carries under a fifth of it."""
     few = max(2, policy.min_group_share * sum(len(g.rows) for g in groups))
-    light_share = [g.harm_share < policy.min_head_share for g in groups]
-    heavy = [g for g, lt in zip(groups, light_share, strict=True) if not lt]
-    # a group carrying a sliver of the harm beside one that carries it (a finding's rows read on the rest)
-    sliver = [lt and any(h is not g for h in heavy) for g, lt in zip(groups, light_share, strict=True)]
-    mechanical = any(g.cause == "mechanical" and not sl for g, sl in zip(groups, sliver, strict=True))
+    mechanical = any(g.cause == "mechanical" for g in groups)
     named: list[Group] = []
     light: list[Group] = []
-    for g, lt, sl in zip(groups, light_share, sliver, strict=True):
-        minor_group = sl or (g.cause == "content" and mechanical and (lt or len(g.rows) < few))
+    for g in groups:
+        alone = len(g.rows) < 2 and len(groups) > 1  # one row beside a group is no group of its own
+        lt = g.harm_share < policy.min_head_share
+        minor_group = g.cause == "content" and ((mechanical and (lt or len(g.rows) < few)) or alone)
         (light if minor_group else named).append(g)
     return named, light
 
@@ -215,6 +214,7 @@ class Reading:
     policy: VerdictOptions
     labels: Mapping[int, str] | None = None
     family: list[int] = field(default_factory=lambda: [0])
+    nested: set[str] = field(default_factory=set)  # findings whose harm a narrower finding's rows carry
 
     def __post_init__(self) -> None:
         self.terms = RowTerms(self.texts, self.labels)
@@ -243,7 +243,7 @@ class Reading:
         grouped = {x for g in groups for x in g.rows}
         out = list(groups) + group_rows(
             self.ranked(mask), self.score_of, self.pos_total, self.findings, self.terms, len(self.rows), self.policy,
-            carriers, grouped,
+            carriers, grouped, self.nested,
         )  # fmt: skip
         if settled:
             self.settle(out)
@@ -288,7 +288,8 @@ def explain_away(
                 more[at[on_live[0]]] = True
                 undriven.append(on_live[1])
         rest_rows = [rows[j] for j in at]
-        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, rd.findings, policy, rd.family, on_rest=True)
+        new = [t for t in harmful_findings(S_rest, s[rest], rest_rows, rd.findings, policy, rd.family, on_rest=True,
+                                           nested=rd.nested)
                if not any(t.finding is c for c in carriers)]  # fmt: skip
         for t in new:
             more[at[t.flagged & rd.above[rest]]] = True
@@ -418,6 +419,7 @@ def harmful_findings(
     family: list[int] | None = None,
     *,
     on_rest: bool = False,
+    nested: set[str] | None = None,
 ) -> list[FindingTest]:
     """The diagnose findings whose flagged rows carry the harm (:func:`carrying_sets` over each finding's flagged
     rows); ``on_rest`` marks the tests as read on the rest. Only findings that report a problem are tested: an info
@@ -426,7 +428,7 @@ def harmful_findings(
     col = {int(r): j for j, r in enumerate(rows)}
     tested = []
     for f in findings:
-        if is_note(f):
+        if is_note(f) or (nested is not None and str(f.get("code")) in nested):
             continue
         fm = np.zeros(len(s), dtype=bool)
         fm[[col[r] for r in finding_train_rows(f) if r in col]] = True
@@ -435,19 +437,27 @@ def harmful_findings(
         FindingTest(tested[k][0], tested[k][1], p, freq, on_rest=on_rest)
         for k, p, freq in carrying_sets(S, s, [fm for _, fm in tested], policy, family)
     ]
-    return [t for t in found if not _explained_by_narrower(t, found, S, s, policy, family)]
+    out = [t for t in found if not _explained_by_narrower(t, found, S, s, policy, family)]
+    if nested is not None:  # read on the rest, their other rows would stand for the narrower finding's defect
+        nested |= {str(t.finding.get("code")) for t in found if t not in out}
+    return out
 
 
 def _explained_by_narrower(
     t: FindingTest, found: Sequence[FindingTest], S: np.ndarray | None, s: np.ndarray, policy: VerdictOptions,
     family: list[int] | None,
 ) -> bool:  # fmt: skip
-    """Whether a carrying finding's harm is a narrower carrying finding's: one that flags fewer rows, at least
-    ``flag_share`` of them among ``t``'s, while ``t``'s other rows do not carry the harm on their own (refusals are
-    short answers too: "short answer" carries the harm only through the refusals)."""
+    """Whether a carrying mechanical finding's harm is a narrower carrying content finding's: one that flags fewer
+    rows, at least ``flag_share`` of them among ``t``'s, while ``t``'s other rows do not carry the harm on their own
+    (refusals are short answers too: "short answer" carries the harm only through the refusals). Two mechanical
+    findings on the same rows describe one defect (loops cut by truncation): they are grouped together instead."""
+    if finding_cause(t.finding) != "mechanical":
+        return False
     for n in found:
         inner = int((n.flagged & t.flagged).sum())
-        if n is t or n.flagged.sum() >= t.flagged.sum() or inner < policy.flag_share * n.flagged.sum():
+        if n is t or finding_cause(n.finding) != "content" or n.flagged.sum() >= t.flagged.sum():
+            continue
+        if inner < policy.flag_share * n.flagged.sum():
             continue
         if not carrying_sets(S, s, [t.flagged & ~n.flagged], policy, family):
             return True

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from gradian.diagnose.types import Severity
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.stats import robust
 from gradian.verdict.terms import distinctive_terms, finding_train_rows, terms_of
@@ -110,11 +109,13 @@ def group_rows(
     policy: VerdictOptions,
     carriers: Sequence[Mapping[str, Any]] = (),
     grouped: Collection[int] = (),
+    nested: Collection[str] = (),
 ) -> list[Group]:
     """Split the head into mechanical groups (one per enriched mechanical finding, extended by the finding's other
     rows, whatever their harm, when ``policy.extend_mechanical``) and one content group. A mechanical
     finding in ``carriers`` (its flagged rows carry the harm: :func:`harmful_findings`) needs only two rows in the
-    head: its own test is stronger evidence than its share of the head. Rows in ``grouped`` (earlier groups') are
+    head: its own test is stronger evidence than its share of the head. A finding in ``nested`` (its harm is a
+    narrower finding's: refusals are short answers too) makes no group. Rows in ``grouped`` (earlier groups') are
     never added again."""
 
     def share(rs: Sequence[int]) -> float:
@@ -126,9 +127,8 @@ def group_rows(
     left = set(head)
     taken: set[int] = set()
     groups: list[Group] = []
-    flagged = [(f, set(finding_train_rows(f))) for f in findings if finding_cause(f) == "mechanical"]
-    problems = [f for f in findings if str(f.get("severity") or "").lower() != Severity.INFO.value]
-    content = [set(finding_train_rows(f)) for f in problems if finding_cause(f) == "content"]
+    flagged = [(f, set(finding_train_rows(f))) for f in findings
+               if finding_cause(f) == "mechanical" and str(f.get("code")) not in nested]  # fmt: skip
     while left:
         best = None
         for f, frows in flagged:
@@ -138,8 +138,6 @@ def group_rows(
                 continue
             if not carried and n_rows and len(hit) / len(head) < policy.enrichment * len(frows) / n_rows:
                 continue
-            if any(len(c & hit) >= policy.flag_share * len(hit) and len(c) < len(frows) for c in content):
-                continue  # a narrower content finding says what these rows are (refusals are short answers too)
             if best is None or len(hit) > len(best[1]):
                 best = (f, hit)
         if best is None:

@@ -90,7 +90,7 @@ def no_head(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
 
 def findings(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     rd = d.rd
-    d.harmful = harmful_findings(rd.S, rd.s, rd.rows, rd.findings, o, rd.family)
+    d.harmful = harmful_findings(rd.S, rd.s, rd.rows, rd.findings, o, rd.family, nested=rd.nested)
     d.seeded = np.logical_or.reduce([t.flagged for t in d.harmful], initial=False) & rd.above
 
 

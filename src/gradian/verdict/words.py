@@ -219,8 +219,8 @@ def criterion_text(policy: VerdictOptions) -> str:
         f"finding flags >= {pct(policy.min_group_share)} of those rows at >= {policy.enrichment:g}x its share of the "
         f"file{extension}; the groups must carry >= {pct(policy.min_head_share)} of the positive harm, unless each "
         f"is a finding's rows the finding test below found carrying it (beside a mechanical group, each content group "
-        f"must carry that share and hold >= {pct(policy.min_group_share)} of the groups' rows; one that does not is "
-        "set aside)"
+        f"must carry that share and hold >= {pct(policy.min_group_share)} of the groups' rows, and a content group "
+        "of one row beside another group is no group; one that does not is set aside)"
         + (
             f"; a diagnose finding's flagged rows also make a group when their positive harm is >= "
             f"{policy.enrichment:g}x their share of the rows and their harm ranks above the other rows' (one-sided "
