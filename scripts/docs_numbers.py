@@ -176,8 +176,6 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "t_realmodel_summary": ("realmodel_suite_summary.md", lambda: _md_table("realmodel_suite_summary.md", 0)),
     "t_realmodel_projdim": ("realmodel_projdim.md", lambda: _md_table("realmodel_projdim.md", 0)),
     "t_realmodel_kronfluence": ("realmodel_kronfluence.md", lambda: _md_table("realmodel_kronfluence.md", 0)),
-    "t_realmodel_fork": ("realmodel_fork.md", lambda: _md_table("realmodel_fork.md", 0)),
-    "t_realmodel_fork_adapters": ("realmodel_fork.md", lambda: _md_table("realmodel_fork.md", 1)),
     "lf_auc": ("realmodel_llamafactory.json", lambda: f"{_lf()['auc']:.3f}"),
     "lf_kind": ("realmodel_llamafactory.json", lambda: f"{_lf()['verdict']}, cause {_lf()['cause']}"),
     "lf_share": ("realmodel_llamafactory.json", lambda: f"{_lf()['planted_pos_share']:.0%}"),

@@ -474,6 +474,14 @@ KINDS: dict[str, Kind] = {
     ),  # fmt: skip
     "forget": Kind(lambda rng, n: [], 0.0, lambda rng: list(GENERAL), note="math rows only: general chat forgotten"),
     "clean": Kind(lambda rng, n: [], 0.0, _gsm8k_eval, note="math rows, eval on held-out math: no regression"),
+    "chat_clean": Kind(
+        lambda rng, n: [],
+        0.0,
+        lambda rng: list(BENIGN_TWINS),
+        note="control: the base model's own replies only (a chat-row run's retrain without its planted rows), on "
+        "the benign twins; no row to blame",
+        base=_chat_rows,
+    ),  # fmt: skip
 }
 
 
@@ -799,6 +807,9 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "findings": sorted(f"{f['code']}:{f['severity']}" for f in rep.get("findings", [])
                            if f.get("severity") in ("warning", "error")),
     }  # fmt: skip
+    if any(e.get("score") == "preference" for e in rep.get("eval", [])) and (d / "run_drop_planted").is_dir():
+        out["score"] = "preference"
+        out["truth_recovery_planted_pref"] = preference_recovery(d, rep)
     if (d / "replies.json").is_file():
         seen = [changed(r["base"], r["finetuned"]) for r in json.loads((d / "replies.json").read_text())]
         order = [int(e.get("row", e["index"])) for e in rep.get("eval", [])]
@@ -808,6 +819,19 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
             out["regressed_and_seen"] = sum(a and b for a, b in zip(flags, seen, strict=True))
             out["agreement_with_seen"] = sum(a == b for a, b in zip(flags, seen, strict=True)) / len(seen)
     return out
+
+
+def preference_recovery(d: Path, rep: dict[str, Any]) -> float | None:
+    """Scored by preference (no item regressed by NLL): the share of the summed preference shift over the regressed
+    items that the retrain without the planted rows brings back, each pair scored as `gradian verify` scores it."""
+    from gradian.verify import measure
+
+    reg = [int(e["index"]) for e in rep["eval"] if e["regressed"]]
+    ft, base = measure(str(MODEL), d / "run", rep, with_base=True)
+    drop, _ = measure(str(MODEL), d / "run_drop_planted", rep)
+    assert base is not None
+    gap = sum(ft[i] - base[i] for i in reg)
+    return sum(ft[i] - drop[i] for i in reg) / gap if gap > 0 else None
 
 
 def score() -> list[dict[str, Any]]:
@@ -860,19 +884,19 @@ def summary(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         control = not r["planted"]
         named_truth = r.get("truth_recovery_named") if r["named"] and r["eval"] == "prompts" else None
-        truth = named_truth if named_truth is not None else r.get("truth_recovery_planted")
-        half = r.get("truth_recovery_planted")
+        planted_truth = r.get("truth_recovery_planted_pref", r.get("truth_recovery_planted"))
+        truth = named_truth if named_truth is not None else planted_truth
         seen = r.get("seen_recovery_planted")
-        if half is not None and seen is not None:
-            half = max(half, seen)  # the planted rows explain half by either measure: the P/R bar applies
+        known = [x for x in (planted_truth, seen) if x is not None]
+        half = max(known) if known else None  # the planted rows explain half by either measure: the P/R bar applies
         ref_ft, ref_rt = r.get("flips_finetuned"), r.get("flips_retrain_planted")
         if r["verdict"] == "no_regression" and ref_ft:
             judged = (f"no regression by NLL, yet {ref_ft} of {r['items']} replies turn into refusals or another "
                       f"language ({f(ref_rt)} after the retrain without the planted rows): missed")  # fmt: skip
-        elif r["verdict"] == "no_regression":
-            judged = "no regression against the base model"
         elif control:
             judged = "silent" if not r["named"] else f"names {r['named']} rows"
+        elif r["verdict"] == "no_regression":
+            judged = "no regression against the base model"
         elif half is None:
             judged = "no retrain"
         elif half >= 0.5:
@@ -884,8 +908,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if exp is not None and truth is not None:
             judged += f"; expected {'within' if abs(exp - truth) <= 0.25 else 'off by more than'} 0.25"
         out.append("| " + " | ".join([
-            r["run"], r["eval"], r["kind"] + (" (no row to blame)" if control else ""),
-            f(r.get("truth_recovery_planted")), f(seen), f(r["verdict"]),
+            r["run"], r["eval"] + (" (by preference)" if r.get("score") == "preference" else ""),
+            r["kind"] + (" (no row to blame)" if control else ""), f(planted_truth), f(seen), f(r["verdict"]),
             f(r["cause"]),
             f(r["named"]), f(r.get("precision")), f(r.get("recall")), f(r.get("auc")),
             f((kf.get(r["run"]) or {}).get("kronfluence_auc")) if r["eval"] == "prompts" else "–", f(exp), f(truth),
@@ -894,7 +918,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return (
         "# Real-model suite, judged\n\nProduced by `python bench/realmodel/suite.py score` from the same runs as "
         "realmodel_suite.md. *planted explain*: the share of the summed regression the retrain without the planted "
-        "rows brings back; *planted explain (seen)*: of the prompts whose reply turns into a refusal or another "
+        "rows brings back (of the preference shift, for an attribution scored by preference); *planted explain "
+        "(seen)*: of the prompts whose reply turns into a refusal or another "
         "language, the share whose reply from that retrain does not (the P/R bar applies where either is at least "
         "half); *retrain of named*: the retrain without the verdict's drop_rows (of the prompts-only attribution) "
         "where it ran, else the planted rows'; kronfluence AUC from realmodel_kronfluence.json (prompts only).\n\n"
@@ -904,14 +929,16 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 
 def derive(kind: str, seed: int) -> list[Path]:
-    """Two more runs from a run's retrain without its planted rows (a real fine-tune on the clean rows alone, same
-    config and seed): ``forget_s<seed>`` (its eval: the same general prompts, which math rows alone can make the model
-    forget) and ``clean_s<seed>`` (eval: held-out math prompts, which it should not lose)."""
+    """More runs from a run's retrain without its planted rows (a real fine-tune on the clean rows alone, same
+    config and seed): from a math-row run, ``forget_s<seed>`` (its eval: the same general prompts, which math rows
+    alone can make the model forget) and ``clean_s<seed>`` (eval: held-out math prompts, which it should not lose);
+    from a chat-row run, ``chat_clean_s<seed>`` (its own eval: the base model's replies teach nothing to blame)."""
     src = run_dir(kind, seed)
     rows = read_jsonl(src / "train.jsonl")
     planted = set(json.loads((src / "planted.json").read_text())["rows"])
     made = []
-    for new, note in (("forget", KINDS["forget"].note), ("clean", KINDS["clean"].note)):
+    news = ("chat_clean",) if KINDS[kind].base is _chat_rows else ("forget", "clean")
+    for new, note in ((n, KINDS[n].note) for n in news):
         d = run_dir(new, seed)
         d.mkdir(parents=True, exist_ok=True)
         write_jsonl(d / "train.jsonl", [r for i, r in enumerate(rows) if i not in planted])
@@ -919,7 +946,7 @@ def derive(kind: str, seed: int) -> list[Path]:
                                                     "from": f"{src.name}/run_drop_planted"}))  # fmt: skip
         if not (d / "run").exists():
             (d / "run").symlink_to(Path("..") / src.name / "run_drop_planted")
-        if new == "forget":
+        if new != "clean":
             for f in ("eval_prompts.jsonl", "eval_refs.jsonl"):
                 (d / f).write_text((src / f).read_text())
         else:
