@@ -22,11 +22,14 @@ def check_options(method: str, weighting: str, store_dtype: str, fisher: str = "
 
 @dataclass(frozen=True)
 class TokenPass:
-    """What the token pass needs: the tokenizer (to name the tokens), and from the report pipeline, whether the
-    verdict on a result needs token profiles (None: only with ``token_profiles_always``)."""
+    """What the passes over text need: the tokenizer (to name the tokens), from the report pipeline whether the
+    verdict on a result needs token profiles (None: only with ``token_profiles_always``), and from the file-level
+    API the fine-tune's own replies to generated eval items, formatted, made when no item regressed by NLL
+    (``replies``; see :func:`gradian.attribute.stages.find_regressions`)."""
 
     tokenizer: Any
     wants_profiles: Callable[[AttributionResult], bool] | None = None
+    replies: Callable[[], list | None] | None = None
 
 
 def run_attribution(
@@ -43,7 +46,6 @@ def run_attribution(
     states: list[AdapterState] | None = None,
     tokens: TokenPass | None = None,
     progress: bool = False,
-    replies: Callable[[], list | None] | None = None,
 ) -> AttributionResult:
     """The core on already formatted rows and a loaded PEFT model (tests and the file-level API both use it).
 
@@ -57,8 +59,7 @@ def run_attribution(
     label tokens, needs ``tokens``, a :class:`TokenPass`; :mod:`gradian.attribute.tokens`), one adapter state only;
     the top ``options.token_profiles`` share of the rows get token profiles when ``tokens.wants_profiles(result)``
     says the verdict needs them (the report pipeline's check: does it name a content group), or with
-    ``token_profiles_always``. ``replies``: called when no eval item regressed by NLL, the fine-tune's own replies
-    to the generated items, formatted (see :func:`gradian.attribute.stages.find_regressions`).
+    ``token_profiles_always``; ``tokens.replies``: the fine-tune's own replies, when no item regressed by NLL.
 
     The stages (:mod:`gradian.attribute.stages`): prepare → regressed items → per adapter state, training gradients
     and scores → assembly (:mod:`gradian.attribute.assemble`)."""
@@ -71,7 +72,7 @@ def run_attribution(
         model, train_fx, eval_fx, pad_id, opts, store_dir=store, dist=dist, progress=progress and dist.is_main
     )
     notes = [*(notes or []), *ctx.notes]
-    reg = find_regressions(ctx, ids.eval, replies)
+    reg = find_regressions(ctx, ids.eval, tokens.replies if tokens is not None else None)
     if reg.nll_call is not None:
         n = reg.settings["regression"]["replies_differ"]
         notes.append(

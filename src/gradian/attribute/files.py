@@ -62,8 +62,8 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     res = run_attribution(
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
-        notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles),
-        progress=progress, replies=replies,
+        notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles, replies),
+        progress=progress,
     )  # fmt: skip
     res.eval_examples = eval_ex
     for i, (item, extra) in enumerate(zip(res.eval_items, eval_extra, strict=True)):
