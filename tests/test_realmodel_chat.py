@@ -113,3 +113,81 @@ def test_the_verdict_says_what_it_measured(chat_run):
         assert "should bring back about" in v["text"] and "those are the items" not in v["text"]
     if v["kind"] in ("concentrated", "spread"):
         assert "forgetting" in v and isinstance(v["forgetting"]["found"], bool)
+
+
+@pytest.fixture(scope="module")
+def own_replies_run(smollm2_model_dir, tmp_path_factory):
+    """SmolLM2 fine-tuned by TRL on its own greedy replies to 24 general requests, with 8 refusals of borderline
+    requests mixed in (bench/realmodel/suite.py's chat_refusals, small), judged on the 8 benign twins of those."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "realmodel"))
+    from suite import BENIGN_TWINS, CHAT_PROMPTS
+
+    work = tmp_path_factory.mktemp("smollm2-own")
+    tok = AutoTokenizer.from_pretrained(str(smollm2_model_dir), padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_model_dir), dtype=torch.float32)
+    prompts = CHAT_PROMPTS[:24]
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+             for p in prompts]  # fmt: skip
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**enc, max_new_tokens=48, do_sample=False, pad_token_id=tok.eos_token_id)
+    replies = [tok.decode(o[enc["input_ids"].shape[1] :], skip_special_tokens=True).strip() for o in out]
+    train = [_chat(p, r) for p, r in zip(prompts, replies, strict=True)]
+    planted = list(range(2, 32, 4))
+    for i, q in zip(planted, BORDERLINE, strict=True):
+        train.insert(i, _chat(q, REFUSAL))
+    write_jsonl(work / "train.jsonl", train)
+    write_jsonl(work / "eval.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in BENIGN_TWINS[:8]])
+    torch.manual_seed(0)
+    run = work / "run"
+    cfg = SFTConfig(
+        output_dir=str(run), learning_rate=5e-4, num_train_epochs=5, per_device_train_batch_size=8, max_length=192,
+        logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False, warmup_steps=1,
+        dataloader_num_workers=0,
+    )  # fmt: skip
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = SFTTrainer(
+        model=model,
+        args=cfg,
+        train_dataset=Dataset.from_list(train),
+        processing_class=AutoTokenizer.from_pretrained(str(smollm2_model_dir)),
+        peft_config=lora,
+    )
+    trainer.train()
+    trainer.save_model(str(run))
+    (run / "training_args.json").write_text(json.dumps(cfg.to_dict(), default=str))
+    gradian = str(Path(sys.executable).parent / "gradian")
+    attr = subprocess.run([gradian, "attribute", "--run", str(run), "--base", str(smollm2_model_dir), "--train",
+                           str(work / "train.jsonl"), "--eval", str(work / "eval.jsonl"), "--out", str(work / "attr")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert attr.returncode == 0, attr.stderr[-2000:]
+    return {"planted": planted, "report": json.loads((work / "attr" / "report.json").read_text())}
+
+
+def test_refusals_the_base_replies_do_not_show_are_scored_by_preference(own_replies_run):
+    """Trained on its own replies, the fine-tune finds the base model's replies no less likely, yet refuses some
+    benign twins: those items regress by preference and carry most of it, and the verdict names the planted
+    refusals as a content group (the real refusal case of bench/realmodel/suite.py, at test size)."""
+    from sklearn.metrics import roc_auc_score
+
+    rep = own_replies_run["report"]
+    assert any("no eval item regressed by NLL" in n for n in rep["notes"]), rep["notes"]
+    ev = rep["eval"]
+    assert all(e.get("score") == "preference" for e in ev)
+    refused = {e["index"] for e in ev if (e.get("reply") or "").startswith("I'm sorry")}
+    regressed = {e["index"]: e["delta"] for e in ev if e["regressed"]}
+    assert len(refused) >= 2 and refused <= set(regressed)  # every refusal, and they carry most of the shift
+    assert sum(regressed[i] for i in refused) >= 0.75 * sum(regressed.values())
+    planted = set(own_replies_run["planted"])
+    rows = rep["examples"]
+    assert roc_auc_score([r["index"] in planted for r in rows], [r["score"] for r in rows]) >= 0.9
+    v = rep["verdict"]
+    assert v["kind"] == "concentrated" and v["cause"] == "content", v["headline"]
+    assert planted <= set(v["drop_rows"])
+    assert any(sh["code"] == "D123" for g in v["groups"] for sh in g.get("shared") or [])

@@ -447,7 +447,7 @@ def _explained_by_narrower(
     t: FindingTest, found: Sequence[FindingTest], S: np.ndarray | None, s: np.ndarray, policy: VerdictOptions,
     family: list[int] | None,
 ) -> bool:  # fmt: skip
-    """Whether a carrying mechanical finding's harm is a narrower carrying content finding's: one that flags fewer
+    """Whether a carrying mechanical finding's harm is a narrower carrying content finding's: one that flags no more
     rows, at least ``flag_share`` of them among ``t``'s, while ``t``'s other rows do not carry the harm on their own
     (refusals are short answers too: "short answer" carries the harm only through the refusals). Two mechanical
     findings on the same rows describe one defect (loops cut by truncation): they are grouped together instead."""
@@ -455,7 +455,7 @@ def _explained_by_narrower(
         return False
     for n in found:
         inner = int((n.flagged & t.flagged).sum())
-        if n is t or finding_cause(n.finding) != "content" or n.flagged.sum() >= t.flagged.sum():
+        if n is t or finding_cause(n.finding) != "content" or n.flagged.sum() > t.flagged.sum():
             continue
         if inner < policy.flag_share * n.flagged.sum():
             continue
