@@ -36,13 +36,35 @@ def _chat(q: str, a: str) -> dict:
     return {"prompt": [{"role": "user", "content": q}], "completion": [{"role": "assistant", "content": a}]}
 
 
-@pytest.fixture(scope="module")
-def chat_run(smollm2_model_dir, tmp_path_factory, shared_dir):
+def _train(model_dir: Path, work: Path, train: list[dict], *, epochs: int, model=None) -> Path:
+    """The real TRL SFTTrainer on ``train`` (LoRA r=8 on every linear layer, lr 5e-4, batch 8), saved as a run."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
+
+    torch.manual_seed(0)
+    run = work / "run"
+    cfg = SFTConfig(
+        output_dir=str(run), learning_rate=5e-4, num_train_epochs=epochs, per_device_train_batch_size=8,
+        max_length=192, logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False,
+        warmup_steps=1, dataloader_num_workers=0,
+    )  # fmt: skip
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    model = model or AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    trainer = SFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(train),
+                         processing_class=AutoTokenizer.from_pretrained(str(model_dir)), peft_config=lora)  # fmt: skip
+    trainer.train()
+    trainer.save_model(str(run))
+    (run / "training_args.json").write_text(json.dumps(cfg.to_dict(), default=str))
+    trainer.state.save_to_json(str(run / "trainer_state.json"))
+    return run
+
+
+@pytest.fixture(scope="module")
+def chat_run(smollm2_model_dir, tmp_path_factory, shared_dir):
+    from transformers import AutoTokenizer
 
     work = tmp_path_factory.mktemp("smollm2-chat")
     rows = [json.loads(x) for x in GSM.read_text().splitlines()[:400]]
@@ -53,22 +75,8 @@ def chat_run(smollm2_model_dir, tmp_path_factory, shared_dir):
         train.insert(i, _chat(q, REFUSAL))
     write_jsonl(work / "train.jsonl", train)
     write_jsonl(work / "eval.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in PROMPTS])
-    torch.manual_seed(0)
-    run = work / "run"
-    cfg = SFTConfig(
-        output_dir=str(run), learning_rate=5e-4, num_train_epochs=2, per_device_train_batch_size=8, max_length=192,
-        logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False, warmup_steps=1,
-        dataloader_num_workers=0,
-    )  # fmt: skip
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    model = AutoModelForCausalLM.from_pretrained(str(smollm2_model_dir), dtype=torch.float32)
+    run = _train(smollm2_model_dir, work, train, epochs=2)
     tok = AutoTokenizer.from_pretrained(str(smollm2_model_dir))
-    trainer = SFTTrainer(model=model, args=cfg, train_dataset=Dataset.from_list(train), processing_class=tok,
-                         peft_config=lora)  # fmt: skip
-    trainer.train()
-    trainer.save_model(str(run))
-    (run / "training_args.json").write_text(json.dumps(cfg.to_dict(), default=str))
-    trainer.state.save_to_json(str(run / "trainer_state.json"))
     gradian = str(Path(sys.executable).parent / "gradian")
     common = ["--run", str(run), "--base", str(smollm2_model_dir), "--train", str(work / "train.jsonl")]
     diag = subprocess.run([gradian, "diagnose", *common, "--format", "json", "--out", str(work / "findings.json")],
@@ -120,10 +128,7 @@ def own_replies_run(smollm2_model_dir, tmp_path_factory):
     """SmolLM2 fine-tuned by TRL on its own greedy replies to 24 general requests, with 8 refusals of borderline
     requests mixed in (bench/realmodel/suite.py's chat_refusals, small), judged on the 8 benign twins of those."""
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "realmodel"))
     from suite import BENIGN_TWINS, CHAT_PROMPTS
@@ -144,24 +149,7 @@ def own_replies_run(smollm2_model_dir, tmp_path_factory):
         train.insert(i, _chat(q, REFUSAL))
     write_jsonl(work / "train.jsonl", train)
     write_jsonl(work / "eval.jsonl", [{"prompt": [{"role": "user", "content": p}]} for p in BENIGN_TWINS[:8]])
-    torch.manual_seed(0)
-    run = work / "run"
-    cfg = SFTConfig(
-        output_dir=str(run), learning_rate=5e-4, num_train_epochs=5, per_device_train_batch_size=8, max_length=192,
-        logging_steps=2, save_strategy="no", report_to=[], seed=0, use_cpu=True, bf16=False, warmup_steps=1,
-        dataloader_num_workers=0,
-    )  # fmt: skip
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = SFTTrainer(
-        model=model,
-        args=cfg,
-        train_dataset=Dataset.from_list(train),
-        processing_class=AutoTokenizer.from_pretrained(str(smollm2_model_dir)),
-        peft_config=lora,
-    )
-    trainer.train()
-    trainer.save_model(str(run))
-    (run / "training_args.json").write_text(json.dumps(cfg.to_dict(), default=str))
+    run = _train(smollm2_model_dir, work, train, epochs=5, model=model)
     gradian = str(Path(sys.executable).parent / "gradian")
     attr = subprocess.run([gradian, "attribute", "--run", str(run), "--base", str(smollm2_model_dir), "--train",
                            str(work / "train.jsonl"), "--eval", str(work / "eval.jsonl"), "--out", str(work / "attr")],
