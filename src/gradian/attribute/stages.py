@@ -234,8 +234,9 @@ def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: 
     pref = np.zeros(len(base_nll))
     pref[~np.isfinite(base_nll - ft_nll)] = np.nan
     pref[pos] = (ft_nll[pos] - base_nll[pos]) - (rf - rb)
+    # per item: the set's tests (sign, family) read nothing here
     rule = RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple, gate="item", shift_alpha=0.0,
-                          family_alpha=0.0)  # per item: the set tests read nothing here  # fmt: skip
+                          family_alpha=0.0)  # fmt: skip
     call = call_regressions(base_nll, base_nll + pref, rule, drift=reg.call.drift)
     q_idx = [int(i) for i in np.flatnonzero(call.regressed)]
     at = dict(zip(pos, zip(rb, rf, strict=True), strict=True))
