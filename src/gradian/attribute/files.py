@@ -229,7 +229,7 @@ def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any,
     texts: dict[int, tuple[str, bool]] = {}
 
     def replies() -> list | None:
-        from gradian.attribute.generate import finetuned_replies
+        from gradian.attribute.generate import finetuned_replies, reply_of
         from gradian.data import format_examples
 
         got = None
@@ -243,7 +243,7 @@ def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any,
         for i, f in zip(keep, fx, strict=True):
             out[i] = f
             r = got[i]
-            texts[i] = (r.messages[-1]["content"] if r.messages is not None else r.completion or "", r.open_end)
+            texts[i] = (reply_of(r), r.open_end)
         return out
 
     return replies, texts

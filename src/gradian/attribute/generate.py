@@ -331,7 +331,7 @@ def finetuned_replies(
     tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size)
     for i, p, seqs in zip(keep, prompts, tuned, strict=True):
         ex, seq = items[i], seqs[0]
-        base = ex.messages[-1]["content"] if ex.messages is not None else ex.completion or ""
+        base = reply_of(ex)
         n = len(tokenizer(base, add_special_tokens=False)["input_ids"])
         e = whole_chars(tokenizer, p, seq, n)
         text = continuation_text(tokenizer, p, seq[:e])
@@ -339,6 +339,11 @@ def finetuned_replies(
             continue
         out[i] = with_reply(ex, text, e < len(seq) or len(seq) >= max_new_tokens)
     return out
+
+
+def reply_of(ex: Example) -> str:
+    """A completed eval item's reply: its completion, or its last (assistant) turn (:func:`with_reply`'s inverse)."""
+    return str(ex.messages[-1]["content"]) if ex.messages is not None else ex.completion or ""
 
 
 def with_reply(ex: Example, text: str, open_end: bool) -> Example:

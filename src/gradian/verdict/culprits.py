@@ -132,7 +132,7 @@ class Culprits:
     raw_head: int = 0  # rows whose harm stood out on their own in the full set (before the resamples)
     tests: int = 0  # finding tests made (one Bonferroni family; gradian.verdict.term_hints continues it)
     undriven: list[UndrivenRead] = field(default_factory=list)  # heads found on the items no group drives
-    set_aside: list[Group] = field(default_factory=list)  # groups too light beside another (minor)
+    set_aside: list[Group] = field(default_factory=list)  # content groups too light or too few beside another (minor)
 
     def to_dict(self) -> dict[str, Any]:
         return {

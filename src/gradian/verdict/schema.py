@@ -133,7 +133,7 @@ class How(Record):
     leads: list[dict[str, Any]] = field(default_factory=list)  # gradian.verdict.label_leads.LabelLead.to_dict()
     finding_leads: list[dict[str, Any]] = field(default_factory=list)  # verdict.finding_leads.FindingLead.to_dict()
     undriven: list[dict[str, Any]] = field(default_factory=list)  # culprits.UndrivenRead: heads on undriven items
-    set_aside: list[VerdictGroup] = field(default_factory=list)  # groups too light beside another (culprits.minor)
+    set_aside: list[VerdictGroup] = field(default_factory=list)  # content groups too light or too few (culprits.minor)
     reason: str = ""
     driven: dict[str, Any] = field(default_factory=dict)  # gradian.verdict.driven.DrivenItems.to_dict() of drop_rows
 

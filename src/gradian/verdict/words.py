@@ -301,8 +301,7 @@ def _tests_text(tests: Sequence[FindingTest], typed_of: Mapping[int, Finding], *
 
 def _read_on_rest(found: Culprits, typed_of: Mapping[int, Finding]) -> list[str]:
     """The sentence for findings read once the first groups were set aside (the confidence is the first head's)."""
-    aside = {str(g.finding.get("code")) for g in found.set_aside if g.finding is not None}
-    later = [t for t in found.findings if t.on_rest and str(t.finding.get("code")) not in aside]
+    later = [t for t in found.findings if t.on_rest]
     if not later:
         return []
     tests = _tests_text(later, typed_of, frequency=True)
@@ -346,28 +345,13 @@ def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[
 
 
 def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The sentences and next steps for the groups set aside (:func:`culprits.minor`): content groups beside a
-    mechanical one, and groups carrying a sliver of the harm beside one that carries it."""
-    content = [g for g in found.set_aside if g.cause == "content"]
-    sentences: list[str] = []
-    steps: list[str] = []
+    """The sentence and next step for the content groups set aside (:func:`culprits.minor`): too light or too few
+    beside a mechanical group, or one row beside another group."""
+    if not found.set_aside:
+        return [], []
+    n = sum(len(g.rows) for g in found.set_aside)
+    share = sum(g.harm_share for g in found.set_aside)
     min_share = float(policy.get("min_head_share") or 0.0)
-    for g in found.set_aside:
-        if g.cause == "content" or g.finding is None:
-            continue
-        f = Finding.from_dict(g.finding)
-        got, need = apart(g.harm_share, min_share, percent=True)
-        sentences.append(
-            f"The {_rows_word(len(g.rows))} diagnose flags as {f.title} also rank above the others once the named "
-            f"rows are set aside, but they carry {got} of the harm, under the {need} a group of its own needs, so "
-            "they are not in drop_rows."
-        )
-        if f.fix is not None:
-            steps.append(f"Fix {f.title} before the next run: {_fix_text(f.fix)}.")
-    if not content:
-        return sentences, steps
-    n = sum(len(g.rows) for g in content)
-    share = sum(g.harm_share for g in content)
     got, need = apart(share, min_share, percent=True)
     why = (
         f"they carry {got} of the harm, under the {need} a group of its own needs"
@@ -376,15 +360,15 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
         f"{pct(float(policy.get('min_group_share') or 0.0))} of the rows the groups hold)"
     )
     beside = "the mechanical group" if any(g.cause == "mechanical" for g in found.groups) else "the named rows"
-    sentences.append(
+    sentence = (
         f"Beside {beside}, {_rows_word(n)} that no finding flags also stand out, but {why}. They likely "
         "lead a few regressed items beside the defect rather than make a second one, so they are not in drop_rows."
     )
-    steps.append(
+    step = (
         f"Read the {_rows_word(n)} set aside beside {beside} (listed under Rows to read, and in "
         "report.json verdict.how.set_aside) once the named rows are fixed, if some regressed items stay worse."
     )
-    return sentences, steps
+    return [sentence], [step]
 
 
 def _tokens_text(vg: VerdictGroup, share: float) -> list[str]:
