@@ -46,6 +46,16 @@ def points() -> list[tuple[str, str, float, float]]:
     return out
 
 
+def preference_points() -> list[tuple[str, float, float, float]]:
+    """The real-model runs scored by preference (no item regressed by NLL): (run, named rows' share, the verdict's
+    expected_recovery, the retrain's recovery of the preference shift). Not in the fit: a second measure of the
+    regression, shown beside it."""
+    real = RESULTS / "realmodel_suite.json"
+    return [(r["run"], r["named_pos_share"], r["expected_recovery"], r["truth_recovery_planted_pref"])
+            for r in (json.loads(real.read_text()) if real.is_file() else [])
+            if r.get("truth_recovery_planted_pref") is not None and r.get("expected_recovery") is not None]  # fmt: skip
+
+
 def fit(pts: list[tuple[str, str, float, float]]) -> tuple[float, float]:
     """The least-squares slope through the origin and the residual SD of min(1, slope x share)."""
     slope = sum(x * y for *_, x, y in pts) / sum(x * x for *_, x, _ in pts)
@@ -71,6 +81,19 @@ def main() -> None:
         "|---|---|---:|---:|---:|",
     ]
     lines += [f"| {s} | {n} | {x:.3f} | {min(1.0, slope * x):.0%} | {y:.0%} |" for s, n, x, y in pts]
+    pref = preference_points()
+    if pref:
+        lines += [
+            "",
+            "Not in the fit: the real-model runs scored by preference (no item regressed by NLL; the truth is the "
+            "share of the summed preference shift the retrain without the planted rows brings back, which can pass "
+            "100% when the retrain prefers the base model's replies more than the base model does). "
+            f"Within 0.25: {sum(abs(y - e) <= 0.25 for _, _, e, y in pref)} of {len(pref)}.",
+            "",
+            "| run | named rows' share of the positive harm | expected | measured recovery (preference) |",
+            "|---|---:|---:|---:|",
+        ]
+        lines += [f"| {n} | {x:.3f} | {e:.0%} | {y:.0%} |" for n, x, e, y in pref]
     (RESULTS / "expected_recovery.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

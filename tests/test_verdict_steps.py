@@ -120,6 +120,56 @@ def test_forgetting_names_a_spread_harm_on_items_unlike_the_training_rows():
     assert decide(near).cause == "unknown"
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_content_group_takes_the_other_rows_of_the_carrying_finding_that_describes_it(seed):
+    """40 rows a content warning flags; 32 carry the defect's harm, 8 teach it too weakly to stand out. The group the
+    32 make is what the finding describes and the finding's rows carry the harm, so its other rows join it, also
+    those with harm under the median (the fix the finding gives is for them all), and the words say why. Off
+    (``extend_content``), or with the finding as an info note that carries nothing, they do not."""
+    flagged = PLANTED
+    S = harm_matrix(flagged[:32], seed=seed)
+    finding = {**REFUSALS, "evidence": {"rows": flagged}}
+    ev = ev_of(S, [finding])
+    d = decide(ev)
+    assert d.kind == "concentrated" and sorted(d.drop_rows) == sorted(flagged)
+    (n,) = [g.by_finding for g in d.groups]  # the others' harm is above the median: they joined with the finding
+    assert n >= 1 and f"{n} joined because the finding that describes the group flags them too" in write(
+        ev, d, VerdictOptions()).text  # fmt: skip
+    for off in (decide(ev, VerdictOptions(extend_content=False)), decide(ev_of(S, [{**finding, "severity": "info"}]))):
+        assert set(flagged[:32]) <= set(off.drop_rows) < set(flagged)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_forgetting_sets_aside_the_bulks_top_beside_a_group_a_finding_describes(seed):
+    """A narrow data set pushes every row a little (forgetting), 40 rows a warning flags carry a defect, and 20 rows
+    of the bulk carry more of the forgetting than the rest, pointing one way: once the flagged rows are set aside,
+    those 20 stand out on the rest as a group no finding describes. On items unlike the training rows the model
+    forgot: they are set aside as forgetting's top (listed, not named) and the flagged rows alone are named. On the
+    data's own kind of item, or with the forgetting step off, both groups stay named."""
+    flagged, top = list(range(0, N, 10)), list(range(5, N, 20))
+    S = harm_matrix(seed=seed) + 0.3
+    S[:, flagged] += 1.2
+    S[:, top] += 2.0
+    texts = {i: f"Add {i} apples and {i + 1} pears: the sum is {2 * i + 1}." for i in range(N)}
+    far = ["How do I boil an egg?", "Name a river in France.", "Write a haiku about snow."] * 4
+    kw = {"texts": texts, "embeddings": _embeddings([flagged, top], seed=seed)}
+    finding = {**REFUSALS, "evidence": {"rows": flagged}}
+    ev = ev_of(S, [finding], item_texts=far, **kw)
+    d = decide(ev)
+    assert d.kind == "concentrated" and d.cause == "content" and d.forgetting is not None and d.forgetting.found
+    assert d.drop_rows and set(d.drop_rows) <= set(flagged)
+    (aside,) = [g for g in d.set_aside if g.aside == "bulk"]
+    assert set(top) <= set(aside.rows) and not set(aside.rows) & set(d.drop_rows)
+    s = ev.scores
+    assert d.expected_recovery == round(VerdictOptions().recovery_per_harm_share * s[d.drop_rows].clip(0).sum()
+                                        / s.clip(0).sum(), 3)  # fmt: skip
+    v = write(ev, d, VerdictOptions())
+    assert any("forgetting's harm is heaviest on" in x for x in v.sentences)
+    assert v.how is not None and [g.aside for g in v.how.set_aside] == ["bulk"]
+    for kept in (decide(ev_of(S, [finding], item_texts=[texts[7]] * 12, **kw)), decide(ev, skip("forgetting"))):
+        assert set(top) <= set(kept.drop_rows) and not kept.set_aside
+
+
 def test_a_setup_error_comes_before_forgetting_in_the_headline_and_the_steps():
     """The same forgetting run trained with a setup error (the learning rate too high, which alone can make a model
     forget): the headline says to fix the setup first, and its fix leads the next steps."""

@@ -16,8 +16,13 @@ A run dir of bench/work/realmodel (made by bench/realmodel/suite.py) is ready wh
   ``attr_prompts/tokens``) and the same regressed eval items: each prompt with the completion gradian generated for it
   (report.json ``settings.eval_generation``), formatted as gradian formats eval rows (no EOS after a cut), checked by
   re-scoring every item's base and fine-tune NLL against report.json ``eval``. Pairwise scores summed over the items
-  and negated (kronfluence's sign means helpful). Rows run longest first, padded per batch (same scores, less
-  padding); ``--bs`` rows and queries per batch (a batch size changes no score, only the time).
+  and negated (kronfluence's sign means helpful). An attribution scored by preference (report.json
+  ``settings.regression.score``) has a pair per item: the base model's reply ``b`` and the fine-tune's ``r``
+  (``eval[].reply``, formatted as gradian formats it, its NLLs checked against ``reply_base_nll`` /
+  ``reply_finetuned_nll``); kronfluence scores both as queries and an item's score is ``score(b) - score(r)``, the
+  same pair gradian's query gradient ``grad nll(b) - grad nll(r)`` stands for (the measurement is linear in it).
+  Rows run longest first, padded per batch (same scores, less padding); ``--bs`` rows and queries per batch (a batch
+  size changes no score, only the time).
 
 Metrics: ROC-AUC and precision@K (K = planted rows) of ``planted.json``'s rows for both (runs with no planted row:
 Spearman only), Spearman between the two rankings, kronfluence's wall and CPU seconds (factors + scores, one thread
@@ -71,27 +76,31 @@ def gradian_side(d: Path) -> dict:
     whole = d / ATTR / "bench_time.json"
     return {
         "rep": rep, "items": items, "cols": cols, "scores": reported,
+        "preference": (rep["settings"].get("regression") or {}).get("score") == "preference",
         "query_items_equal_regressed": sorted(query_items) == sorted(items),
         "sum_check": {
             "max_abs_diff": float(np.abs(summed - reported).max()),
             "max_abs_score": float(np.abs(reported).max()),
             "pearson": float(np.corrcoef(summed, reported)[0, 1]),
         },
-        "seconds": sum(float(t.get(k) or 0.0) for k in ("train_pass_s", "query_s", "scores_s")),
+        # an attribution that reused stored training gradients timed no training pass: no seconds to compare
+        "seconds": sum(float(t.get(k) or 0.0) for k in ("train_pass_s", "query_s", "scores_s"))
+        if rep["settings"].get("train_rows_computed", len(cols)) == len(cols) else None,
         "command_seconds": json.loads(whole.read_text()).get("seconds") if whole.is_file() else None,
     }  # fmt: skip
 
 
 def completions_key(rep: dict, items: list[int]) -> str:
-    """A hash of the regressed items' completions: the cache is reused only for the same query texts."""
-    comp = {int(e["index"]): e.get("completion") for e in rep.get("eval") or []}
+    """A hash of the regressed items' completions (and replies): the cache is reused only for the same query texts."""
+    comp = {int(e["index"]): [e.get("completion"), e.get("reply")] for e in rep.get("eval") or []}
     return hashlib.sha256(json.dumps([comp.get(i) for i in items]).encode()).hexdigest()[:16]
 
 
 def load_inputs(d: Path, g: dict):
     """(model, training rows, query rows, checks): gradian's loader, the rows as the trainer saw them and the regressed
-    items as gradian scored them (prompt + its generated completion, eval formatting)."""
-    from gradian.attribute.generate import with_completions
+    items as gradian scored them (prompt + its generated completion, eval formatting), then, for a preference run,
+    each item's other side (the fine-tune's reply)."""
+    from gradian.attribute.generate import with_completions, with_reply
     from gradian.attribute.loading import load
     from gradian.data import TokenizedRows, format_examples, load_examples
     from gradian.run.loaded import load_run
@@ -120,16 +129,24 @@ def load_inputs(d: Path, g: dict):
     if gen:
         ex, _ = with_completions(ex, gen["completions"], gen["how"], gen.get("open"))
     lm = load(s["base"], d / "run", device=common.DEVICE, dtype="fp32")
-    efx = format_examples(ex, lm.tokenizer, dataclasses.replace(fs, add_eos=bool(s.get("eval_eos"))))
+    eval_fs = dataclasses.replace(fs, add_eos=bool(s.get("eval_eos")))
+    efx = format_examples(ex, lm.tokenizer, eval_fs)
     at = {int(f.index): f for f in efx}
     qfx = [at[i] for i in g["items"]]
-    return lm.model.eval(), fx, qfx, {"tokens_equal_gradian_store": tokens_equal} | nll_check(lm.model, qfx, g)
+    checks = {"tokens_equal_gradian_store": tokens_equal} | nll_check(lm.model, qfx, g)
+    if g["preference"]:
+        ev, by_index = {int(e["index"]): e for e in g["rep"]["eval"]}, {int(e.index): e for e in ex}
+        pairs = [with_reply(by_index[i], ev[i]["reply"], bool(ev[i]["reply_open"])) for i in g["items"]]
+        rfx = format_examples(pairs, lm.tokenizer, eval_fs)
+        checks["replies"] = nll_check(lm.model, rfx, g, keys=("reply_base_nll", "reply_finetuned_nll"))
+        qfx = qfx + rfx
+    return lm.model.eval(), fx, qfx, checks
 
 
 @torch.no_grad()
-def nll_check(model, qfx, g: dict) -> dict:
-    """Each query's mean NLL per completion token under the base and the fine-tune, against report.json ``eval``:
-    the items are the texts and masks gradian scored."""
+def nll_check(model, qfx, g: dict, keys: tuple[str, str] = ("base_nll", "finetuned_nll")) -> dict:
+    """Each query's mean NLL per completion token under the base and the fine-tune, against report.json ``eval``'s
+    ``keys``: the items are the texts and masks gradian scored."""
     from gradian.attribute.collector import token_losses
     from gradian.attribute.engine import collate
 
@@ -139,12 +156,12 @@ def nll_check(model, qfx, g: dict) -> dict:
     for f in qfx:
         ids, am, lm = collate([f], 0, common.DEVICE)
         n = max(int(lm[:, 1:].sum()), 1)
-        n_tok.append(n == ev[int(f.index)].get("n_tokens"))
+        n_tok.append(n == ev[int(f.index)].get("n_tokens"))  # a reply is cut to the base reply's words, not tokens
         with model.disable_adapter():
             base = float(token_losses(model(input_ids=ids, attention_mask=am).logits, ids, lm)[0]) / n
         ft = float(token_losses(model(input_ids=ids, attention_mask=am).logits, ids, lm)[0]) / n
-        worst["base"] = max(worst["base"], abs(base - ev[int(f.index)]["base_nll"]))
-        worst["finetuned"] = max(worst["finetuned"], abs(ft - ev[int(f.index)]["finetuned_nll"]))
+        worst["base"] = max(worst["base"], abs(base - ev[int(f.index)][keys[0]]))
+        worst["finetuned"] = max(worst["finetuned"], abs(ft - ev[int(f.index)][keys[1]]))
     return {"nll_max_abs_diff": worst, "n_tokens_equal": sum(n_tok), "n_items": len(qfx)}
 
 
@@ -188,7 +205,8 @@ def score_run(d: Path, bs: int, threads: int, redo: bool, table_only: bool) -> d
     if table_only and not meta_ok:
         return None
     k = kronfluence_side(d, g, bs, threads, redo and not table_only)
-    harm = -k["scores"].sum(0)  # kronfluence: positive = helpful
+    S, n = k["scores"], len(g["items"])
+    harm = -(S[:n].sum(0) - S[n:].sum(0))  # kronfluence: positive = helpful; a preference pair is b minus r
     gr, kr = ranking(g["scores"], g["cols"], rows), ranking(harm, g["cols"], rows)
     planted_ok = bool(rows)
     return {
@@ -206,6 +224,7 @@ def score_run(d: Path, bs: int, threads: int, redo: bool, table_only: bool) -> d
             "query_items_equal_regressed": g["query_items_equal_regressed"],
             "tokens_equal_gradian_store": k.get("tokens_equal_gradian_store"),
             "nll_max_abs_diff": k.get("nll_max_abs_diff"), "n_tokens_equal": k.get("n_tokens_equal"),
+            "replies_nll_max_abs_diff": (k.get("replies") or {}).get("nll_max_abs_diff"),
         },
         "kronfluence_bs": k.get("bs"), "threads": k.get("threads"), "cached": k["cached"],
     }  # fmt: skip
@@ -242,10 +261,11 @@ def checks_md(results: list[dict]) -> str:
         c = r.get("checks")
         if not c:
             continue
-        s, n = c["gradian_item_sum_vs_report"], c.get("nll_max_abs_diff") or {}
+        s, n, rn = c["gradian_item_sum_vs_report"], c.get("nll_max_abs_diff") or {}, c.get("replies_nll_max_abs_diff")
         cells = [
             r["run"], f"{s['max_abs_diff']:.3g} ({s['max_abs_score']:.3g})", c.get("tokens_equal_gradian_store"),
-            f"{fmt(n.get('base'), '.2g')} / {fmt(n.get('finetuned'), '.2g')}",
+            f"{fmt(n.get('base'), '.2g')} / {fmt(n.get('finetuned'), '.2g')}"
+            + (f"; replies {fmt(rn.get('base'), '.2g')} / {fmt(rn.get('finetuned'), '.2g')}" if rn else ""),
             f"{c.get('n_tokens_equal')} of {r['regressed_items']}",
         ]  # fmt: skip
         out.append("| " + " | ".join(str(x) for x in cells) + " |")
@@ -286,7 +306,8 @@ def main() -> None:
         " each prompt with the completion gradian generated); AUC / P@K of the planted rows (– where a run has none),"
         " Spearman between the two rankings. kronfluence: EK-FAC, empirical Fisher, damping 0.1 x mean eigenvalue,"
         " CPU, one thread; gradian's seconds are its attribution stages (training pass + queries + scores) and, in"
-        " brackets, the whole `gradian attribute` command (eval generation included).",
+        " brackets, the whole `gradian attribute` command (eval generation included); – where the attribution reused"
+        " stored training gradients (no training pass timed).",
         "",
         table(results),
         "",

@@ -593,6 +593,8 @@ def train(kind: str, seed: int, drop: str = "") -> Path:
     elif drop == "named":  # the rows the verdict of the prompts-only attribution names (its drop_rows)
         named = set(json.loads((d / "attr_prompts" / "report.json").read_text())["verdict"].get("drop_rows") or [])
         rows = [r for i, r in enumerate(rows) if i not in named]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "dropped.json").write_text(json.dumps(sorted(named)))  # the rows this retrain is the truth of
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(str(MODEL))
     model = AutoModelForCausalLM.from_pretrained(str(MODEL), dtype=torch.float32)
@@ -800,7 +802,7 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
         "truth_recovery_planted": truth.get("recovery_drop_planted"),
         "truth_median_planted": truth.get("median_drop_planted"),
         "truth_recovery_random": truth.get("recovery_drop_random"),
-        "truth_recovery_named": truth.get("recovery_drop_named"),
+        "truth_recovery_named": truth.get("recovery_drop_named") if named_retrained(d, named) else None,
         "truth_regressed": len(truth.get("regressed", [])) if truth else None,
         "seen_recovery_planted": seen_recovery(d, "planted"),
         "flips_finetuned": flipped[0], "flips_retrain_planted": flipped[1],
@@ -819,6 +821,17 @@ def score_run(kind: str, seed: int, how: str) -> dict[str, Any]:
             out["regressed_and_seen"] = sum(a and b for a, b in zip(flags, seen, strict=True))
             out["agreement_with_seen"] = sum(a == b for a, b in zip(flags, seen, strict=True)) / len(seen)
     return out
+
+
+def named_retrained(d: Path, named: set[int]) -> bool:
+    """Whether the retrain without the verdict's rows (run_drop_named) dropped these rows: its dropped.json, or for a
+    retrain that predates it, as many rows."""
+    out = d / "run_drop_named"
+    if (out / "dropped.json").is_file():
+        return set(json.loads((out / "dropped.json").read_text())) == named
+    trained = out / "bench_train.json"
+    n_rows = len(read_jsonl(d / "train.jsonl"))
+    return trained.is_file() and json.loads(trained.read_text())["rows"] == n_rows - len(named)
 
 
 def preference_recovery(d: Path, rep: dict[str, Any]) -> float | None:

@@ -119,6 +119,11 @@ class VerdictOptions(Options):
         "A mechanical group also takes the finding's other rows, those whose harm helps too: the defect is "
         "in every row the finding flags, and its fix is the finding's.",
     )
+    extend_content: bool = option(
+        True,
+        "A content group that a carrying finding describes (its flagged rows carry the harm, and it flags at least "
+        "flag_share of the group) also takes that finding's other rows: the fix the finding gives is for them all.",
+    )
     extend_z: float = option(
         3.0,
         "A content group also takes rows with harm above the median whose gradient direction is this many "
@@ -178,7 +183,7 @@ class VerdictOptions(Options):
         min=0,
     )
     recovery_per_harm_share: float = option(
-        1.05,
+        1.04,
         "Expected recovery: the share of the summed regression that dropping the named rows brings back, per unit of "
         "their share of the positive harm (capped at 1; the retrains' least-squares slope, "
         "bench/results/expected_recovery.md).",

@@ -41,12 +41,14 @@ class Group:
     shared: list[dict[str, Any]] = field(default_factory=list)  # content findings flagging >= flag_share of it
     terms: list[str] = field(default_factory=list)  # distinctive terms of its rows
     by_direction: int = 0  # rows that joined it by their gradient direction (extend_by_direction)
+    by_finding: int = 0  # rows that joined it because the carrying finding that describes it flags them
     tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on (gradian.verdict.harm_tokens)
     token_hold: float | None = None  # share of the rows holding them whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
     off_tokens: list[int] = field(default_factory=list)  # its profiled rows with none of their harm on its tokens
     label: str | None = None  # the one completion >= flag_share of its rows share (content groups; a label)
     label_share: float | None = None  # the share of its rows whose completion that is
+    aside: str = ""  # set aside: "" (too light or too few, culprits.minor) or "bulk" (forgetting's top, bulk_top)
 
     def to_dict(self) -> dict[str, Any]:
         f = self.finding
@@ -59,11 +61,13 @@ class Group:
             "shared": self.shared,
             "terms": self.terms,
             "by_direction": self.by_direction,
+            "by_finding": self.by_finding,
             "tokens": self.tokens,
             "token_hold": self.token_hold,
             "by_tokens": self.by_tokens,
             "off_tokens": self.off_tokens,
             **({"label": self.label, "label_share": self.label_share} if self.label else {}),
+            **({"aside": self.aside} if self.aside else {}),
         }
 
 
@@ -164,6 +168,12 @@ def group_rows(
         rest = ordered(left)
         group = Group("content", rest, share(rest))
         describe_content(group, findings, terms, policy)
+        if policy.extend_content:  # a carrying finding that describes it: every row it flags belongs to the group
+            codes = {sh.get("code") for sh in group.shared}
+            more = {r for c in carriers if c.get("code") in codes for r in finding_train_rows(c)}
+            more -= left | taken | set(grouped)
+            rest = ordered(left | more)
+            group.rows, group.harm_share, group.by_finding = rest, share(rest), len(more)
         groups.append(group)
     groups.sort(key=lambda g: -g.harm_share)
     return groups

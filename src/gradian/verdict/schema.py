@@ -69,12 +69,14 @@ class VerdictGroup(Record):
     shared: list[SharedFinding] = field(default_factory=list)
     terms: list[str] = field(default_factory=list)
     by_direction: int = 0  # rows that joined it by their gradient direction
+    by_finding: int = 0  # rows that joined it because the carrying finding that describes it flags them
     tokens: list[str] = field(default_factory=list)  # the token keys its harm sits on
     token_hold: float | None = None  # share of the rows holding those tokens whose harm sits there too
     by_tokens: int = 0  # rows that joined it because their harm sits on its tokens
     off_tokens: list[int] = field(default_factory=list)  # rows it let go: none of their harm sits on its tokens
     label: str | None = None  # the one completion most of its rows share (a content group: what a label teaches)
     label_share: float | None = None  # the share of its rows with that completion
+    aside: str = ""  # set aside: "" (too light or too few) or "bulk" (the top of a forgetting bulk)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerdictGroup:
@@ -89,12 +91,14 @@ class VerdictGroup(Record):
             shared=[SharedFinding.from_dict(s) for s in data.get("shared") or []],
             terms=[str(t) for t in data.get("terms") or []],
             by_direction=data.get("by_direction") or 0,
+            by_finding=data.get("by_finding") or 0,
             tokens=[str(t) for t in data.get("tokens") or []],
             token_hold=data.get("token_hold"),
             by_tokens=data.get("by_tokens") or 0,
             off_tokens=_ints(data.get("off_tokens")),
             label=data.get("label"),
             label_share=data.get("label_share"),
+            aside=str(data.get("aside") or ""),
         )
 
 

@@ -47,7 +47,7 @@ from gradian.verdict.decision import Decision
 from gradian.verdict.driven import driven_items
 from gradian.verdict.evidence import Evidence, Row, typed_findings
 from gradian.verdict.finding_leads import finding_leads
-from gradian.verdict.forgetting import forgetting
+from gradian.verdict.forgetting import bulk_top, forgetting
 from gradian.verdict.groups import describe_content, reorder
 from gradian.verdict.harm_tokens import extend_by_tokens
 from gradian.verdict.label_leads import label_leads
@@ -191,9 +191,24 @@ def effect(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
 
 
 def forgot(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
+    """Whether the model forgot; when it did, a group nothing describes beside one that a finding does is the bulk's
+    top (:func:`gradian.verdict.forgetting.bulk_top`): set aside, and the named rows' effect read again."""
     if d.kind not in ("concentrated", "spread"):
         return
     d.forgetting = forgetting(ev.harm, d.drop_rows, ev.item_texts, ev.texts or {}, o)
+    top = bulk_top(d.groups) if d.forgetting is not None and d.forgetting.found and d.kind == "concentrated" else []
+    if top:
+        for g in top:
+            g.aside = "bulk"
+        d.groups = [g for g in d.groups if g not in top]
+        d.set_aside += top
+        d.culprit_rows, d.head_share = d.rd.named(d.groups, _head(d).kept)
+        d.hints = term_hints(ev.S, d.rd.s, d.rd.rows, d.groups, ev.texts, o, [d.rd.family[0]])
+        n_top = sum(len(g.rows) for g in top)
+        d.reason = (f"{len(d.culprit_rows)} rows stand out and carry {d.head_share:.0%} of the harm; {n_top} rows of "
+                    "the bulk that also stand out are forgetting's top, set aside")  # fmt: skip
+        effect(ev, d, o)
+        d.forgetting = forgetting(ev.harm, d.drop_rows, ev.item_texts, ev.texts or {}, o)
     if d.forgetting is not None and d.forgetting.found:
         little = (d.expected_recovery or 0.0) < o.forgetting_leads_below  # dropping the rows brings back little
         d.forgetting_first = (d.kind == "spread" or little) and not d.errors  # a setup error's fix comes first

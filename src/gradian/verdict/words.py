@@ -345,12 +345,32 @@ def _hints(found: Culprits, hints: Sequence[TermHint]) -> tuple[list[str], list[
 
 
 def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """The sentence and next step for the content groups set aside (:func:`culprits.minor`): too light or too few
-    beside a mechanical group, or one row beside another group."""
-    if not found.set_aside:
+    """The sentences and next steps for the content groups set aside: too light or too few beside a mechanical group,
+    or one row beside another group (:func:`culprits.minor`); the top of a forgetting bulk
+    (:func:`forgetting.bulk_top`)."""
+    top = [g for g in found.set_aside if g.aside == "bulk"]
+    light = [g for g in found.set_aside if g.aside != "bulk"]
+    sentences, steps = _minor_aside(light, found, policy)
+    if top:
+        n = sum(len(g.rows) for g in top)
+        sentences.append(
+            f"Beside the named rows, {_rows_word(n)} that no finding describes also stand out "
+            f"({pct(sum(g.harm_share for g in top))} of the harm). The model forgot (below), and nothing sets these "
+            "rows apart from the rest: they are read as the rows forgetting's harm is heaviest on, not as a defect of "
+            "their own, so they are not in drop_rows."
+        )
+        steps.append(
+            f"Read the {_rows_word(n)} set aside as the bulk's top (listed under Rows to read, and in report.json "
+            "verdict.how.set_aside): the forgetting fix is the one for them."
+        )
+    return sentences, steps
+
+
+def _minor_aside(light: list[Group], found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    if not light:
         return [], []
-    n = sum(len(g.rows) for g in found.set_aside)
-    share = sum(g.harm_share for g in found.set_aside)
+    n = sum(len(g.rows) for g in light)
+    share = sum(g.harm_share for g in light)
     min_share = float(policy.get("min_head_share") or 0.0)
     got, need = apart(share, min_share, percent=True)
     why = (
@@ -477,10 +497,13 @@ def _concentrated(
     groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
     joined = sum(vg.by_direction for _, vg in groups)
     by_tok = sum(vg.by_tokens for _, vg in groups)
-    ways = ([f"{joined} because their gradient points the way the group's does"] if joined else []) + (
-        [f"{by_tok} because their harm sits on the group's tokens"] if by_tok else []
+    by_find = sum(vg.by_finding for _, vg in groups if vg.cause == "content")
+    ways = (
+        ([f"{joined} joined because their gradient points the way the group's does"] if joined else [])
+        + ([f"{by_tok} joined because their harm sits on the group's tokens"] if by_tok else [])
+        + ([f"{by_find} joined because the finding that describes the group flags them too"] if by_find else [])
     )
-    by_dir = f" ({' and '.join(ways)} joined)" if ways else ""
+    by_dir = f" ({'; '.join(ways)})" if ways else ""
     share = (
         f"{_rows_word(len(head)).capitalize()} ({pct(len(head) / n_rows if n_rows else 0)} of the training data) "
         f"carry {pct(found.head_share)} of the harm to the {n_reg}."
@@ -499,7 +522,7 @@ def _concentrated(
             else f"The {found.raw_head} rows whose harm stands out on its own change when the regressed items are "
             "resampled"
         )
-        joined_text = f"; of the rows, {' and '.join(ways)} joined" if ways else ""
+        joined_text = f"; of the rows, {'; '.join(ways)}" if ways else ""
         draft.sentences.append(
             f"{share} {alone}, but {tests} rank above the other rows by harm{held} "
             f"(confidence: {v.confidence.level}){joined_text}."
