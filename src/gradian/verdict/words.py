@@ -354,10 +354,9 @@ def _set_aside(found: Culprits, policy: Mapping[str, Any]) -> tuple[list[str], l
     if top:
         n = sum(len(g.rows) for g in top)
         sentences.append(
-            f"Beside the named rows, {_rows_word(n)} that no finding describes also stand out "
-            f"({pct(sum(g.harm_share for g in top))} of the harm). The model forgot (below), and nothing sets these "
-            "rows apart from the rest: they are read as the rows forgetting's harm is heaviest on, not as a defect of "
-            "their own, so they are not in drop_rows."
+            f"Beside the named rows, {_rows_word(n)} that no finding or label describes also stand out "
+            f"({pct(sum(g.harm_share for g in top))} of the harm). The model forgot (below): they are read as the rows "
+            "forgetting's harm is heaviest on, not as a defect of their own, so they are not in drop_rows."
         )
         steps.append(
             f"Read the {_rows_word(n)} set aside as the bulk's top (listed under Rows to read, and in report.json "
