@@ -24,7 +24,8 @@ column sum):
    rows became tokens: truncation, EOS, cut completions, loops) that flags a sizeable part of the head and is enriched
    there (its share of the head is at least ``enrichment`` x its share of the file) makes a mechanical group; the
    remaining head rows form a content group, described by their distinctive terms and by the content findings that
-   flag at least ``flag_share`` of them.
+   flag at least ``flag_share`` of them; such a finding whose rows carry the harm (step 4) adds its other rows
+   (``extend_content``), as a mechanical group takes its finding's.
 4. **Findings that carry the harm.** The flagged rows of a finding that reports a problem (a warning or an error; an
    info finding is a note on what rows share, such as a generic opening the eval prompts reuse) are also tested as a
    group, whether or not they stand out one by one: when their positive harm is at least ``enrichment`` x their share

@@ -5,7 +5,8 @@ and refines one :class:`Decision`; ``VerdictOptions.skip`` switches steps off (f
 - ``head``: the rows whose harm stands out from the bulk and stay the leaders when the regressed items are resampled.
 - ``findings``: the rows of each diagnose finding that reports a problem are tested as a set: when they carry the
   harm, those with harm above the median join the head (the findings join).
-- ``groups``: the head split by what its rows share: a mechanical finding's rows, the rest one content group.
+- ``groups``: the head split by what its rows share: a mechanical finding's rows, the rest one content group (with
+  the other rows of a carrying content finding that describes it).
 - ``extension``: each content group takes the rows whose gradient points its way; a small mechanical group joins the
   largest one.
 - ``explain_away``: what the groups hold is set aside and the rest read again (its own head, the regressed items the
@@ -19,7 +20,8 @@ and refines one :class:`Decision`; ``VerdictOptions.skip`` switches steps off (f
 - ``setup_first``: over a run with a setup error, rows that stand out are listed, not named.
 - ``effect``: the regressed items the named rows drive (the items `gradian verify` judges them on) and the
   share of the summed regression dropping them should bring back.
-- ``forgetting``: the rows not named carry most of the harm and the regressed items are unlike the training rows.
+- ``forgetting``: the rows not named carry most of the harm and the regressed items are unlike the training rows;
+  then, beside a group a finding describes, a group nothing describes is forgetting's top: set aside.
 """
 
 from __future__ import annotations
