@@ -349,9 +349,12 @@ def listed(items: Sequence[Any], limit: int) -> str:
     return ", ".join(str(x) for x in items[:limit]) + (" …" if len(items) > limit else "")
 
 
+_ASIDE = {"": "beside the named rows", "bulk": "as the top of forgetting"}  # VerdictGroup.aside, in the row lists
+
+
 def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
     """(label, rows) for each term hint of the verdict (:mod:`gradian.verdict.term_hints`), rows past drop_rows to
-    read for the same defect, each group set aside as too light (:func:`culprits.minor`), and
+    read for the same defect, each group set aside (too light, :func:`culprits.minor`, or forgetting's top), and
     each label and each warning's rows a spread harm leans on (:mod:`gradian.verdict.label_leads`,
     :mod:`gradian.verdict.finding_leads`)."""
     hints = v.how.hints if v.how is not None else []
@@ -374,8 +377,8 @@ def rows_to_read(v: Verdict) -> list[tuple[str, list[int]]]:
         for h in hints
         if h.get("rows")
     ] + [
-        (f"Rows to read ({len(g.rows)} set aside beside the named rows, {pct(g.harm_share)} of the harm, not in "
-         "drop_rows)", list(g.rows))
+        (f"Rows to read ({len(g.rows)} set aside {_ASIDE.get(g.aside, _ASIDE[''])}, {pct(g.harm_share)} of the harm, "
+         "not in drop_rows)", list(g.rows))
         for g in aside
         if g.rows
     ]  # fmt: skip
