@@ -275,16 +275,31 @@ REFUSALS = {"code": "D123", "name": "refusal_boilerplate", "severity": "warning"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_spread_harm_leans_on_a_warnings_rows_that_carry_more_than_their_share(seed):
-    """40 rows a warning flags add a little harm to every item (0.3, a fifth of the noise's spread): no row stands
-    out and they carry under the share of the harm a culprit group needs, so the verdict is spread; as a set they
-    still carry more than their share and rank above the other rows, so the verdict lists them as a lead with what
-    dropping them should bring back, and names no row to drop. An info finding on the same rows, the same rows
-    with no extra harm, and the lead bar off make no lead."""
+def test_a_group_a_carrying_finding_describes_needs_no_share_bar(seed):
+    """The same 40 flagged rows with a little more harm (0.35): still under the share a culprit group needs, but the
+    finding test finds its rows carrying the harm (enriched, ranked above the others, in the resamples), and that is
+    stronger evidence than a share that shrinks as the file grows, as for a mechanical finding. The content group it
+    describes is named; as an info note (which carries nothing) it is not."""
     S = harm_matrix(seed=seed)
-    S[:, PLANTED] += 0.3
+    S[:, PLANTED] += 0.35
     d = decide(ev_of(S, [REFUSALS]))
-    assert d.kind == "spread" and not d.drop_rows
+    assert d.kind == "concentrated" and d.cause == "content" and sorted(d.drop_rows) == PLANTED
+    assert d.head_share < VerdictOptions().min_head_share and [t.finding["code"] for t in d.harmful] == ["D123"]
+    assert decide(ev_of(S, [{**REFUSALS, "severity": "info"}])).kind == "spread"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_spread_harm_leans_on_a_warnings_rows_that_carry_more_than_their_share(seed):
+    """40 rows a warning flags add a little harm to every item (0.25, a sixth of the noise's spread): no row stands
+    out, they carry under the share of the harm a culprit group needs and too little for the finding test that would
+    make them a group (:func:`test_a_group_a_carrying_finding_describes_needs_no_share_bar`), so the verdict is
+    spread; as a set they still carry more than their share and rank above the other rows, so the verdict lists them
+    as a lead with what dropping them should bring back, and names no row to drop. An info finding on the same rows,
+    the same rows with no extra harm, and the lead bar off make no lead."""
+    S = harm_matrix(seed=seed)
+    S[:, PLANTED] += 0.25
+    d = decide(ev_of(S, [REFUSALS]))
+    assert d.kind == "spread" and not d.drop_rows and not d.harmful
     (lead,) = d.finding_leads
     s = S.sum(0)
     assert lead.code == "D123" and sorted(lead.rows) == PLANTED and lead.rows == sorted(PLANTED, key=lambda r: -s[r])

@@ -17,7 +17,8 @@ column sum):
    ``>= min_stability``): the same rows lead, whatever the cut would be in the resample. Rows that lead fewer than
    ``keep_frequency`` of the resamples are left out of it. Harm that comes from one or two items, or from whichever
    rows happen to be longest, does not survive that. The share bar is waived when every group is a finding's rows
-   that the finding test (step 4) found carrying the harm: that test already weighs their harm against their share of
+   that the finding test (step 4) found carrying the harm (a mechanical group it makes, or a content group it
+   describes, :func:`rests_on_finding`): that test already weighs their harm against their share of
    the rows, and the bulk's positive harm grows with the file, so a fixed share would call a defect in 5% of 1,200
    rows that carries 3x its share of the harm spread.
 3. **Groups.** The head rows are grouped by what they share: a *mechanical* diagnose finding (one that declares how
@@ -360,7 +361,7 @@ def concentration(
     if not culprit_rows:
         return False, "no row's harm stands out from the rest of the rows"
     carriers = [t.finding for t in harmful]
-    by_findings = grouped and all(g.cause == "mechanical" and any(g.finding is f for f in carriers) for g in groups)
+    by_findings = grouped and all(rests_on_finding(g, carriers) for g in groups)
     if head_share < policy.min_head_share and not by_findings:
         got, need = apart(head_share, policy.min_head_share, percent=True)
         return False, (
@@ -372,6 +373,15 @@ def concentration(
     how = "stand out from the rest and carry" if basis == "head" else "carry"
     reason = f"{len(culprit_rows)} rows {how} {head_share:.0%} of the harm"
     return True, reason + (f" ({'; '.join(tests)})" if tests else "")
+
+
+def rests_on_finding(g: Group, carriers: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a group is a carrying finding's rows: a mechanical group made by one, or a content group that one
+    describes (flags at least ``flag_share`` of it) and, with ``extend_content``, took every row of."""
+    if g.cause == "mechanical":
+        return any(g.finding is f for f in carriers)
+    codes = {c.get("code") for c in carriers}
+    return any(sh.get("code") in codes for sh in g.shared)
 
 
 @dataclass
