@@ -172,7 +172,6 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "recovery_runs": ("expected_recovery.md", lambda: _recovery_fit("runs")),
     "recovery_within": ("expected_recovery.md", lambda: _recovery_fit("within 0.25")),
     "t_expected_recovery": ("expected_recovery.md", lambda: _md_table("expected_recovery.md", 0)),
-    "t_realmodel": ("realmodel_suite.md", lambda: _md_table("realmodel_suite.md", 0)),
     "t_realmodel_summary": ("realmodel_suite_summary.md", lambda: _md_table("realmodel_suite_summary.md", 0)),
     "t_realmodel_projdim": ("realmodel_projdim.md", lambda: _md_table("realmodel_projdim.md", 0)),
     "t_realmodel_kronfluence": ("realmodel_kronfluence.md", lambda: _md_table("realmodel_kronfluence.md", 0)),

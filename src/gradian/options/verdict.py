@@ -183,7 +183,7 @@ class VerdictOptions(Options):
         min=0,
     )
     recovery_per_harm_share: float = option(
-        1.04,
+        1.05,
         "Expected recovery: the share of the summed regression that dropping the named rows brings back, per unit of "
         "their share of the positive harm (capped at 1; the retrains' least-squares slope, "
         "bench/results/expected_recovery.md).",
