@@ -79,7 +79,7 @@ from gradian.diagnose.types import Severity
 from gradian.numbers import apart
 from gradian.options.verdict import VerdictOptions
 from gradian.verdict.driven import driven_items
-from gradian.verdict.groups import Group, RowTerms, finding_cause, group_rows, settle
+from gradian.verdict.groups import Group, RowTerms, describing, finding_cause, group_rows, settle
 from gradian.verdict.stats import jaccard, local_fdr, rank_sum_p, resampled_sums, robust
 from gradian.verdict.terms import finding_train_rows
 
@@ -380,8 +380,7 @@ def rests_on_finding(g: Group, carriers: Sequence[Mapping[str, Any]]) -> bool:
     describes (flags at least ``flag_share`` of it) and, with ``extend_content``, took every row of."""
     if g.cause == "mechanical":
         return any(g.finding is f for f in carriers)
-    codes = {c.get("code") for c in carriers}
-    return any(sh.get("code") in codes for sh in g.shared)
+    return bool(describing(g, carriers))
 
 
 @dataclass

@@ -169,8 +169,7 @@ def group_rows(
         group = Group("content", rest, share(rest))
         describe_content(group, findings, terms, policy)
         if policy.extend_content:  # a carrying finding that describes it: every row it flags belongs to the group
-            codes = {sh.get("code") for sh in group.shared}
-            more = {r for c in carriers if c.get("code") in codes for r in finding_train_rows(c)}
+            more = {r for c in describing(group, carriers) for r in finding_train_rows(c)}
             more -= left | taken | set(grouped)
             rest = ordered(left | more)
             group.rows, group.harm_share, group.by_finding = rest, share(rest), len(more)
@@ -194,6 +193,13 @@ class RowTerms:
         if got is None:
             got = self._memo[row] = terms_of(self.texts[row])
         return got
+
+
+def describing(g: Group, findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The findings among ``findings`` that describe content group ``g`` (flag at least ``flag_share`` of it: its
+    ``shared``)."""
+    codes = {sh.get("code") for sh in g.shared}
+    return [f for f in findings if f.get("code") in codes]
 
 
 def describe_content(

@@ -496,7 +496,7 @@ def _concentrated(
     groups = [(g, VerdictGroup.from_dict(g.to_dict())) for g in found.groups]
     joined = sum(vg.by_direction for _, vg in groups)
     by_tok = sum(vg.by_tokens for _, vg in groups)
-    by_find = sum(vg.by_finding for _, vg in groups if vg.cause == "content")
+    by_find = sum(vg.by_finding for _, vg in groups)
     ways = (
         ([f"{joined} joined because their gradient points the way the group's does"] if joined else [])
         + ([f"{by_tok} joined because their harm sits on the group's tokens"] if by_tok else [])
