@@ -141,9 +141,12 @@ def runs(tmp_path_factory):
     rows = [json.loads(x) for x in (EX / "data" / "eval.jsonl").read_text().splitlines() if x.strip()]
     prompts = write_jsonl(work / "eval_prompts.jsonl", [{"prompt": r["prompt"]} for r in rows])
     out = {}
-    # "written": the defaults (token profiles when the verdict names a content group); "prompts": none
-    for name, ev, options in (("written", EX / "data" / "eval.jsonl", {}), ("prompts", prompts, {"token_profiles": 0})):
-        if options:  # a profile file an earlier run left in the dir: this run's report must not read it
+    # "written": the defaults (token profiles when the verdict names a content group); "always": every row of the
+    # profiled share; "prompts": none
+    for name, ev, options in (("written", EX / "data" / "eval.jsonl", {}),
+                              ("always", EX / "data" / "eval.jsonl", {"token_profiles_always": True}),
+                              ("prompts", prompts, {"token_profiles": 0})):  # fmt: skip
+        if name == "prompts":  # a profile file an earlier run left in the dir: this run's report must not read it
             (work / name).mkdir()
             (work / name / "token_profiles.json").write_text((work / "written" / "token_profiles.json").read_text())
         attribute_and_report(
@@ -168,7 +171,7 @@ def test_token_profiles_are_saved_and_read_back(runs):
 
     rep, d = runs["written"], runs["written_dir"]
     prof = TokenProfiles.from_dict(json.loads((d / "token_profiles.json").read_text()))
-    assert len(prof.rows) == rep["settings"]["token_profile_rows"] == -(-3 * len(rep["examples"]) // 10)
+    assert len(prof.rows) == rep["settings"]["token_profile_rows"] <= -(-3 * len(rep["examples"]) // 10)
     (group,) = rep["verdict"]["groups"]
     assert group["tokens"] and group["token_hold"] >= 0.5 and group["by_tokens"] == 0
     named = set(rep["verdict"]["drop_rows"])  # 35 of the 36 (session 22: an info note no longer brings in row 246)
@@ -182,6 +185,27 @@ def test_token_profiles_are_saved_and_read_back(runs):
     rerender(d)
     after = json.loads((d / "report.json").read_text())["verdict"]
     assert after["groups"] == before["groups"] and after["text"] == before["text"]
+
+
+def test_token_profiles_are_taken_for_the_rows_that_can_move_a_group(runs):
+    """By default the profiles cover the rows of the top 30% that can move the verdict's groups (the groups' rows,
+    then the rows that hold their harm tokens), fewer than the share, and give the verdict that profiling every
+    row of the share gives; a row left out holds none of the group's harm tokens."""
+    from gradian.attribute.token_profiles import TokenProfiles
+
+    lazy, full = runs["written"]["verdict"], runs["always"]["verdict"]
+    assert lazy["groups"] == full["groups"] and lazy["text"] == full["text"] and lazy["drop_rows"] == full["drop_rows"]
+    some, every = (TokenProfiles.from_dict(json.loads((runs[n + "_dir"] / "token_profiles.json").read_text()))
+                   for n in ("written", "always"))  # fmt: skip
+    (group,) = lazy["groups"]
+    assert every.keys is None and some.keys == sorted(group["tokens"])
+    assert set(some.rows) < set(every.rows) and len(every.rows) == -(-3 * len(runs["always"]["examples"]) // 10)
+    for r, (positive, keys) in some.rows.items():
+        assert positive == pytest.approx(every.rows[r][0], rel=1e-6) and keys.keys() == every.rows[r][1].keys()
+    train = [json.loads(x) for x in (EX / "data" / "train.jsonl").read_text().splitlines() if x.strip()]
+    lower = [json.dumps(train[r]).lower() for r in set(every.rows) - set(some.rows)]
+    assert lower and not any(k in text for k in some.keys for text in lower if len(k) > 1)
+    assert all(every.share_on(r, some.keys) == 0 for r in set(every.rows) - set(some.rows))
 
 
 def auc(report: dict) -> float:
@@ -347,6 +371,47 @@ def test_the_cut_rise_option_reaches_the_cut(fp64_model):
     n_tokens = {i: len(tok(every[i][0], add_special_tokens=False).input_ids) for i in every}
     assert all(argmax[i][0].startswith(every[i][0]) for i in every)
     assert max(n_tokens.values()) <= 2 and any(len(argmax[i][0]) > len(every[i][0]) for i in every)
+
+
+def test_what_generation_scored_is_read_again_and_equals_a_fresh_forward():
+    """fp32 (the memo's precision: generation scores in fp32, so an fp64 attribution scores afresh), with a memo
+    (:mod:`gradian.attribute.continuations`): the base model's greedy completions and their cut, the fine-tune's
+    replies and the side-by-side generations are the ones made afresh, and the eval NLL of every generated item,
+    under both models, is read from the memo without a forward and equals a fresh forward's to fp32 round-off."""
+    from gradian.attribute import engine
+    from gradian.attribute.continuations import Continuations
+    from gradian.attribute.engine import pad_id_of
+    from gradian.attribute.generate import complete_prompts, finetuned_replies, side_by_side, with_completions
+    from gradian.attribute.loading import load
+
+    fp32 = load(str(EX / "base"), EX / "run", device="cpu", dtype="fp32")
+    tok, model = fp32.tokenizer, fp32.model
+    prompts = ["Once upon a time, there was a little girl named", "One day, a boy went to the", "The sun was",
+               "Lily and Tom went to the park. They saw a"]  # fmt: skip
+    ex = load_examples(write_jsonl(Path(__import__("tempfile").mkdtemp()) / "p.jsonl",
+                                   [{"prompt": p} for p in prompts]), prompt_only=True)  # fmt: skip
+    memo = Continuations()
+    fresh = complete_prompts(model, tok, ex, max_new_tokens=16)
+    assert complete_prompts(model, tok, ex, max_new_tokens=16, memo=memo) == fresh
+    items, _ = with_completions(ex, fresh[0], "greedy", fresh[1])
+    pad = pad_id_of(tok)
+    forwards: list[int] = []
+    handle = model.get_base_model().register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        for eos in (False, True):  # an unfinished item is scored without an EOS either way
+            fxs = format_examples(items, tok, FormatSettings(128, add_eos=eos))
+            for adapter in (False, True):
+                forwards.clear()
+                held = engine.completion_nll(model, fxs, pad, adapter=adapter, memo=memo)
+                assert not forwards
+                fresh_nll = engine.completion_nll(model, fxs, pad, adapter=adapter)
+                assert np.allclose(held, fresh_nll, rtol=1e-5, atol=1e-7) and (held > 0).all()
+    finally:
+        handle.remove()
+    kw = {"max_new_tokens": 16}
+    replies = finetuned_replies(model, tok, items, fxs, [True] * len(items), **kw)
+    assert finetuned_replies(model, tok, items, fxs, [True] * len(items), memo=memo, **kw) == replies
+    assert side_by_side(model, tok, fxs, memo=memo, **kw) == side_by_side(model, tok, fxs, **kw)
 
 
 def test_greedy_generation_runs_wide_batches_and_narrows_them_on_out_of_memory(fp64_model):

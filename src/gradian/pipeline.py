@@ -132,13 +132,19 @@ class RunVerdict:
                                 embedding_index=res.embedding_index, train_examples=self.checks.train_rows(res),
                                 item_scores=res.item_scores, verdict_options=self.options)  # fmt: skip
 
-    def wants_profiles(self, res: Any) -> bool:
-        """Whether the verdict names a content group before any token profile (what the profiles are for)."""
+    def wants_profiles(self, res: Any) -> Any:
+        """What the verdict's ``tokens`` step will read of the token profiles (a
+        :class:`gradian.attribute.token_profiles.ProfileNeed`: the content groups it extends), or None when it names
+        no content group before any token profile (what the profiles are for)."""
+        from gradian.attribute.token_profiles import ProfileNeed
         from gradian.verdict.steps import decide
 
         self.evidence = self._evidence(res)
         self.partial = decide(self.evidence, self.options, stop="tokens")
-        return bool(self.partial.names_content_group)
+        if not self.partial.names_content_group:
+            return None
+        groups = [list(g.rows) for g in self.partial.groups if g.cause == "content" and len(g.rows) >= 2]
+        return ProfileNeed(groups, self.options.token_share)
 
     def verdict(self, res: Any, eval_rows: Any) -> Any:
         """The verdict: the steps from where :meth:`wants_profiles` stopped (or all of them), with the token profiles

@@ -26,6 +26,7 @@ from gradian.attribute.files import _training_rows, attribute_files, check_out_d
 from gradian.attribute.gradients import shard_size
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.attribute.stages import select_queries
+from gradian.attribute.token_profiles import ProfileNeed
 from gradian.dist import Dist
 from gradian.options import AttributeOptions, RunInputs
 from gradian.options.base import split_kwargs as split_options
@@ -62,7 +63,7 @@ def attribute(
     dist: Dist | None = None,
     loaded: Any = None,
     progress: bool = False,
-    wants_profiles: Callable[[AttributionResult], bool] | None = None,
+    wants_profiles: Callable[[AttributionResult], ProfileNeed | None] | None = None,
     **kwargs: Any,
 ) -> AttributionResult:
     """Attribute a fine-tune's regressions to its training rows. Files are found as `gradian attribute` finds them

@@ -15,7 +15,16 @@ import numpy as np
 from gradian.attribute import tokens
 from gradian.attribute.result import AttributionResult, RowIds
 from gradian.attribute.stages import Context, Regressions, Scored
-from gradian.attribute.token_profiles import KeyOf, TokenProfiles, count_holders, label_ids, row_keys, row_profile
+from gradian.attribute.token_profiles import (
+    KeyOf,
+    ProfileNeed,
+    TokenProfiles,
+    count_holders,
+    harm_tokens,
+    label_ids,
+    row_keys,
+    row_profile,
+)
 
 
 @dataclass
@@ -94,45 +103,85 @@ def _ranked(ctx: Context, reg: Regressions, ids: RowIds, g: Gathered, notes: lis
 
 
 def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, tokenizer: Any,
-                wants_profiles: Callable[[AttributionResult], bool] | None) -> None:  # fmt: skip
+                wants_profiles: Callable[[AttributionResult], ProfileNeed | None] | None) -> None:  # fmt: skip
     """The top ``token_harm`` rows' harm split over their label tokens (into their examples) and, when
-    ``wants_profiles`` says the verdict needs them (or ``token_profiles_always``), the token profiles of the top
-    ``token_profiles`` share of the rows: one forward-mode pass split over the torchrun ranks (rank 0 holds the
-    ranking, ``top``, and decides; each rank splits its share of the rows; rank 0 gathers them)."""
+    ``wants_profiles`` says what the verdict will read (a :class:`ProfileNeed`), the token profiles of the rows of
+    the top ``token_profiles`` share that can move a group: the groups' rows, then the rows that hold the groups'
+    harm tokens (every row of the share with ``token_profiles_always``). Forward-mode passes split over the torchrun
+    ranks; rank 0 holds the ranking, ``top``, decides what each pass takes and gathers the rows."""
     o = ctx.options
-    plan: tuple[list[int], list[float], int] | None = None
-    if top is not None:
-        n_rows = len(top.order)
-        want = o.token_profiles_always or (wants_profiles is not None and wants_profiles(top.res))
-        n = math.ceil(o.token_profiles * n_rows) if want else 0
-        rows = top.order[: max(min(o.token_harm, n_rows), n)]
-        plan = ([int(p) for p in top.positions[rows]], [float(x) for x in top.total[rows]], n)
-    positions, scores, n = ctx.dist.broadcast(plan)
-    if not positions:
+    if top is None:  # another rank: its share of both passes
+        _split_pass(ctx, xq, None)
+        _split_pass(ctx, xq, None)
         return
     t = time.perf_counter()
+    res, n_rows = top.res, len(top.order)
+    need = wants_profiles(res) if wants_profiles is not None and not o.token_profiles_always else None
+    n = math.ceil(o.token_profiles * n_rows) if o.token_profiles_always or need is not None else 0
+    in_groups = {r for g in need.groups for r in g} if need is not None else set()
+    first = [j for j in range(max(min(o.token_harm, n_rows), n))
+             if j < o.token_harm or need is None or int(top.file_index[top.order[j]]) in in_groups]  # fmt: skip
+    done = _split_pass(ctx, xq, _plan(top, first))
+    harms: dict[int, np.ndarray] = {}
+    fxs: dict[int, Any] = {}
+    second: list[int] = []
+    keys = None
+    key_of = KeyOf(lambda i: tokenizer.decode([i]) or " ")  # SentencePiece decodes a lone "▁" (a space) to ""
+    if isinstance(done, tuple):
+        harms, fxs = dict(zip(first, done[0], strict=True)), dict(zip(first, done[1], strict=True))
+        if need is not None and n:  # then the rows that hold a group's harm tokens
+            profiles = TokenProfiles(_profile_rows(key_of, top, [j for j in first if j < n], fxs, harms), {})
+            keys = sorted({k for g in need.groups for k in harm_tokens(g, profiles, need.share)})
+            holds = set(keys)
+            second = [j for j in range(n) if j not in harms and holds & set(_label_keys(ctx, top, j, key_of))]
+    more = _split_pass(ctx, xq, _plan(top, second))
+    if isinstance(done, str) or isinstance(more, str):
+        res.notes.append(done if isinstance(done, str) else str(more))
+        return
+    if more is not None:
+        harms |= dict(zip(second, more[0], strict=True))
+        fxs |= dict(zip(second, more[1], strict=True))
+    shown = min(o.token_harm, n_rows)
+    for j, e in enumerate(res.examples[:shown]):
+        e["token_harm"] = tokens.token_pieces(tokenizer, fxs[j], harms[j])
+    res.settings["token_harm_rows"] = shown
+    if n:
+        res.token_profiles = _profiles(ctx, key_of, top, sorted(j for j in harms if j < n), fxs, harms, keys)
+        res.settings["token_profile_rows"] = len(res.token_profiles.rows)
+    res.timings["token_harm_s"] = time.perf_counter() - t
+
+
+def _plan(top: _Ranked | None, ranks: Sequence[int]) -> tuple[list[int], list[float]] | None:
+    """What one token pass takes: the train_fx positions and scores of the rows at these ``ranks`` (rank 0)."""
+    if top is None:
+        return None
+    rows = top.order[list(ranks)]
+    return [int(p) for p in top.positions[rows]], [float(x) for x in top.total[rows]]
+
+
+def _label_keys(ctx: Context, top: _Ranked, j: int, key_of: KeyOf) -> list[str]:
+    """The token keys of the label tokens of the row at rank ``j``."""
+    return row_keys(label_ids(ctx.train_fx[int(top.positions[top.order[j]])]).tolist(), key_of)
+
+
+def _split_pass(ctx: Context, xq: dict[str, Any] | None, plan: tuple[list[int], list[float]] | None
+                ) -> tuple[list[np.ndarray], list[Any]] | str | None:  # fmt: skip
+    """One forward-mode pass over rank 0's ``plan``, split over the ranks: on rank 0 the rows' token harms and
+    formatted rows in plan order, or the note saying why they could not be computed; None on the other ranks."""
+    positions, scores = ctx.dist.broadcast(plan)
     mine = range(ctx.dist.rank, len(positions), ctx.dist.world)
     fxs = [ctx.train_fx[positions[i]] for i in mine]
     my_notes: list[str] = []
     harms = _token_harms(ctx, xq, fxs, np.array([scores[i] for i in mine]), my_notes) if fxs else []
-    parts = ctx.dist.gather((harms, my_notes))
-    if top is None or parts is None:
-        return
-    res = top.res
+    parts = ctx.dist.gather((harms, my_notes)) if positions else [(harms, my_notes)]
+    if parts is None:
+        return None
     if any(h is None for h, _ in parts):
-        res.notes.append(next(m for h, ms in parts if h is None for m in ms))
-        return
-    split = [parts[i % len(parts)][0][i // len(parts)] for i in range(len(positions))]
+        return next(m for h, ms in parts if h is None for m in ms)
+    got = [h for h, _ in parts if h is not None]
+    split = [got[i % len(got)][i // len(got)] for i in range(len(positions))]  # row i went to rank i % world
     own = dict(zip(mine, fxs, strict=True))  # rank 0 reads only the rows the other ranks split
-    all_fxs = [own[i] if i in own else ctx.train_fx[p] for i, p in enumerate(positions)]
-    for e, fx, h in zip(res.examples[: o.token_harm], all_fxs, split, strict=False):
-        e["token_harm"] = tokens.token_pieces(tokenizer, fx, h)
-    res.settings["token_harm_rows"] = min(o.token_harm, len(positions))
-    if n:
-        rows = top.order[:n]
-        res.token_profiles = _profiles(ctx, tokenizer, top.positions, all_fxs[:n], split[:n], top.file_index[rows])
-        res.settings["token_profile_rows"] = len(res.token_profiles.rows)
-    res.timings["token_harm_s"] = time.perf_counter() - t
+    return split, [own[i] if i in own else ctx.train_fx[p] for i, p in enumerate(positions)]
 
 
 def _local_rows(ctx: Context, scored: Scored, n_states: int, timings: dict[str, float]):
@@ -217,17 +266,24 @@ def _token_harms(ctx: Context, xq: dict[str, Any] | None, fxs: Sequence[Any], sc
     return harms
 
 
-def _profiles(ctx: Context, tokenizer: Any, positions: np.ndarray, fxs: Sequence[Any], harms: Sequence[np.ndarray],
-              indices: np.ndarray) -> TokenProfiles:  # fmt: skip
-    """The token profiles of the top rows (``fxs`` with their token ``harms`` and training-file ``indices``), and
-    how many of the scored rows (``positions``) hold each of their keys."""
-    key_of = KeyOf(lambda i: tokenizer.decode([i]) or " ")  # SentencePiece decodes a lone "▁" (a space) to ""
-    rows = {}
-    for fx, h, index in zip(fxs, harms, indices, strict=True):
-        rows[int(index)] = row_profile(row_keys(label_ids(fx).tolist(), key_of), h)
-    keys = {k for _, ks in rows.values() for k in ks}
-    holders = count_holders((ctx.train_fx[int(p)] for p in positions), key_of, keys) if keys else {}
-    return TokenProfiles(rows, holders)
+def _profile_rows(key_of: KeyOf, top: _Ranked, ranks: Sequence[int], fxs: dict[int, Any], harms: dict[int, np.ndarray]
+                  ) -> dict[int, tuple[float, dict[str, float]]]:  # fmt: skip
+    """Training-file row -> profile, for the rows at these ``ranks`` (formatted rows ``fxs`` and token ``harms`` by
+    rank)."""
+    return {
+        int(top.file_index[top.order[j]]): row_profile(row_keys(label_ids(fxs[j]).tolist(), key_of), harms[j])
+        for j in ranks
+    }
+
+
+def _profiles(ctx: Context, key_of: KeyOf, top: _Ranked, ranks: Sequence[int], fxs: dict[int, Any],
+              harms: dict[int, np.ndarray], keys: list[str] | None) -> TokenProfiles:  # fmt: skip
+    """The token profiles of the rows at these ``ranks`` and how many of the scored rows hold each of their keys;
+    ``keys``: the harm tokens they were taken for."""
+    rows = _profile_rows(key_of, top, ranks, fxs, harms)
+    held = {k for _, ks in rows.values() for k in ks}
+    holders = count_holders((ctx.train_fx[int(p)] for p in top.positions), key_of, held) if held else {}
+    return TokenProfiles(rows, holders, keys)
 
 
 def _file_indices(train_fx: Sequence, positions: np.ndarray) -> np.ndarray:

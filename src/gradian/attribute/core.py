@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gradian.attribute.continuations import Continuations
 from gradian.attribute.regression import regression_summary
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
 from gradian.attribute.stages import find_regressions, prepare, score_states
+from gradian.attribute.token_profiles import ProfileNeed
 from gradian.dist import SINGLE, Dist
 from gradian.options import AttributeOptions
 
@@ -25,11 +27,13 @@ class TokenPass:
     """What the passes over text need: the tokenizer (to name the tokens), from the report pipeline whether the
     verdict on a result needs token profiles (None: only with ``token_profiles_always``), and from the file-level
     API the fine-tune's own replies to generated eval items, formatted, made when no item regressed by NLL
-    (``replies``; see :func:`gradian.attribute.stages.find_regressions`)."""
+    (``replies``; see :func:`gradian.attribute.stages.find_regressions`), and the token log-probabilities the eval
+    generation computed (``memo``)."""
 
     tokenizer: Any
-    wants_profiles: Callable[[AttributionResult], bool] | None = None
+    wants_profiles: Callable[[AttributionResult], ProfileNeed | None] | None = None
     replies: Callable[[], list | None] | None = None
+    memo: Continuations | None = None  # what the eval generation already scored (rank 0)
 
 
 def run_attribution(
@@ -72,7 +76,8 @@ def run_attribution(
         model, train_fx, eval_fx, pad_id, opts, store_dir=store, dist=dist, progress=progress and dist.is_main
     )
     notes = [*(notes or []), *ctx.notes]
-    reg = find_regressions(ctx, ids.eval, tokens.replies if tokens is not None else None)
+    reg = find_regressions(ctx, ids.eval, tokens.replies if tokens is not None else None,
+                           tokens.memo if tokens is not None else None)  # fmt: skip
     if reg.nll_call is not None:
         n = reg.settings["regression"]["replies_differ"]
         notes.append(

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from gradian.attribute.collector import Block, GradientCollector, token_losses
+from gradian.attribute.continuations import Continuations
 from gradian.data.types import FormattedExample
 from gradian.options import DEFAULTS
 
@@ -90,21 +91,28 @@ def completion_nll(
     adapter: bool = True,
     progress: bool = False,
     description: str = "eval NLL",
+    memo: Continuations | None = None,
 ) -> np.ndarray:
-    """Mean NLL per label token of each row (NaN for a row without label tokens), with the adapter on or off."""
+    """Mean NLL per label token of each row (NaN for a row without label tokens), with the adapter on or off; a row
+    whose tokens ``memo`` holds is read from it (:mod:`gradian.attribute.continuations`)."""
     dev = _model_device(model)
     out = np.full(len(fxs), np.nan)
+    held = [memo.mean_nll(adapter, f) if memo is not None else None for f in fxs]
+    for i, h in enumerate(held):
+        if h is not None:
+            out[i] = h
+    todo = [i for i, h in enumerate(held) if h is None]
     ctx = nullcontext() if adapter else model.disable_adapter()
-    with ctx, progress_bar(description, len(fxs), progress) as advance:
-        for s in range(0, len(fxs), batch_size):
-            batch = fxs[s : s + batch_size]
-            ids, am, lm = collate(batch, pad_id, dev)
+    with ctx, progress_bar(description, len(todo), progress) as advance:
+        for s in range(0, len(todo), batch_size):
+            at = todo[s : s + batch_size]
+            ids, am, lm = collate([fxs[i] for i in at], pad_id, dev)
             logits = model(input_ids=ids, attention_mask=am).logits
             tot = token_losses(logits, ids, lm).double().cpu().numpy()
             n = lm[:, 1:].sum(1).cpu().numpy()
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[s : s + len(batch)] = np.where(n > 0, tot / np.maximum(n, 1), np.nan)
-            advance(len(batch))
+                out[at] = np.where(n > 0, tot / np.maximum(n, 1), np.nan)
+            advance(len(at))
     return out
 
 

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gradian.attribute.continuations import Continuations
 from gradian.attribute.core import TokenPass, run_attribution
 from gradian.attribute.result import AdapterState, AttributionResult, RowIds
+from gradian.attribute.token_profiles import ProfileNeed
 from gradian.dist import Dist
 from gradian.errors import GradianError
 from gradian.options import AttributeOptions, RunInputs
@@ -35,7 +37,7 @@ class Loaded:
 
 def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path | None, dist: Dist | None,
                     loaded: Any, progress: bool,
-                    wants_profiles: Callable[[AttributionResult], bool] | None = None,
+                    wants_profiles: Callable[[AttributionResult], ProfileNeed | None] | None = None,
                     ) -> AttributionResult:  # fmt: skip
     """:func:`gradian.attribute.api.attribute` once its keyword arguments are split into inputs and options."""
     from gradian.attribute.engine import pad_id_of
@@ -45,9 +47,11 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
         check_out_dir(out)
     art, fs, choices, ck_notes = _checked_inputs(ins, opts, loaded)
     ld = _load_model(art, fs, opts, dist)
+    # what generation scored, read again (rank 0 scores); generation scores in fp32: an fp64 run scores afresh
+    memo = Continuations() if ld.dist.is_main and str(ld.lm.dtype) != "torch.float64" else None
     t_gen = time.perf_counter()
     eval_ex, eval_extra, gen_info = _complete_eval(ld.lm.model, ld.lm.tokenizer, art.eval_file, fs, opts, ld.dist,
-                                                   ld.notes)  # fmt: skip
+                                                   ld.notes, memo)  # fmt: skip
     t_gen = time.perf_counter() - t_gen
     eval_fx = format_examples(eval_ex, ld.lm.tokenizer, dataclasses.replace(fs, add_eos=opts.eval_eos))
     train_fx, train_ids, n_dropped = _training_rows(art.train_file, ld.lm.tokenizer, fs, out, ld.dist)
@@ -58,11 +62,11 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
     reply_texts: dict[int, tuple[str, bool]] = {}
     if gen_info and not opts.eval_samples and opts.eval_preference:
         generated = [bool(x.get("generated")) for x in eval_extra]
-        replies, reply_texts = _replies(ld, eval_ex, eval_fx, generated, fs, opts)
+        replies, reply_texts = _replies(ld, eval_ex, eval_fx, generated, fs, opts, memo)
     res = run_attribution(
         ld.lm.model, train_fx, eval_fx, opts, pad_id=pad_id_of(ld.lm.tokenizer),
         store_dir=Path(out) / "grads" if out else None, ids=RowIds(train_ids, [e.id for e in eval_ex]),
-        notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles, replies),
+        notes=ld.notes, dist=ld.dist, states=states, tokens=TokenPass(ld.lm.tokenizer, wants_profiles, replies, memo),
         progress=progress,
     )  # fmt: skip
     res.eval_examples = eval_ex
@@ -78,7 +82,7 @@ def attribute_files(ins: RunInputs, opts: AttributeOptions, *, out: str | Path |
             from gradian.attribute.loading import load_adapter_weights
 
             load_adapter_weights(ld.lm.model, ld.lm.adapter_dir)
-        _add_generations(ld.lm.model, ld.lm.tokenizer, res, eval_fx, opts)
+        _add_generations(ld.lm.model, ld.lm.tokenizer, res, eval_fx, opts, memo)
     res.settings |= {
         "base": ld.lm.base,
         "adapter": str(ld.lm.adapter_dir),
@@ -171,8 +175,8 @@ def _adapter_states(ld: Loaded, choices: list, ck_notes: list[str], recorded: bo
     ]
 
 
-def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist: Dist, notes: list[str]
-                   ) -> tuple[list, list[dict[str, Any]], dict[str, Any] | None]:  # fmt: skip
+def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist: Dist, notes: list[str],
+                   memo: Continuations | None) -> tuple[list, list[dict[str, Any]], dict[str, Any] | None]:  # fmt: skip
     """The eval items with the base model's completion of every prompt-only row (rank 0 generates, then broadcasts),
     what each item adds to report.json's ``eval``, and ``settings.eval_generation`` (None when no row needed one)."""
     from gradian.attribute.generate import complete_prompts, with_completions
@@ -187,7 +191,7 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
     if dist.is_main:
         got = complete_prompts(model, tokenizer, eval_ex, max_new_tokens=max_new, samples=samples, seed=seed,
                                cut=cut, cut_rise=opts.eval_cut_rise, min_tokens=opts.eval_min_tokens,
-                               batch_size=opts.batch_size)  # fmt: skip
+                               batch_size=opts.batch_size, memo=memo)  # fmt: skip
     comp, opened = dist.broadcast(got)
     how = f"sampled (seed {seed})" if samples else "greedy"
     items, extra = with_completions(eval_ex, comp, how, opened)
@@ -221,8 +225,8 @@ def _complete_eval(model, tokenizer, eval_file, fs, opts: AttributeOptions, dist
     )
 
 
-def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any, opts: AttributeOptions
-             ) -> tuple[Callable[[], list | None], dict[int, tuple[str, bool]]]:  # fmt: skip
+def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any, opts: AttributeOptions,
+             memo: Continuations | None) -> tuple[Callable[[], list | None], dict[int, tuple[str, bool]]]:  # fmt: skip
     """What the regression stage calls when no item regressed by NLL: the fine-tune's greedy reply to each generated
     item (rank 0 generates and broadcasts the texts), formatted as the items are; and the texts by item position,
     filled in by that call (report.json ``eval[].reply`` and ``reply_open``)."""
@@ -235,7 +239,8 @@ def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any,
         got = None
         if ld.dist.is_main:
             got = finetuned_replies(ld.lm.model, ld.lm.tokenizer, items, fxs, generated,
-                                    max_new_tokens=opts.max_new_tokens, batch_size=opts.batch_size)  # fmt: skip
+                                    max_new_tokens=opts.max_new_tokens, batch_size=opts.batch_size,
+                                    memo=memo)  # fmt: skip
         got = ld.dist.broadcast(got)
         keep = [i for i, r in enumerate(got) if r is not None]
         fx = format_examples([got[i] for i in keep], ld.lm.tokenizer, dataclasses.replace(fs, add_eos=opts.eval_eos))
@@ -249,16 +254,17 @@ def _replies(ld: Loaded, items: list, fxs: list, generated: list[bool], fs: Any,
     return replies, texts
 
 
-def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, opts: AttributeOptions) -> None:
+def _add_generations(model, tokenizer, res: AttributionResult, eval_fx, opts: AttributeOptions,
+                     memo: Continuations | None) -> None:  # fmt: skip
     """``regressed[].generations``: the base model's and the fine-tune's greedy continuations of the
-    ``opts.generations`` most regressed items."""
+    ``opts.generations`` most regressed items (those the eval generation wrote already, from ``memo``)."""
     from gradian.attribute.generate import side_by_side
 
     t = time.perf_counter()
     at = {int(f.index): f for f in eval_fx}
     items = sorted(res.regressed, key=lambda r: -(r.get("delta") or 0.0))[: opts.generations]
     gens = side_by_side(model, tokenizer, [at[int(r["index"])] for r in items], max_new_tokens=opts.max_new_tokens,
-                        batch_size=opts.batch_size)  # fmt: skip
+                        batch_size=opts.batch_size, memo=memo)  # fmt: skip
     for r, g in zip(items, gens, strict=True):
         if g is not None:
             r["generations"] = g

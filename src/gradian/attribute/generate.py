@@ -29,6 +29,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from gradian.attribute.continuations import Continuation, Continuations
 from gradian.data.types import Example, FormattedExample
 from gradian.options import DEFAULTS
 
@@ -80,14 +83,53 @@ def generate(
     samples: int = 0,
     seed: int = EVAL_SEED,
     seeds: Sequence[int] | None = None,
+    memo: Continuations | None = None,
 ) -> list[list[list[int]]]:
     """New token ids per prompt: ``[[greedy]]`` (``samples`` 0) or N sampled sequences, cut before the first end
     token. Greedy runs ``GREEDY_BATCH_FACTOR x batch_size`` prompts at a time (halved on out-of-memory); sampling
-    runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``)."""
+    runs one prompt at a time, seeded by ``seed + seeds[i]`` (default ``i``). Greedy with a ``memo``: a reply it
+    holds for the prompt (same model, same ``max_new_tokens``) is reused, and each new one is put there with the
+    log-probability of each token chosen."""
+    if memo is not None and not samples:
+        return _greedy_memo(model, tokenizer, prompts, memo, adapter=adapter, max_new_tokens=max_new_tokens,
+                            batch_size=batch_size)  # fmt: skip
+    seqs, _ = _generate(model, tokenizer, prompts, adapter=adapter, max_new_tokens=max_new_tokens,
+                        batch_size=batch_size, samples=samples, seed=seed, seeds=seeds)  # fmt: skip
+    ends = _end_ids(tokenizer)
+    return seqs if samples else [[_cut(q[0], ends)] for q in seqs]
+
+
+def _greedy_memo(model, tokenizer: Any, prompts: Sequence[Sequence[int]], memo: Continuations, *, adapter: bool,
+                 max_new_tokens: int, batch_size: int) -> list[list[list[int]]]:  # fmt: skip
+    ends = _end_ids(tokenizer)
+    held = [memo.greedy(adapter, p, max_new_tokens) for p in prompts]
+    todo = [i for i, h in enumerate(held) if h is None]
+    new, logps = _generate(model, tokenizer, [prompts[i] for i in todo], adapter=adapter,
+                           max_new_tokens=max_new_tokens, batch_size=batch_size)  # fmt: skip
+    for i, seqs, lp in zip(todo, new, logps, strict=True):
+        memo.put(adapter, prompts[i], Continuation(seqs[0], lp, greedy=max_new_tokens))
+        held[i] = seqs[0]
+    return [[_cut(list(h or []), ends)] for h in held]
+
+
+def _generate(
+    model,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    adapter: bool,
+    max_new_tokens: int,
+    batch_size: int,
+    samples: int = 0,
+    seed: int = EVAL_SEED,
+    seeds: Sequence[int] | None = None,
+) -> tuple[list[list[list[int]]], list[np.ndarray]]:
+    """:func:`generate`'s sequences, and for greedy the sequences kept up to and with their first end token, each
+    with the log-probability of every token chosen (``(sequences, logps)``; sampled: ``(cut sequences, [])``)."""
     from contextlib import nullcontext
 
     import torch
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, LogitsProcessorList
 
     from gradian.attribute.engine import pad_id_of
     from gradian.attribute.robust import free_accelerator_memory, is_oom
@@ -102,6 +144,7 @@ def generate(
         gc = GenerationConfig(do_sample=False, **cfg)
     step = 1 if samples else batch_size * GREEDY_BATCH_FACTOR
     out: list[list[list[int]]] = []
+    logps: list[np.ndarray] = []
     ctx = nullcontext() if adapter else model.disable_adapter()
     with ctx, torch.no_grad():
         s = 0
@@ -118,7 +161,9 @@ def generate(
                 with rng:
                     if samples:
                         torch.manual_seed(seed + (seeds[s] if seeds is not None else s))
-                    gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), generation_config=gc)
+                    chosen = _ChosenLogp()
+                    gen = model.generate(input_ids=ids.to(dev), attention_mask=am.to(dev), generation_config=gc,
+                                         logits_processor=LogitsProcessorList([] if samples else [chosen]))  # fmt: skip
             except Exception as e:
                 if step == 1 or not is_oom(e):
                     raise
@@ -127,10 +172,40 @@ def generate(
                 continue
             new = gen[:, T:].tolist()
             per = max(samples, 1)
-            for b in range(len(batch)):
-                out.append([_cut(seq, ends) for seq in new[b * per : (b + 1) * per]])
+            if samples:
+                for b in range(len(batch)):
+                    out.append([_cut(seq, ends) for seq in new[b * per : (b + 1) * per]])
+            else:
+                steps = torch.stack(chosen.steps, 1).double().cpu().numpy() if chosen.steps else None
+                for b in range(len(batch)):
+                    seq = _to_end(new[b], ends)
+                    out.append([seq])
+                    logps.append(steps[b, : len(seq)] if steps is not None else np.zeros(0))
             s += len(batch)
-    return out
+    return out, logps
+
+
+class _ChosenLogp:
+    """A logits processor that keeps, per greedy step, the log-probability of the token greedy picks (the scores'
+    maximum) and changes nothing."""
+
+    def __init__(self) -> None:
+        self.steps: list[Any] = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        s = scores.float()
+        self.steps.append(s.max(-1).values - torch.logsumexp(s, -1))
+        return scores
+
+
+def _to_end(seq: list[int], ends: Sequence[int]) -> list[int]:
+    """``seq`` up to and with its first end token."""
+    for k, t in enumerate(seq):
+        if t in ends:
+            return seq[: k + 1]
+    return seq
 
 
 def _cut(seq: list[int], ends: Sequence[int]) -> list[int]:
@@ -152,22 +227,25 @@ def complete_prompts(
     cut_rise: float = CUT_RISE,
     min_tokens: int = MIN_TOKENS,
     batch_size: int = DEFAULTS.batch_size,
+    memo: Continuations | None = None,
 ) -> tuple[dict[int, list[str]], dict[int, list[bool]]]:
     """Row index -> the base model's completion(s) of each prompt-only row (cut where the fine-tune departs but
     never under ``min_tokens`` tokens, and off a broken character: :func:`whole_chars`; ``cut_rise`` is
     :func:`departures`' ``min_rise``), and row index -> whether each is open (the base model's reply goes on after
     it). A completion with nothing left (the base model stops at once, or writes a byte that forms no character) is
-    left out, and a row with none is missing."""
+    left out, and a row with none is missing. Greedy with a ``memo``: the base model's replies and the fine-tune's
+    log-probabilities of them are left there (:mod:`gradian.attribute.continuations`)."""
     rows = [ex for ex in examples if ex.prompt_only]
     prompts = [prompt_ids(ex, tokenizer) for ex in rows]
     new = generate(
         model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        samples=samples, seed=seed, seeds=[ex.index for ex in rows],
+        samples=samples, seed=seed, seeds=[ex.index for ex in rows], memo=memo,
     )  # fmt: skip
     ends = [[len(seq) for seq in seqs] for seqs in new]
     if cut:
         flat = [(p, seq) for p, seqs in zip(prompts, new, strict=True) for seq in seqs]
-        it = iter(departures(model, tokenizer, flat, batch_size=batch_size, min_rise=cut_rise))
+        it = iter(departures(model, tokenizer, flat, batch_size=batch_size, min_rise=cut_rise,
+                             memo=None if samples else memo))  # fmt: skip
         ends = [[max(next(it) + 1, min(min_tokens, len(seq))) for seq in seqs] for seqs in new]
     out: dict[int, list[str]] = {}
     opened: dict[int, list[bool]] = {}
@@ -208,10 +286,13 @@ def departures(
     *,
     batch_size: int = DEFAULTS.batch_size,
     min_rise: float = CUT_RISE,
+    memo: Continuations | None = None,
 ) -> list[int]:
     """Per (prompt, completion) pair: the index of the first completion token at which the fine-tune departs from the
     base model: their most likely next tokens differ, or the fine-tune's NLL of the completion's token is more than
-    ``min_rise`` nats above the base model's (the last index when neither happens)."""
+    ``min_rise`` nats above the base model's (the last index when neither happens). A completion that is the base
+    model's greedy reply held in ``memo`` needs no base-model forward: its tokens are the base model's most likely
+    ones and the memo holds their log-probabilities; the fine-tune's over the whole reply are left there."""
     import torch
 
     from gradian.attribute.engine import pad_id_of
@@ -222,17 +303,32 @@ def departures(
     with torch.no_grad():
         for s in range(0, len(pairs), batch_size):
             batch = [(list(p), list(c)) for p, c in pairs[s : s + batch_size]]
-            T = max(len(p) + len(c) for p, c in batch)
+            held = [memo.get(False, p) if memo is not None else None for p, _ in batch]
+            if all(h is not None and h.greedy is not None and h.tokens[: len(c)] == c for h, (_, c) in zip(
+                    held, batch, strict=True)):  # fmt: skip
+                seqs = [(p, h.tokens) for h, (p, _) in zip(held, batch, strict=True) if h is not None]
+            else:
+                held, seqs = [None] * len(batch), batch
+            T = max(len(p) + len(c) for p, c in seqs)
             ids = torch.full((len(batch), T), pad, dtype=torch.long)
             am = torch.zeros((len(batch), T), dtype=torch.long)
-            for b, (p, c) in enumerate(batch):
+            for b, (p, c) in enumerate(seqs):
                 ids[b, : len(p) + len(c)] = torch.tensor(p + c, dtype=torch.long)
                 am[b, : len(p) + len(c)] = 1
             ids, am = ids.to(dev), am.to(dev)
             nxt = torch.roll(ids, -1, dims=1)[..., None]  # the token each position predicts
             top_t, lp_t = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
-            with model.disable_adapter():
-                top_b, lp_b = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
+            if held[0] is None:
+                with model.disable_adapter():
+                    top_b, lp_b = _top_and_logp(model(input_ids=ids, attention_mask=am).logits, nxt)
+            else:  # the base model's greedy tokens: its most likely ones, with the log-probabilities it chose them at
+                top_b, lp_b = nxt[..., 0], torch.zeros_like(lp_t)
+                for b, ((p, c), h) in enumerate(zip(seqs, held, strict=True)):
+                    assert h is not None
+                    lp_b[b, len(p) - 1 : len(p) + len(c) - 1] = torch.as_tensor(h.logp, dtype=lp_b.dtype)
+                    memo_put = lp_t[b, len(p) - 1 : len(p) + len(c) - 1].double().cpu().numpy()
+                    if memo is not None:
+                        memo.put(True, p, Continuation(list(c), memo_put))
             moved = ((top_t != top_b) | (lp_b - lp_t > min_rise)).cpu()
             for b, (p, c) in enumerate(batch):
                 pos = range(len(p) - 1, len(p) + len(c) - 1)  # logits at pos predict completion token pos + 1 - len(p)
@@ -294,16 +390,18 @@ def side_by_side(
     *,
     max_new_tokens: int = MAX_NEW_TOKENS,
     batch_size: int = DEFAULTS.batch_size,
+    memo: Continuations | None = None,
 ) -> list[dict[str, str] | None]:
     """Per item: ``{"base", "finetuned"}`` greedy continuations of its prompt tokens (None for an item without
-    prompt tokens, e.g. a text row)."""
+    prompt tokens, e.g. a text row); those ``memo`` holds are not generated again."""
     keep = [i for i, f in enumerate(fxs) if f.n_prompt_tokens > 0]
     prompts = [fxs[i].input_ids[: fxs[i].n_prompt_tokens] for i in keep]
     out: list[dict[str, str] | None] = [None] * len(fxs)
     if not keep:
         return out
-    base = generate(model, tokenizer, prompts, adapter=False, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "memo": memo}
+    base = generate(model, tokenizer, prompts, adapter=False, **kw)
+    tuned = generate(model, tokenizer, prompts, adapter=True, **kw)
     for i, p, b, t in zip(keep, prompts, base, tuned, strict=True):
         out[i] = {"base": continuation_text(tokenizer, p, b[0]), "finetuned": continuation_text(tokenizer, p, t[0])}
     return out
@@ -318,6 +416,7 @@ def finetuned_replies(
     *,
     max_new_tokens: int = MAX_NEW_TOKENS,
     batch_size: int = DEFAULTS.batch_size,
+    memo: Continuations | None = None,
 ) -> list[Example | None]:
     """Per eval item: for a generated one, the fine-tune's greedy reply to the same prompt tokens as an item of its
     own, cut to as many tokens as the base model's completion has (off a broken character; open unless the fine-tune
@@ -328,7 +427,8 @@ def finetuned_replies(
     out: list[Example | None] = [None] * len(items)
     if not keep:
         return out
-    tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size)
+    tuned = generate(model, tokenizer, prompts, adapter=True, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                     memo=memo)  # fmt: skip
     for i, p, seqs in zip(keep, prompts, tuned, strict=True):
         ex, seq = items[i], seqs[0]
         base = reply_of(ex)

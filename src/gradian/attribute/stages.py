@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from gradian.attribute.continuations import Continuations
 from gradian.attribute.gradients import GradientPass, TrainingGradients, rank_rows, training_gradients
 from gradian.attribute.plan import auto_proj_dim
 from gradian.attribute.regression import (
@@ -158,18 +159,19 @@ def select_queries(
     return idx, call
 
 
-def find_regressions(ctx: Context, eval_ids: Sequence[str | None],
-                     replies: Callable[[], list | None] | None = None) -> Regressions:  # fmt: skip
+def find_regressions(ctx: Context, eval_ids: Sequence[str | None], replies: Callable[[], list | None] | None = None,
+                     memo: Continuations | None = None) -> Regressions:  # fmt: skip
     """Every eval item's completion NLL under the base model and the fine-tune (rank 0, broadcast), and the rule's
     call on which regressed. When none did and ``replies`` gives the fine-tune's own replies to generated items
     (:func:`gradian.attribute.generate.finetuned_replies`, formatted), the items are scored by preference instead
-    (:func:`_preference`)."""
+    (:func:`_preference`). ``memo``: what the eval generation scored already
+    (:mod:`gradian.attribute.continuations`)."""
     o, dist = ctx.options, ctx.dist
     t = time.perf_counter()
     nll = None
     if dist.is_main:
-        nll = (_nll(ctx, ctx.eval_fx, adapter=False, what="eval NLL (base)"),
-               _nll(ctx, ctx.eval_fx, adapter=True, what="eval NLL (tuned)"))  # fmt: skip
+        nll = (_nll(ctx, ctx.eval_fx, adapter=False, what="eval NLL (base)", memo=memo),
+               _nll(ctx, ctx.eval_fx, adapter=True, what="eval NLL (tuned)", memo=memo))  # fmt: skip
     base_nll, ft_nll = dist.broadcast(nll)
     q_idx, call = select_queries(base_nll, ft_nll, o.threshold, o.query, o.noise_multiple)
     items = [
@@ -187,17 +189,17 @@ def find_regressions(ctx: Context, eval_ids: Sequence[str | None],
     ]
     reg = Regressions(items, call, q_idx, _weights(o, call, q_idx), {"regression": _rule(o, call)}, 0.0)
     if not q_idx and replies is not None and o.query == "regressed":
-        pref = _preference(ctx, reg, replies(), base_nll, ft_nll)
+        pref = _preference(ctx, reg, replies(), base_nll, ft_nll, memo)
         reg = pref or reg
     reg.seconds = time.perf_counter() - t
     return reg
 
 
-def _nll(ctx: Context, fxs: Sequence, *, adapter: bool, what: str) -> np.ndarray:
+def _nll(ctx: Context, fxs: Sequence, *, adapter: bool, what: str, memo: Continuations | None) -> np.ndarray:
     from gradian.attribute import engine
 
     return engine.completion_nll(ctx.model, fxs, ctx.pad_id, adapter=adapter, description=what,
-                                 batch_size=ctx.options.batch_size, progress=ctx.progress)  # fmt: skip
+                                 batch_size=ctx.options.batch_size, progress=ctx.progress, memo=memo)  # fmt: skip
 
 
 def _weights(o: AttributeOptions, call: RegressionCall, q_idx: list[int]) -> np.ndarray:
@@ -211,8 +213,8 @@ def _rule(o: AttributeOptions, call: RegressionCall) -> dict[str, Any]:
     return {**RegressionRule(min_delta=o.threshold, noise_multiple=o.noise_multiple).to_dict(), **call.to_dict()}
 
 
-def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: np.ndarray,
-                ft_nll: np.ndarray) -> Regressions | None:  # fmt: skip
+def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: np.ndarray, ft_nll: np.ndarray,
+                memo: Continuations | None = None) -> Regressions | None:  # fmt: skip
     """The generated items scored by preference: how much more the fine-tune prefers its own greedy reply ``r`` over
     the base model's ``b`` than the base model does, ``[nll_ft(b) - nll_base(b)] - [nll_ft(r) - nll_base(r)]``
     (mean nats per token of each, the two replies cut to the same length; 0 where they agree). A fine-tune trained
@@ -228,8 +230,8 @@ def _preference(ctx: Context, reg: Regressions, replies: list | None, base_nll: 
     nll = None
     if dist.is_main:
         fx = [replies[i] for i in pos]  # type: ignore[index]
-        nll = (pos, _nll(ctx, fx, adapter=False, what="replies NLL (base)"),
-               _nll(ctx, fx, adapter=True, what="replies NLL (tuned)"))  # fmt: skip
+        nll = (pos, _nll(ctx, fx, adapter=False, what="replies NLL (base)", memo=memo),
+               _nll(ctx, fx, adapter=True, what="replies NLL (tuned)", memo=memo))  # fmt: skip
     pos, rb, rf = dist.broadcast(nll)
     pref = np.zeros(len(base_nll))
     pref[~np.isfinite(base_nll - ft_nll)] = np.nan

@@ -26,11 +26,29 @@ def token_key(text: str) -> str:
 
 
 @dataclass
+class ProfileNeed:
+    """What the verdict's ``tokens`` step reads of the profiles (:func:`gradian.verdict.harm_tokens.extend_by_tokens`):
+    the rows of the groups it extends (training-file indices) and the share of a group's harm its tokens must carry
+    (``token_share``). A row that holds none of those groups' harm tokens among its label tokens has none of its harm
+    there: it can neither join nor leave a group, and needs no profile."""
+
+    groups: list[list[int]]
+    share: float
+
+
+@dataclass
 class TokenProfiles:
-    """Profiled rows and how common their harm tokens are. Saved as ``token_profiles.json`` beside report.json."""
+    """Profiled rows and how common their harm tokens are. Saved as ``token_profiles.json`` beside report.json.
+    ``keys``: the harm tokens the profiles were taken for (:class:`ProfileNeed`); the profiled share's rows that hold
+    none of them have no profile. None: every row of the share has one."""
 
     rows: dict[int, tuple[float, dict[str, float]]]  # training row -> (positive harm, {token key: positive harm})
     holders: dict[str, int]  # token key -> scored rows whose label tokens hold it
+    keys: list[str] | None = None
+
+    def covers(self, keys: Iterable[str]) -> bool:
+        """Whether every profiled-share row holding one of ``keys`` has a profile."""
+        return self.keys is None or set(keys) <= set(self.keys)
 
     def share_on(self, row: int, keys: Iterable[str]) -> float:
         """The share of ``row``'s positive harm that sits on ``keys`` (0 for a row without a profile)."""
@@ -44,6 +62,7 @@ class TokenProfiles:
                 for r, (p, ks) in sorted(self.rows.items())
             ],  # fmt: skip
             "holders": dict(sorted(self.holders.items())),
+            "keys": self.keys,
         }
 
     @classmethod
@@ -52,7 +71,9 @@ class TokenProfiles:
             int(r["index"]): (float(r["positive"]), {str(k): float(h) for k, h in r["tokens"]})
             for r in data.get("rows") or []
         }
-        return cls(rows, {str(k): int(n) for k, n in (data.get("holders") or {}).items()})
+        keys = data.get("keys")
+        holders = {str(k): int(n) for k, n in (data.get("holders") or {}).items()}
+        return cls(rows, holders, None if keys is None else [str(k) for k in keys])
 
 
 def row_profile(keys: Sequence[str], harms: np.ndarray) -> tuple[float, dict[str, float]]:
@@ -63,6 +84,26 @@ def row_profile(keys: Sequence[str], harms: np.ndarray) -> tuple[float, dict[str
             by_key[k] = by_key.get(k, 0.0) + h
     top = sorted(by_key.items(), key=lambda kv: -kv[1])[:KEYS_PER_ROW]
     return sum(by_key.values()), dict(top)
+
+
+def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> list[str]:
+    """The fewest token keys that carry ``share`` of ``rows``' positive harm, most harmful first; [] when that takes
+    more keys than a profile keeps per row (``KEYS_PER_ROW``: the harm is not on a few tokens) or the kept keys never
+    reach it."""
+    total = 0.0
+    by_key: dict[str, float] = {}
+    for r in rows:
+        positive, keys = profiles.rows.get(int(r), (0.0, {}))
+        total += positive
+        for k, h in keys.items():
+            by_key[k] = by_key.get(k, 0.0) + h
+    picked, acc = [], 0.0
+    for k, h in sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0])):
+        if total <= 0 or acc >= share * total:
+            break
+        picked.append(k)
+        acc += h
+    return picked if total > 0 and acc >= share * total and len(picked) <= KEYS_PER_ROW else []
 
 
 class KeyOf:

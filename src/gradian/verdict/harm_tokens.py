@@ -20,7 +20,10 @@ of the top rows):
   (``off_tokens``), whether or not the tokens are a label. On the suite, the three held-out sets and SmolLM2, 55 of
   the 60 rows that leave are innocent; 5 are flipped-pronoun rows, one per run (CHANGELOG.md, token profiles).
 
-Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated.
+Rows join only a group the verdict already names: the tokens never decide whether the harm is concentrated. The
+attribution profiles only the rows that can move (:class:`gradian.attribute.token_profiles.ProfileNeed`: the groups'
+rows, then the rows that hold their harm tokens); profiles taken for other tokens (a report re-read with other
+verdict options) extend no group.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gradian.attribute.token_profiles import KEYS_PER_ROW, TokenProfiles
+from gradian.attribute.token_profiles import TokenProfiles, harm_tokens
 
 
 class Group(Protocol):
@@ -42,26 +45,6 @@ class Group(Protocol):
     token_hold: float | None
     by_tokens: int
     off_tokens: list[int]
-
-
-def harm_tokens(rows: Sequence[int], profiles: TokenProfiles, share: float) -> list[str]:
-    """The fewest token keys that carry ``share`` of ``rows``' positive harm, most harmful first; [] when that takes
-    more keys than a profile keeps per row (``KEYS_PER_ROW``: the harm is not on a few tokens) or the kept keys never
-    reach it."""
-    total = 0.0
-    by_key: dict[str, float] = {}
-    for r in rows:
-        positive, keys = profiles.rows.get(int(r), (0.0, {}))
-        total += positive
-        for k, h in keys.items():
-            by_key[k] = by_key.get(k, 0.0) + h
-    picked, acc = [], 0.0
-    for k, h in sorted(by_key.items(), key=lambda kv: (-kv[1], kv[0])):
-        if total <= 0 or acc >= share * total:
-            break
-        picked.append(k)
-        acc += h
-    return picked if total > 0 and acc >= share * total and len(picked) <= KEYS_PER_ROW else []
 
 
 def extend_by_tokens(
@@ -86,7 +69,7 @@ def extend_by_tokens(
         if g.cause != "content" or len(g.rows) < 2:
             continue
         g.tokens = harm_tokens(g.rows, profiles, share)
-        if not g.tokens:
+        if not g.tokens or not profiles.covers(g.tokens):  # profiles taken for other tokens: no reading of them
             continue
         off = {r for r in g.rows if r in profiles.rows and profiles.share_on(r, g.tokens) <= 0}
         g.off_tokens = [r for r in g.rows if r in off]
