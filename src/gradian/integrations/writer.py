@@ -55,10 +55,12 @@ class RankWriter:
             self.hashes.append(row_hash(b.input_ids[r][keep], b.labels[r][keep]))
             if not bool(b.finite[r]):
                 self.skipped.append((self.next_row + self.rows + len(self.hashes) - 1, "non-finite gradient"))
+        finite = bool(b.finite.all())
         for k, v in b.G.items():
-            v = torch.where(b.finite[:, None, None], v, torch.zeros_like(v))
+            if not finite:  # a non-finite row is stored as zeros (and listed as skipped)
+                v = torch.where(b.finite[:, None, None], v, torch.zeros_like(v))
             self.G.setdefault(k, []).append(v.to(self.dtype))
-        if bool(b.finite.all()):
+        if finite:
             self.stats.add(b.A, b.S, b.n_tokens, int(b.input_ids.shape[0]))
         while len(self.hashes) >= self.shard - self.rows:
             self._write(self.shard - self.rows)
