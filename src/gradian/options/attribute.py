@@ -109,14 +109,14 @@ class AttributeOptions(Options):
     )
     token_profiles: float = option(
         0.3,
-        "When the verdict names a content group, this share of the rows, most harmful first, get their harm split "
-        "over their tokens, and the group also takes the rows whose harm sits on its tokens. Costs a forward-mode "
-        "pass over these rows (about 1.6x a training row each), only on runs whose verdict names a content group "
-        "(0 = never).",
+        "When the verdict names a content group, the rows of this share, most harmful first, that can move a group "
+        "(its rows, then the rows that hold its harm tokens) get their harm split over their tokens, and the group "
+        "also takes the rows whose harm sits on its tokens. Costs a forward-mode pass over those rows (about 1.6x a "
+        "training row each), only on runs whose verdict names a content group (0 = never).",
         min=0,
     )
     token_profiles_always: bool = option(
-        False, "Split the --token-profiles rows' harm over their tokens whatever the verdict (to calibrate it)."
+        False, "Split every --token-profiles row's harm over its tokens, whatever the verdict (to calibrate it)."
     )
     trust_remote_code: bool = option(False, "Allow the base model's own code.")
     top: int = option(20, "Rows shown and explained per item.", min=0)
