@@ -46,14 +46,14 @@ def points() -> list[tuple[str, str, float, float]]:
     return out
 
 
-def preference_points() -> list[tuple[str, float, float, float]]:
-    """The real-model runs scored by preference (no item regressed by NLL): (run, named rows' share, the verdict's
-    expected_recovery, the retrain's recovery of the preference shift). Not in the fit: a second measure of the
-    regression, shown beside it."""
+def preference_points() -> list[tuple[str, float, float]]:
+    """The real-model runs scored by preference (no item regressed by NLL): (run, named rows' share, the retrain's
+    recovery of the preference shift). Not in the fit: a second measure of the regression, shown beside it, where
+    the verdict gives no expected_recovery (``gradian.verdict.recovery.calibrated``)."""
     real = RESULTS / "realmodel_suite.json"
-    return [(r["run"], r["named_pos_share"], r["expected_recovery"], r["truth_recovery_planted_pref"])
+    return [(r["run"], r["named_pos_share"], r["truth_recovery_planted_pref"])
             for r in (json.loads(real.read_text()) if real.is_file() else [])
-            if r.get("truth_recovery_planted_pref") is not None and r.get("expected_recovery") is not None]  # fmt: skip
+            if r.get("truth_recovery_planted_pref") is not None and r.get("named_pos_share") is not None]  # fmt: skip
 
 
 def fit(pts: list[tuple[str, str, float, float]]) -> tuple[float, float]:
@@ -87,13 +87,15 @@ def main() -> None:
             "",
             "Not in the fit: the real-model runs scored by preference (no item regressed by NLL; the truth is the "
             "share of the summed preference shift the retrain without the planted rows brings back, which can pass "
-            "100% when the retrain prefers the base model's replies more than the base model does). "
-            f"Within 0.25: {sum(abs(y - e) <= 0.25 for _, _, e, y in pref)} of {len(pref)}.",
+            "100% when the retrain prefers the base model's replies more than the base model does). There the slope "
+            f"times the share would be within 0.25 on {sum(abs(y - min(1.0, slope * x)) <= 0.25 for _, x, y in pref)} "
+            f"of {len(pref)}, so the verdict gives no expected_recovery on such a run.",
             "",
-            "| run | named rows' share of the positive harm | expected | measured recovery (preference) |",
+            "| run | named rows' share of the positive harm | slope x share (not given) | measured recovery "
+            "(preference) |",
             "|---|---:|---:|---:|",
         ]
-        lines += [f"| {n} | {x:.3f} | {e:.0%} | {y:.0%} |" for n, x, e, y in pref]
+        lines += [f"| {n} | {x:.3f} | {min(1.0, slope * x):.0%} | {y:.0%} |" for n, x, y in pref]
     (RESULTS / "expected_recovery.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -116,7 +116,10 @@ def test_generated_replies_hold_a_behaviour_and_no_end_of_turn_after_a_cut(chat_
 def test_the_verdict_says_what_it_measured(chat_run):
     v = chat_run["report"]["verdict"]
     assert v["headline"] and v["kind"] in ("concentrated", "spread", "no_regression", "no_harm")
-    if v["kind"] == "concentrated":
+    by_preference = chat_run["report"]["settings"]["regression"].get("score") == "preference"
+    if v["kind"] == "concentrated" and by_preference:  # not calibrated there: no number
+        assert "expected_recovery" not in v and "is not estimated" in v["text"]
+    elif v["kind"] == "concentrated":
         assert 0.0 <= v["expected_recovery"] <= 1.0
         assert "should bring back about" in v["text"] and "those are the items" not in v["text"]
     if v["kind"] in ("concentrated", "spread"):

@@ -107,6 +107,21 @@ def test_expected_recovery_is_the_named_rows_share_times_the_factor():
     assert decide(ev, skip("effect")).expected_recovery is None
 
 
+def test_no_expected_recovery_is_given_on_a_regression_scored_by_preference():
+    """The harm share is calibrated on NLL regressions: scored by preference the same rows are named, the verdict gives
+    no number for what dropping them brings back and says so, and the headline promises none."""
+    S = harm_matrix(PLANTED, seed=0)
+    by_nll = write(ev_nll := ev_of(S), decide(ev_nll), VerdictOptions())
+    ev_pref = ev_of(S, regression={"score": "preference"})
+    d = decide(ev_pref)
+    by_pref = write(ev_pref, d, VerdictOptions())
+    assert by_pref.drop_rows == by_nll.drop_rows and d.expected_recovery == by_nll.expected_recovery
+    assert by_nll.expected_recovery is not None and by_pref.expected_recovery is None and not d.recovery_calibrated
+    assert "expected_recovery" not in by_pref.to_dict()
+    assert "not estimated" in by_pref.text and "should bring back" not in by_pref.text
+    assert "bring back" in by_nll.headline and "bring back" not in by_pref.headline
+
+
 def test_forgetting_names_a_spread_harm_on_items_unlike_the_training_rows():
     texts = {i: f"Add {i} apples and {i + 1} pears: the sum is {2 * i + 1}." for i in range(N)}
     items = ["How do I boil an egg?", "Name a river in France.", "Write a haiku about snow."]

@@ -920,6 +920,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
         exp = r.get("expected_recovery")
         if exp is not None and truth is not None:
             judged += f"; expected {'within' if abs(exp - truth) <= 0.25 else 'off by more than'} 0.25"
+        elif r.get("score") == "preference" and r["named"]:
+            judged += "; no expected recovery (not calibrated by preference)"
         out.append("| " + " | ".join([
             r["run"], r["eval"] + (" (by preference)" if r.get("score") == "preference" else ""),
             r["kind"] + (" (no row to blame)" if control else ""), f(planted_truth), f(seen), f(r["verdict"]),

@@ -46,6 +46,8 @@ class Decision:
     finding_leads: list[FindingLead] = field(default_factory=list)
     driven: DrivenItems | None = None
     expected_recovery: float | None = None
+    recovery_calibrated: bool = True  # expected_recovery is calibrated for this regression (recovery.calibrated)
+    recovers_little: bool = False  # dropping the named rows brings back under forgetting_leads_below
     forgetting: Forgetting | None = None
     forgetting_first: bool = False  # the forgetting fix leads the next steps
 

@@ -42,13 +42,24 @@ def headline(v: Verdict) -> str:
         back = f"about {pct(v.expected_recovery, '?')}"
         act = "fix or drop them" if v.cause == "mechanical" else "drop them"
         leads_below = float(v.policy.get("forgetting_leads_below", 0.5))
-        if forgot and (v.expected_recovery or 0.0) < leads_below:  # most of the regression is the data's as a whole
+        little = (
+            bool((v.forgetting or {}).get("recovers_little"))
+            if v.expected_recovery is None
+            else v.expected_recovery < leads_below
+        )
+        if forgot and little:  # most of the regression is the data's as a whole
+            if v.expected_recovery is None:
+                return f"The model forgot: mix general data back in; {n} rows carry {share} of the harm, drop_rows.txt."
             return (
                 f"The model forgot: mix general data back in; dropping {n} rows ({share} of the harm, drop_rows.txt) "
                 f"should bring back {back} of the regression."
             )
         what = _what(v.groups[0]) if len(v.groups) == 1 else ""
         rows = f"{n} training rows {what}" if what else f"{n} training rows"
+        if v.expected_recovery is None:  # no calibrated estimate of what dropping them brings back
+            end = "; the rest is forgetting: mix general data in." if forgot else "."
+            return _fits(f"{rows} carry {share} of the harm: {act} (drop_rows.txt){end}",
+                         f"{n} training rows carry {share} of the harm: {act} (drop_rows.txt){end}")  # fmt: skip
         end = f"{back}; the rest is forgetting: mix general data in." if forgot else f"{back} of the regression."
         return _fits(
             f"{rows} carry {share} of the harm: {act} (drop_rows.txt) to bring back {end}",

@@ -7,11 +7,18 @@ least-squares slope through the origin of the retrains' measured recovery on tha
 of both suites (stories260K and the real-model suite: ``bench/results/expected_recovery.md``). Where the rows carry a
 share of the harm, the rest stays: a model that also forgot from the data as a whole keeps that part of the
 regression.
+
+The calibration is on regressions scored by NLL. On a regression scored by preference (the fine-tune's own replies
+against the base model's: :func:`gradian.attribute.stages.find_regressions`) the harm share misses what a retrain
+brings back (on the real-model suite's refusal runs it says about half, where the retrain brings back more than the
+whole shift: ``bench/results/expected_recovery.md``), so the verdict gives no number there: :func:`calibrated` is
+False and the words say so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gradian.options.verdict import VerdictOptions
 
@@ -30,6 +37,20 @@ def expected_recovery(scores: Mapping[int, float], rows: Sequence[int], per_shar
                       ) -> float:  # fmt: skip
     """The share of the summed regression that dropping ``rows`` should bring back (see the module doc)."""
     return min(1.0, per_share * harm_share(scores, rows))
+
+
+def calibrated(regression: Mapping[str, Any] | None) -> bool:
+    """Whether ``expected_recovery`` is calibrated for a regression (report.json ``settings.regression``): scored by
+    NLL, not by preference."""
+    return (regression or {}).get("score") != "preference"
+
+
+def uncalibrated_sentence(n_rows: int) -> str:
+    return (
+        f"How much of the shift dropping the {n_rows} row{'s' if n_rows != 1 else ''} brings back is not estimated: "
+        "their share of the harm is calibrated on regressions scored by NLL, and scored by preference it missed the "
+        "retrains (bench/results/expected_recovery.md). gradian verify measures it."
+    )
 
 
 def recovery_sentence(share: float, n_rows: int) -> str:

@@ -53,7 +53,7 @@ from gradian.verdict.forgetting import bulk_top, forgetting
 from gradian.verdict.groups import describe_content, reorder
 from gradian.verdict.harm_tokens import extend_by_tokens
 from gradian.verdict.label_leads import label_leads
-from gradian.verdict.recovery import expected_recovery
+from gradian.verdict.recovery import calibrated, expected_recovery
 from gradian.verdict.term_hints import term_hints
 
 
@@ -190,6 +190,7 @@ def effect(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
     if ih is not None:
         d.driven = driven_items(ih.S, ih.items, ih.rows, d.drop_rows, z=o.driven_z, alpha=o.driven_alpha)
     d.expected_recovery = round(expected_recovery(ev.harm, d.drop_rows, o.recovery_per_harm_share), 3)
+    d.recovery_calibrated = calibrated(ev.regression)
 
 
 def forgot(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
@@ -212,8 +213,8 @@ def forgot(ev: Evidence, d: Decision, o: VerdictOptions) -> None:
         effect(ev, d, o)
         d.forgetting = forgetting(ev.harm, d.drop_rows, ev.item_texts, ev.texts or {}, o)
     if d.forgetting is not None and d.forgetting.found:
-        little = (d.expected_recovery or 0.0) < o.forgetting_leads_below  # dropping the rows brings back little
-        d.forgetting_first = (d.kind == "spread" or little) and not d.errors  # a setup error's fix comes first
+        d.recovers_little = (d.expected_recovery or 0.0) < o.forgetting_leads_below  # dropping the rows: little
+        d.forgetting_first = (d.kind == "spread" or d.recovers_little) and not d.errors  # a setup error's fix first
 
 
 def _head(d: Decision) -> Head:

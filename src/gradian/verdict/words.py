@@ -31,7 +31,7 @@ from gradian.verdict.forgetting import FORGETTING_STEP, forgetting_sentence
 from gradian.verdict.groups import Group
 from gradian.verdict.headline import summarize
 from gradian.verdict.label_leads import LabelLead
-from gradian.verdict.recovery import recovery_sentence
+from gradian.verdict.recovery import calibrated, recovery_sentence, uncalibrated_sentence
 from gradian.verdict.schema import Confidence, ConfigChange, How, Verdict, VerdictGroup, resample_size
 from gradian.verdict.term_hints import TermHint
 
@@ -161,7 +161,7 @@ def _decided(ev: Evidence, d: Decision, policy: VerdictOptions, draft: _Draft, n
     if d.kind == "setup":
         return _setup_first(draft, found, n_reg)
     if d.kind != "concentrated":
-        v = _spread(draft, found, n_reg, d.cause, d.leads, d.finding_leads)
+        v = _spread(draft, found, n_reg, d.cause, d.leads, d.finding_leads, calibrated(ev.regression))
     else:
         typed_of = {id(fd): f for fd, f in zip(ev.finding_dicts, ev.findings, strict=True)}
         v = _concentrated(draft, found, d.hints, typed_of, ev.ids, ev.n_rows, n_reg, d.cause)
@@ -172,11 +172,14 @@ def _decided(ev: Evidence, d: Decision, policy: VerdictOptions, draft: _Draft, n
         v.how.driven = d.driven.to_dict()
         v.sentences.insert(first, driven_sentence(d.driven))
     if d.expected_recovery is not None:
-        v.expected_recovery = d.expected_recovery
         at = min(len(v.sentences), first + (d.driven is not None))
-        v.sentences.insert(at, recovery_sentence(d.expected_recovery, len(v.drop_rows)))
+        if d.recovery_calibrated:
+            v.expected_recovery = d.expected_recovery
+            v.sentences.insert(at, recovery_sentence(d.expected_recovery, len(v.drop_rows)))
+        else:
+            v.sentences.insert(at, uncalibrated_sentence(len(v.drop_rows)))
     if d.forgetting is not None:
-        v.forgetting = d.forgetting.to_dict()
+        v.forgetting = d.forgetting.to_dict() | ({"recovers_little": d.recovers_little} if d.forgetting.found else {})
         if d.forgetting.found:
             v.sentences.append(forgetting_sentence(d.forgetting))
             if d.forgetting_first:
@@ -582,9 +585,10 @@ SPREAD_THIN = (
 
 
 def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads: Sequence[LabelLead] = (),
-            flagged: Sequence[FindingLead] = ()) -> Verdict:  # fmt: skip
+            flagged: Sequence[FindingLead] = (), recovery_calibrated: bool = True) -> Verdict:  # fmt: skip
     """The verdict when no group of rows explains the regression: say why, what the harm leans on (one label's rows,
-    :mod:`label_leads`; a warning's rows, :mod:`finding_leads`), and what to try instead."""
+    :mod:`label_leads`; a warning's rows, :mod:`finding_leads`; what dropping those brings back where
+    ``recovery_calibrated``), and what to try instead."""
     draft.sentences.append(
         f"The harm to the {n_reg} is spread: {found.reason}. No group of rows explains the regression, so no rows "
         "are named to drop."
@@ -606,17 +610,25 @@ def _spread(draft: _Draft, found: Culprits, n_reg: str, setup_cause: str, leads:
     )
     for fl in flagged:
         freq = "" if fl.frequency is None else f", in {fl.frequency:.0%} of the resamples"
+        back = (
+            f"dropping them should bring back about {pct(fl.expected_recovery)} of it (their share of the harm, "
+            "calibrated on retrains)"
+            if recovery_calibrated
+            else "what dropping them brings back is not estimated on a regression scored by preference"
+        )
         draft.sentences.append(
             f"It leans on the {_rows_word(len(fl.rows))} diagnose flags as {fl.title}, though: they are "
             f"{pct(fl.row_share)} of the scored rows and carry {pct(fl.harm_share)} of the harm, and as a set their "
-            f"harm ranks above the other rows' (p = {fl.p:.1g}{freq}). Too little to explain the regression; dropping "
-            f"them should bring back about {pct(fl.expected_recovery)} of it (their share of the harm, calibrated on "
-            "retrains)."
+            f"harm ranks above the other rows' (p = {fl.p:.1g}{freq}). Too little to explain the regression; {back}."
         )
     draft.next_steps.extend(
         f"{fl.fix.rstrip('.') or 'Fix the rows'} (the {_rows_word(len(fl.rows))} flagged as {fl.title}, listed in "
-        f"verdict.how.finding_leads, most harmful first): dropping them should bring back about "
-        f"{pct(fl.expected_recovery)} of the regression."
+        "verdict.how.finding_leads, most harmful first)"
+        + (
+            f": dropping them should bring back about {pct(fl.expected_recovery)} of the regression."
+            if recovery_calibrated
+            else "."
+        )  # fmt: skip
         for fl in flagged
     )
     warn = [] if draft.errors else [f for f in draft.findings if f.severity is Severity.WARNING and not f.train_rows()]
