@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from gradian.options.verdict import VerdictOptions
 from gradian.tails import binomial_tail
 from gradian.verdict.groups import Group
@@ -76,9 +78,39 @@ def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
+class _Pool:
+    """Word sets to compare against, indexed by word: one set's Jaccard similarity to every set of the pool is a
+    count of shared words per pool set (``np.bincount`` over the sets that hold each of its words)."""
+
+    def __init__(self, sets: Sequence[frozenset[str]]) -> None:
+        held: dict[str, list[int]] = {}
+        for j, s in enumerate(sets):
+            for w in s:
+                held.setdefault(w, []).append(j)
+        self.held = {w: np.array(js, dtype=np.int64) for w, js in held.items()}
+        self.sizes = np.array([len(s) for s in sets], dtype=np.int64)
+
+    def similarities(self, a: frozenset[str]) -> np.ndarray:
+        """``_jaccard(a, b)`` for every set ``b`` of the pool (0 where either is empty)."""
+        n = len(self.sizes)
+        parts = [self.held[w] for w in a if w in self.held]
+        shared = np.bincount(np.concatenate(parts), minlength=n) if parts else np.zeros(n, dtype=np.int64)
+        union = len(a) + self.sizes - shared
+        if not a:
+            return np.zeros(n)
+        return np.divide(shared, union, out=np.zeros(n), where=(self.sizes > 0) & (union > 0))
+
+    def nearest(self, a: frozenset[str], skip: int = -1) -> float:
+        """The highest similarity of ``a`` to a set of the pool other than the one at ``skip``."""
+        sims = self.similarities(a)
+        if 0 <= skip < len(sims):
+            sims[skip] = -1.0
+        return max(0.0, float(sims.max())) if len(sims) else 0.0
+
+
 def nearest(item: frozenset[str], pool: Sequence[frozenset[str]]) -> float:
     """The highest Jaccard similarity of ``item`` to any word set of ``pool``."""
-    return max((_jaccard(item, p) for p in pool), default=0.0)
+    return _Pool(pool).nearest(item)
 
 
 def far_cut(train: Sequence[frozenset[str]], quantile: float, seed: int = 0) -> float:
@@ -88,7 +120,9 @@ def far_cut(train: Sequence[frozenset[str]], quantile: float, seed: int = 0) -> 
     idx = list(range(len(train)))
     pool = idx if len(idx) <= POOL_ROWS else rng.sample(idx, POOL_ROWS)
     probe = idx if len(idx) <= SAMPLE_ROWS else rng.sample(idx, SAMPLE_ROWS)
-    sims = sorted(max((_jaccard(train[i], train[j]) for j in pool if j != i), default=0.0) for i in probe)
+    index = _Pool([train[j] for j in pool])
+    at = {j: k for k, j in enumerate(pool)}
+    sims = sorted(index.nearest(train[i], at.get(i, -1)) for i in probe)
     return sims[min(len(sims) - 1, int(quantile * len(sims)))] if sims else 0.0
 
 
@@ -113,8 +147,8 @@ def forgetting(
     p = binomial_tail(pos, len(bulk), 0.5)
     train = [words(t) for t in train_texts.values()]
     cut = far_cut(train, policy.forgetting_far_quantile)
-    pool = train if len(train) <= POOL_ROWS else random.Random(1).sample(train, POOL_ROWS)
-    far = sum(1 for t in item_texts if nearest(words(t), pool) < cut)
+    index = _Pool(train if len(train) <= POOL_ROWS else random.Random(1).sample(train, POOL_ROWS))
+    far = sum(1 for t in item_texts if index.nearest(words(t)) < cut)
     found = share >= policy.forgetting_bulk_share and far >= policy.forgetting_far_share * len(item_texts)
     return Forgetting(share, pos / len(bulk), p, len(bulk), far, len(item_texts), cut, found)
 
