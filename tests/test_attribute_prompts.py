@@ -381,11 +381,19 @@ def test_what_generation_scored_is_read_again_and_equals_a_fresh_forward():
     from gradian.attribute import engine
     from gradian.attribute.continuations import Continuations
     from gradian.attribute.engine import pad_id_of
-    from gradian.attribute.generate import complete_prompts, finetuned_replies, side_by_side, with_completions
+    from gradian.attribute.generate import (
+        complete_prompts,
+        finetuned_replies,
+        prompt_ids,
+        side_by_side,
+        with_completions,
+    )
     from gradian.attribute.loading import load
 
     fp32 = load(str(EX / "base"), EX / "run", device="cpu", dtype="fp32")
     tok, model = fp32.tokenizer, fp32.model
+    own = model.get_base_model().generation_config  # a hub config that would bend greedy: set aside while generating
+    own.repetition_penalty, own.no_repeat_ngram_size = 3.0, 2
     prompts = ["Once upon a time, there was a little girl named", "One day, a boy went to the", "The sun was",
                "Lily and Tom went to the park. They saw a"]  # fmt: skip
     ex = load_examples(write_jsonl(Path(__import__("tempfile").mkdtemp()) / "p.jsonl",
@@ -393,6 +401,11 @@ def test_what_generation_scored_is_read_again_and_equals_a_fresh_forward():
     memo = Continuations()
     fresh = complete_prompts(model, tok, ex, max_new_tokens=16)
     assert complete_prompts(model, tok, ex, max_new_tokens=16, memo=memo) == fresh
+    for p, c in ((p, memo.get(False, p)) for p in (prompt_ids(e, tok) for e in ex)):
+        assert c is not None and c.greedy == 16  # each token the base model's argmax, as generated
+        with model.disable_adapter():
+            logits = model(input_ids=__import__("torch").tensor([p + c.tokens])).logits[0, len(p) - 1 : -1]
+        assert logits.argmax(-1).tolist() == c.tokens
     items, _ = with_completions(ex, fresh[0], "greedy", fresh[1])
     pad = pad_id_of(tok)
     forwards: list[int] = []

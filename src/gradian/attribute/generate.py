@@ -26,7 +26,8 @@ prompt, so a leading space survives tokenizers that drop it when decoding a piec
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -146,7 +147,7 @@ def _generate(
     out: list[list[list[int]]] = []
     logps: list[np.ndarray] = []
     ctx = nullcontext() if adapter else model.disable_adapter()
-    with ctx, torch.no_grad():
+    with ctx, torch.no_grad(), _own_config_aside(model):
         s = 0
         while s < len(prompts):
             batch = [list(p) for p in prompts[s : s + step]]
@@ -185,9 +186,26 @@ def _generate(
     return out, logps
 
 
+@contextmanager
+def _own_config_aside(model) -> Iterator[None]:
+    """The model's own generation config (a hub model's sampling settings, a repetition penalty) set aside while
+    gradian generates: transformers fills every setting a call leaves unset from it, and a repetition penalty would
+    change which token greedy picks. Greedy is then the argmax of the model's logits, and sampling draws from them as
+    they are."""
+    from transformers import GenerationConfig
+
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = getattr(target, "generation_config", None)
+    target.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        target.generation_config = own
+
+
 class _ChosenLogp:
     """A logits processor that keeps, per greedy step, the log-probability of the token greedy picks (the scores'
-    maximum) and changes nothing."""
+    maximum: with the model's own config set aside, nothing changed the logits before it) and changes nothing."""
 
     def __init__(self) -> None:
         self.steps: list[Any] = []
