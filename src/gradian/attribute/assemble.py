@@ -126,12 +126,13 @@ def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, to
     fxs: dict[int, Any] = {}
     second: list[int] = []
     keys = None
+    rows: dict[int, tuple[float, dict[str, float]]] = {}  # training row -> profile, taken once per row
     key_of = KeyOf(lambda i: tokenizer.decode([i]) or " ")  # SentencePiece decodes a lone "▁" (a space) to ""
     if isinstance(done, tuple):
         harms, fxs = dict(zip(first, done[0], strict=True)), dict(zip(first, done[1], strict=True))
         if need is not None and n:  # then the rows that hold a group's harm tokens
-            profiles = TokenProfiles(_profile_rows(key_of, top, [j for j in first if j < n], fxs, harms), {})
-            keys = sorted({k for g in need.groups for k in harm_tokens(g, profiles, need.share)})
+            rows = _profile_rows(key_of, top, [j for j in first if j < n], fxs, harms)
+            keys = sorted({k for g in need.groups for k in harm_tokens(g, TokenProfiles(rows, {}), need.share)})
             holds = set(keys)
             second = [j for j in range(n) if j not in harms and holds & set(_label_keys(ctx, top, j, key_of))]
     more = _split_pass(ctx, xq, _plan(top, second))
@@ -146,7 +147,9 @@ def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, to
         e["token_harm"] = tokens.token_pieces(tokenizer, fxs[j], harms[j])
     res.settings["token_harm_rows"] = shown
     if n:
-        res.token_profiles = _profiles(ctx, key_of, top, sorted(j for j in harms if j < n), fxs, harms, keys)
+        rest = range(min(n, n_rows)) if need is None else second  # with token_profiles_always: the whole share
+        rows |= _profile_rows(key_of, top, rest, fxs, harms)
+        res.token_profiles = _profiles(ctx, key_of, top, rows, keys)
         res.settings["token_profile_rows"] = len(res.token_profiles.rows)
     res.timings["token_harm_s"] = time.perf_counter() - t
 
@@ -276,11 +279,10 @@ def _profile_rows(key_of: KeyOf, top: _Ranked, ranks: Sequence[int], fxs: dict[i
     }
 
 
-def _profiles(ctx: Context, key_of: KeyOf, top: _Ranked, ranks: Sequence[int], fxs: dict[int, Any],
-              harms: dict[int, np.ndarray], keys: list[str] | None) -> TokenProfiles:  # fmt: skip
-    """The token profiles of the rows at these ``ranks`` and how many of the scored rows hold each of their keys;
-    ``keys``: the harm tokens they were taken for."""
-    rows = _profile_rows(key_of, top, ranks, fxs, harms)
+def _profiles(ctx: Context, key_of: KeyOf, top: _Ranked, rows: dict[int, tuple[float, dict[str, float]]],
+              keys: list[str] | None) -> TokenProfiles:  # fmt: skip
+    """The token profiles of ``rows`` (:func:`_profile_rows`) and how many of the scored rows hold each of their
+    keys; ``keys``: the harm tokens they were taken for."""
     held = {k for _, ks in rows.values() for k in ks}
     holders = count_holders((ctx.train_fx[int(p)] for p in top.positions), key_of, held) if held else {}
     return TokenProfiles(rows, holders, keys)
