@@ -58,7 +58,8 @@ def token_harm(
     batch_size: int = DEFAULTS.batch_size,
 ) -> list[np.ndarray]:
     """Per row of ``fxs``: ``-d loss_t / d eps`` along ``direction`` for each label token t (in position order). The
-    rows run longest first (batches of about one length, as the training pass's)."""
+    rows run longest first (batches of about one length, as the training pass's). The LM head runs on the label
+    positions only (:class:`LabelHead`) where it is a frozen projection whose output is the logits."""
     import torch
     import torch.autograd.forward_ad as fwad
     from torch.func import functional_call
@@ -71,6 +72,7 @@ def token_harm(
     order = longest_first(fxs)
     rows = [fxs[i] for i in order]
     out: list[np.ndarray] = [np.zeros(0)] * len(fxs)
+    head = LabelHead.of(model, direction)
     # forward mode only (no graph for a backward); the math attention kernel has a forward-mode derivative
     with torch.no_grad(), sdpa_kernel([SDPBackend.MATH]), fwad.dual_level(), FrozenLinearTangents():
         duals = {n: fwad.make_dual(p.detach(), direction[n]) for n, p in model.named_parameters() if n in direction}
@@ -78,17 +80,79 @@ def token_harm(
             batch = rows[s : s + batch_size]
             ids, am, lm = collate(batch, pad_id, dev)
             kwargs = {"input_ids": ids, "attention_mask": am}
-            lg = functional_call(model, duals, args=(), kwargs=kwargs, strict=False).logits[:, :-1]
+            sel = lm[:, 1:]
+            lg = None
+            if head is not None:
+                with head:
+                    lg = head.label_logits(functional_call(model, duals, args=(), kwargs=kwargs, strict=False).logits,
+                                           sel)  # fmt: skip
+                head = head if lg is not None else None
+            if lg is None:  # the model's own logits at every position
+                lg = functional_call(model, duals, args=(), kwargs=kwargs, strict=False).logits[:, :-1][sel]
             lg = lg.to(torch.float64 if lg.dtype == torch.float64 else torch.float32)
-            losses = torch.nn.functional.cross_entropy(lg.transpose(1, 2), ids[:, 1:], reduction="none")
+            losses = torch.nn.functional.cross_entropy(lg, ids[:, 1:][sel], reduction="none")
             d = fwad.unpack_dual(losses).tangent
             if d is None:  # no LoRA weight reached the loss: nothing moves along the direction
                 d = torch.zeros_like(losses)
             d = (-d.double()).cpu().numpy()
-            mask = lm[:, 1:].cpu().numpy()
-            for b in range(len(batch)):
-                out[order[s + b]] = d[b][mask[b]]
+            ends = np.cumsum(sel.sum(1).cpu().numpy())
+            for b, part in enumerate(np.split(d, ends[:-1])):
+                out[order[s + b]] = part
     return out
+
+
+class LabelHead:
+    """The LM head at the label positions only: a pre-hook on the output embedding keeps the final hidden states and
+    lets the model's head run on the last position alone; :meth:`label_logits` applies the head to the label
+    positions' states. The logits at all positions of a batch (``rows x length x vocabulary``, with their tangents) are
+    most of a forward-mode pass's memory traffic on a large vocabulary. Used when the head is a frozen module whose
+    output is the model's logits: checked on every batch at the last position (a model that scales or caps its logits
+    after the head, as Gemma 2's soft-capping, fails it and keeps the full path)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.hidden: torch.Tensor | None = None
+        self._handle: Any = None
+
+    @classmethod
+    def of(cls, model: Any, direction: dict[str, Any]) -> LabelHead | None:
+        """The model's head, unless it has none or carries a tangent (a LoRA on ``lm_head``)."""
+        get = getattr(model, "get_output_embeddings", None)
+        module = get() if callable(get) else None
+        if module is None:
+            return None
+        moving = {id(p) for n, p in model.named_parameters() if n in direction}
+        return None if any(id(p) in moving for p in module.parameters()) else cls(module)
+
+    def __enter__(self) -> LabelHead:
+        self.hidden = None
+        self._handle = self.module.register_forward_pre_hook(self._keep)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._handle.remove()
+
+    def _keep(self, module: Any, args: tuple) -> tuple | None:
+        h = args[0] if args else None
+        if h is None or getattr(h, "dim", lambda: 0)() != 3 or self.hidden is not None:
+            return None
+        self.hidden = h
+        return (h[:, -1:], *args[1:])
+
+    def label_logits(self, logits: torch.Tensor, sel: torch.Tensor) -> torch.Tensor | None:
+        """The head's output at the positions ``sel`` (``rows x length-1``, predicting the next token), or None when
+        the model's logits are not the head's output (then the caller takes the model's own)."""
+        import torch
+        import torch.autograd.forward_ad as fwad
+
+        h = self.hidden
+        if h is None or logits.shape[:2] != (h.shape[0], 1):
+            return None
+        last = fwad.unpack_dual(self.module(h[:, -1])).primal
+        got = fwad.unpack_dual(logits[:, 0]).primal
+        if last.shape != got.shape or not torch.allclose(last, got, rtol=1e-4, atol=1e-5 * float(got.abs().max())):
+            return None
+        return self.module(h[:, :-1][sel])
 
 
 def token_pieces(tokenizer: Any, fx: FormattedExample, harms: np.ndarray) -> list[list[Any]]:
