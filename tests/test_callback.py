@@ -30,16 +30,18 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path) -> None:
+@pytest.mark.parametrize("proj_dim", [None, 8])
+def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path, proj_dim) -> None:
     """lr 0 with a random adapter: the adapter never moves, so the recorded rows (epoch 2 of 2, two micro-batches
-    per step) must score as the post-hoc pass scores them."""
+    per step) must score as the post-hoc pass scores them, exact or projected (the same projection both sides)."""
     from callback_train import train
 
-    run = train(tmp_path / "run", True, epochs=2, rows=24, lr=0.0, batch=4, accum=2, random_init=True)
+    opts = {} if proj_dim is None else {"proj_dim": proj_dim}
+    run = train(tmp_path / "run", True, epochs=2, rows=24, lr=0.0, batch=4, accum=2, random_init=True, options=opts)
     rec = json.loads((run / "gradian-record" / "record.json").read_text())
     assert (rec["epoch"], rec["epochs"], rec["first_step"], rec["last_step"]) == (2, 2, 4, 6)
-    cb = _attribute(run, tmp_path / "cb", query="all")
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
+    cb = _attribute(run, tmp_path / "cb", query="all", **opts)
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass", **opts)
     assert cb.settings["gradient_source"] == "callback" and cb.settings["train_rows_computed"] == 0
     assert ps.settings["gradient_source"] == "pass"
     assert any("recorded by GradianCallback during epoch 2 of 2" in n for n in cb.notes)
@@ -128,3 +130,48 @@ def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
     r = np.argsort(np.argsort(scores)) + 1.0
     n1, n0 = int(positive.sum()), int((~positive).sum())
     return float((r[positive].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+@pytest.mark.parametrize("proj_dim", [0, 4])
+def test_capture_reads_the_trainers_backward_as_the_collector_does(proj_dim) -> None:
+    """One batch of the bundled example through a PEFT model, as a trainer calls it (labels, mean loss, backward):
+    the capture's per-row gradients and covariance sums equal the collector's own backward of the summed token loss,
+    and with a projection it keeps no full-width activation (projected lora_A inputs, shape-only outputs)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from gradian.attribute.collector import GradientCollector, attach_projections, find_lora_blocks, token_losses
+    from gradian.attribute.engine import collate
+    from gradian.data import FormatSettings, format_examples, load_examples
+    from gradian.data.tokenizer import load_tokenizer
+    from gradian.integrations.capture import Capture
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(BASE, dtype=torch.float64),
+                           LoraConfig(r=8, target_modules="all-linear"))  # fmt: skip
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            torch.nn.init.normal_(p, std=0.05)
+    model.train()
+    blocks = find_lora_blocks(model)
+    attach_projections(blocks, proj_dim)
+    tok = load_tokenizer(str(BASE))
+    fx = format_examples(load_examples(REPO / "examples/stories260k/data/train.jsonl")[:6], tok, FormatSettings(64))
+    ids, am, lm = collate(fx, 0)
+    with Capture(model, blocks) as cap:
+        model(input_ids=ids, attention_mask=am, labels=ids.masked_fill(~lm, -100)).loss.backward()
+        if proj_dim:
+            for b, a, o in cap.calls:
+                assert 0 in o.stride() and (b.kind != "A" or a.shape[-1] == proj_dim), b.name
+        got = cap.take(GradientCollector(blocks, covariance=True))
+    assert got is not None
+    model.zero_grad()
+    with GradientCollector(blocks, covariance=True) as col:
+        logits = model(input_ids=ids, attention_mask=am).logits
+        want = col.collect(token_losses(logits, ids, lm).sum(), token_mask=am.bool())
+    for name, g in want.items():
+        # the record keeps fp32 rows; the model's own loss runs in fp32 (HF upcasts the logits)
+        np.testing.assert_allclose(got.G[name].double(), g, rtol=1e-5, atol=1e-6 * float(g.abs().max()), err_msg=name)
+        np.testing.assert_allclose(got.A[name], col.A[name], rtol=1e-9, err_msg=name)
+        np.testing.assert_allclose(got.S[name], col.S[name], rtol=1e-5, atol=1e-6 * float(col.S[name].abs().max()))

@@ -204,13 +204,17 @@ class GradientCollector:
         self.reset()
         return result
 
-    def from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False
+                    ) -> dict[str, torch.Tensor]:  # fmt: skip
         """Per-example gradients (and covariance sums) from output gradients another backward produced (a trainer's,
         :mod:`gradian.integrations`): ``calls`` are ``(block, input, output)`` per call, ``deltas`` the gradient of
-        the summed loss at each output (None: not reached)."""
-        return self._from_deltas(calls, deltas, token_mask)
+        the summed loss at each output (None: not reached). ``projected``: the wide sides are already projected (the
+        inputs of lora_A blocks and the output gradients of lora_B blocks, by ``block.proj``, in the working dtype);
+        an output then only gives its (projected) shape."""
+        return self._from_deltas(calls, deltas, token_mask, projected)
 
-    def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False
+                     ) -> dict[str, torch.Tensor]:  # fmt: skip
         """The per-example gradients (and covariance sums) from every call's input and output gradient."""
         m = token_mask.to(torch.bool)
         B = m.shape[0]
@@ -235,7 +239,7 @@ class GradientCollector:
         self._stats_ok = torch.ones((), dtype=torch.bool, device=m.device)
         real = None if not self.covariance or bool(m.all()) else m.reshape(-1).nonzero().squeeze(1)
         for us in groups.values():
-            self._collect_group(calls, deltas, us, real, result)
+            self._collect_group(calls, deltas, us, real, result, projected)
         self.rows_finite = self.rows_finite.cpu()
         self.stats_finite = bool(self._stats_ok)
         if self.covariance:
@@ -243,7 +247,8 @@ class GradientCollector:
             self.n_examples += B
         return result
 
-    def _collect_group(self, calls, deltas, units, real, result: dict[str, torch.Tensor]) -> None:
+    def _collect_group(self, calls, deltas, units, real, result: dict[str, torch.Tensor], projected: bool = False
+                       ) -> None:  # fmt: skip
         """Gradients (and covariance sums) of same-shape units (each: the calls sharing one input, their output
         gradients concatenated), along a leading group axis: one bmm for all their per-example gradients.
 
@@ -251,7 +256,7 @@ class GradientCollector:
         exactly 0 at padded positions and they add nothing to ``G``; the covariance sums take the real tokens only
         (``real``; None when there is no padding)."""
         first = calls[units[0][0]]
-        kind, proj = first[0].kind, first[0].proj is not None
+        kind, proj = first[0].kind, first[0].proj is not None and not projected
         wd = torch.float64 if first[1].dtype == torch.float64 else torch.float32
         mult = len(units[0])
 

@@ -32,20 +32,26 @@ class Batch:
     scale: float
 
 
+PROBE_TOKENS = 16  # label positions of one row whose logits and their gradient give the loss's constant
+
+
 class Capture:
     """Hooks on a PEFT model while recording; :meth:`take` returns the last micro-batch once its backward ran."""
 
     def __init__(self, model: Any, blocks: list[Block]) -> None:
         self.model, self.blocks = model, blocks
         self.handles: list[Any] = []
+        self._projs: dict[tuple, torch.Tensor] = {}
         self.missed = 0  # micro-batches whose backward reached no LoRA output the forward hooks saw
         self.reset()
 
     def reset(self) -> None:
+        self._last: tuple[torch.Tensor, tuple, torch.Tensor] | None = None  # the last lora_A input, its projection
         self.calls: list[tuple[Block, torch.Tensor, torch.Tensor]] = []
         self.deltas: list[torch.Tensor | None] = []
         self.batch: dict[str, torch.Tensor] | None = None
-        self.logits: torch.Tensor | None = None  # None with a fused head (log-probabilities only)
+        self.logits: torch.Tensor | None = None  # at the probed positions; None with a fused head (log-probabilities)
+        self._probe: tuple[int, torch.Tensor] | None = None
         self.dlogits: torch.Tensor | None = None  # the gradient at the output: logits' or log-probabilities'
 
     def __enter__(self) -> Capture:
@@ -82,22 +88,71 @@ class Capture:
         if isinstance(lp, torch.Tensor) and lp.requires_grad:
             lp.register_hook(self._set_dlogits)
         elif isinstance(logits, torch.Tensor) and logits.requires_grad:
-            self.logits = logits.detach()
+            self._probe = self._probe_at()
+            b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
+            self.logits = logits.detach()[b, t].clone()  # a few positions, not the batch's logits
             logits.register_hook(self._set_dlogits)
 
+    def _probe_at(self) -> tuple[int, torch.Tensor] | None:
+        """The first ``PROBE_TOKENS`` label positions of the first row with labels (the logits there give the
+        loss's constant, :meth:`_scale`), or None when no row has a label."""
+        assert self.batch is not None
+        valid = self.batch["labels"][:, 1:] != -100
+        rows = valid.any(1).nonzero().flatten()
+        if not len(rows):
+            return None
+        b = int(rows[0])
+        return b, valid[b].nonzero().flatten()[:PROBE_TOKENS]
+
     def _set_dlogits(self, g: torch.Tensor) -> None:
-        self.dlogits = g.detach()
+        if self.logits is not None:  # full logits: their gradient at the probed positions only
+            b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
+            self.dlogits = g.detach()[b, t].clone()
+        else:
+            self.dlogits = g.detach()
 
     def _on_block(self, b: Block, inp: tuple, out: torch.Tensor) -> None:
+        """Keep what the block's per-row gradient needs until the backward reaches it: its input, projected at once
+        when the block's input side is projected (lora_A), and its output's shape only (a zero-stride view; the
+        gradient comes from the output's hook, projected when the output side is, lora_B). So the recording holds
+        no full-width activation the trainer itself would have freed (gradient checkpointing frees them)."""
         if self.batch is None or not out.requires_grad or self.dlogits is not None:
             return  # not recording, or gradient checkpointing recomputing the forward inside the backward
         j = len(self.calls)
-        self.calls.append((b, inp[0].detach(), out.detach()))
+        a, shape = inp[0].detach(), tuple(out.shape)
+        if b.proj is not None and b.kind == "A":
+            a = self._projected_input(b, a)
+        elif b.proj is not None:
+            shape = (*shape[:-1], b.proj.shape[0])
+        self.calls.append((b, a, out.new_zeros(()).expand(shape)))
         self.deltas.append(None)
-        out.register_hook(lambda g, j=j: self._set_delta(j, g))
+        out.register_hook(lambda g, j=j, b=b: self._set_delta(j, b, g))
 
-    def _set_delta(self, j: int, g: torch.Tensor) -> None:
-        self.deltas[j] = g.detach()
+    def _projected_input(self, b: Block, a: torch.Tensor) -> torch.Tensor:
+        """``a P^T`` in the working dtype; q/k/v (gate/up) share one input and one projection, so one product."""
+        key = (a.data_ptr(), a.shape, a.stride(), a.dtype, id(b.proj))
+        if self._last is not None and self._last[1] == key:  # the input held there keeps its memory from reuse
+            return self._last[2]
+        with torch.no_grad():
+            x = _working(a) @ self._proj(b, a).T
+        self._last = (a, key, x)
+        return x
+
+    def _proj(self, b: Block, like: torch.Tensor) -> torch.Tensor:
+        assert b.proj is not None
+        dt = _working(like).dtype
+        key = (id(b.proj), dt, like.device)
+        P = self._projs.get(key)
+        if P is None:
+            P = self._projs[key] = b.proj.to(device=like.device, dtype=dt)
+        return P
+
+    def _set_delta(self, j: int, b: Block, g: torch.Tensor) -> None:
+        g = g.detach()
+        if b.proj is not None and b.kind == "B":
+            with torch.no_grad():
+                g = _working(g) @ self._proj(b, g).T
+        self.deltas[j] = g
 
     def take(self, col: GradientCollector) -> Batch | None:
         """The last micro-batch's rows once its backward ran (None when there is none), and forget it."""
@@ -110,7 +165,7 @@ class Capture:
         scale = self._scale()  # G is linear in the output gradients, S quadratic, A does not depend on them
         col.A, col.S, col.n_tokens, col.n_examples = {}, {}, 0, 0
         with torch.no_grad():
-            G = col.from_deltas(self.calls, self.deltas, am)
+            G = col.from_deltas(self.calls, self.deltas, am, projected=True)
         out = Batch({k: (v.detach().float() * scale).cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
                     (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A),
                     {k: v * scale**2 for k, v in col.S.items()}, col.n_tokens, scale)  # fmt: skip
@@ -123,15 +178,16 @@ class Capture:
         if self.logits is None:  # d loss / d log p(label) = -constant at every label token
             d = self.dlogits[self.dlogits != 0].double()
             return -1.0 / float(d.mean()) if d.numel() else 1.0
-        labels = self.batch["labels"]
-        valid = labels[:, 1:] != -100
-        rows = valid.any(1).nonzero().flatten()
-        if not len(rows):
+        if self._probe is None:
             return 1.0
-        b = int(rows[0])
-        t = valid[b].nonzero().flatten()
-        p = torch.softmax(self.logits[b, t].double(), -1)
-        p[torch.arange(len(t)), labels[b, t + 1]] -= 1
-        d = self.dlogits[b, t].double()
+        b, t = self._probe
+        p = torch.softmax(self.logits.double(), -1)
+        p[torch.arange(len(t)), self.batch["labels"][b, t + 1]] -= 1
+        d = self.dlogits.double()
         den = float((d * d).sum())
         return float((p * d).sum()) / den if den > 0 else 1.0
+
+
+def _working(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in the collector's working dtype: fp64 stays, anything else is fp32."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
