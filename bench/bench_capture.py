@@ -4,11 +4,11 @@ backward, with and without the curvature sums (EK-FAC's covariances of each bloc
 
     OMP_NUM_THREADS=1 python bench/bench_capture.py [--setup smollm2] [--steps 30]
 
-Times, per step (median over ``--steps`` steps of different rows, one thread): the forward+backward with the capture
-hooks on; ``Capture.take`` as the callback runs it (per-row gradients, covariance sums); the same with the covariance
-off. The adapter's projection is the callback's default (``auto_proj_dim``: none for an adapter this small, so the
-per-row gradients and covariances are the blocks' full shapes). Writes bench/results/capture_cost.json and .md.
-"""
+Times, per step (median over ``--steps`` steps of different rows, one thread): the forward+backward alone and with the
+capture hooks on (they keep each block's input, projected where the adapter is, and project the output gradients);
+``Capture.take`` as the callback runs it (per-row gradients, covariance sums); the same with the covariance off. The
+adapter's projection is the callback's default (``auto_proj_dim``: none for the stories260K adapter, so its per-row
+gradients and covariances are the blocks' full shapes). Writes bench/results/capture_cost.json and .md."""
 
 from __future__ import annotations
 
@@ -65,23 +65,28 @@ def main() -> None:
     proj_dim = auto_proj_dim(blocks)
     attach_projections(blocks, proj_dim, 0)
     cols = {"covariance": GradientCollector(blocks, covariance=True), "no covariance": GradientCollector(blocks)}
-    times: dict[str, list[float]] = {"forward+backward": [], **{f"take, {k}": [] for k in cols}}
-    with Capture(model, blocks) as cap:
-        for ids, am, labels in batches(a.setup, a.steps + 2, 8):
-            t = time.perf_counter()
-            model(input_ids=ids, attention_mask=am, labels=labels).loss.backward()
-            fb = time.perf_counter() - t
-            model.zero_grad(set_to_none=True)
-            saved = (list(cap.calls), list(cap.deltas), cap.batch, cap.logits, cap.dlogits)
-            took = {}
+    times: dict[str, list[float]] = {"forward+backward": [], "forward+backward, capture hooks on": [],
+                                     **{f"take, {k}": [] for k in cols}}  # fmt: skip
+    cap = Capture(model, blocks)
+
+    def step(ids, am, labels) -> float:
+        t = time.perf_counter()
+        model(input_ids=ids, attention_mask=am, labels=labels).loss.backward()
+        took = time.perf_counter() - t
+        model.zero_grad(set_to_none=True)
+        return took
+
+    for ids, am, labels in batches(a.setup, a.steps + 2, 8):
+        times["forward+backward"].append(step(ids, am, labels))
+        with cap:
+            times["forward+backward, capture hooks on"].append(step(ids, am, labels))
+            saved = (list(cap.calls), list(cap.deltas), cap.batch, cap.logits, cap.dlogits, cap._probe)
             for k, col in cols.items():
-                cap.calls, cap.deltas, cap.batch, cap.logits, cap.dlogits = list(saved[0]), list(saved[1]), *saved[2:]
+                cap.calls, cap.deltas = list(saved[0]), list(saved[1])
+                cap.batch, cap.logits, cap.dlogits, cap._probe = saved[2:]
                 t = time.perf_counter()
                 cap.take(col)
-                took[f"take, {k}"] = time.perf_counter() - t
-            times["forward+backward"].append(fb)
-            for k, v in took.items():
-                times[k].append(v)
+                times[f"take, {k}"].append(time.perf_counter() - t)
     med = {k: statistics.median(v[2:]) * 1e3 for k, v in times.items()}  # the first two steps warm up
     res = {"command": "OMP_NUM_THREADS=1 python bench/bench_capture.py " + " ".join(sys.argv[1:]), "setup": a.setup,
            "steps": a.steps, "proj_dim": proj_dim, "lora_floats_per_row": sum(b.numel for b in blocks),

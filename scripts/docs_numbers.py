@@ -239,6 +239,16 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "callback_rows4020.json",
         lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
     ),
+    "callback_train_ratio_smollm2": (
+        "callback_smollm2.json",
+        lambda: _ratio_median("callback_smollm2.json", "training_ratio"),
+    ),
+    "callback_attribute_ratio_smollm2": (
+        "callback_smollm2.json",
+        lambda: _ratio_median("callback_smollm2.json", "attribute_ratio"),
+    ),
+    "t_capture": ("capture_cost.md", lambda: _md_table("capture_cost.md", 0)),
+    "t_capture_smollm2": ("capture_cost_smollm2.md", lambda: _md_table("capture_cost_smollm2.md", 0)),
     "t_store_1b": ("cost_model_1b.md", lambda: _md_table("cost_model_1b.md", 1)),
     "t_diagnose_corpus": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 0)),
     "t_diagnose_clean": ("diagnose_corpus.md", lambda: _md_table("diagnose_corpus.md", 1)),
