@@ -126,12 +126,17 @@ def token_losses(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch
     """Per-example SUM of next-token cross-entropy over label positions (B,). ``loss_mask[b, t]`` marks token t of
     row b as a label (HF ``labels != -100``); logits at t-1 predict token t, exactly as HF shifts labels. Computed in
     fp32 (fp64 if the logits are fp64)."""
-    dt = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    dt = working_dtype(logits.dtype)
     lg = logits[:, :-1].to(dt)
     tgt = input_ids[:, 1:]
     m = loss_mask[:, 1:].to(dt)
     nll = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), reduction="none")
     return (nll.view(tgt.shape) * m).sum(dim=1)
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype per-example gradients are computed in: fp64 for an fp64 model, else fp32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 STACK_NUMEL = 1 << 17  # units whose input + output gradient hold more elements than this are not stacked
@@ -257,7 +262,7 @@ class GradientCollector:
         (``real``; None when there is no padding)."""
         first = calls[units[0][0]]
         kind, proj = first[0].kind, first[0].proj is not None and not projected
-        wd = torch.float64 if first[1].dtype == torch.float64 else torch.float32
+        wd = working_dtype(first[1].dtype)
         mult = len(units[0])
 
         def delta(j):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gradian.attribute.collector import Block, GradientCollector
+from gradian.attribute.collector import Block, GradientCollector, working_dtype
 
 
 @dataclass
@@ -89,8 +89,7 @@ class Capture:
             lp.register_hook(self._set_dlogits)
         elif isinstance(logits, torch.Tensor) and logits.requires_grad:
             self._probe = self._probe_at()
-            b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
-            self.logits = logits.detach()[b, t].clone()  # a few positions, not the batch's logits
+            self.logits = self._probed(logits)  # a few positions, not the batch's logits
             logits.register_hook(self._set_dlogits)
 
     def _probe_at(self) -> tuple[int, torch.Tensor] | None:
@@ -105,11 +104,13 @@ class Capture:
         return b, valid[b].nonzero().flatten()[:PROBE_TOKENS]
 
     def _set_dlogits(self, g: torch.Tensor) -> None:
-        if self.logits is not None:  # full logits: their gradient at the probed positions only
-            b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
-            self.dlogits = g.detach()[b, t].clone()
-        else:
-            self.dlogits = g.detach()
+        # full logits: their gradient at the probed positions only
+        self.dlogits = self._probed(g) if self.logits is not None else g.detach()
+
+    def _probed(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (rows x length x vocabulary) at the probed positions, a copy (none when nothing is probed)."""
+        b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
+        return x.detach()[b, t].clone()
 
     def _on_block(self, b: Block, inp: tuple, out: torch.Tensor) -> None:
         """Keep what the block's per-row gradient needs until the backward reaches it: its input, projected at once
@@ -134,13 +135,13 @@ class Capture:
         if self._last is not None and self._last[1] == key:  # the input held there keeps its memory from reuse
             return self._last[2]
         with torch.no_grad():
-            x = _working(a) @ self._proj(b, a).T
+            x = a.to(working_dtype(a.dtype)) @ self._proj(b, a).T
         self._last = (a, key, x)
         return x
 
     def _proj(self, b: Block, like: torch.Tensor) -> torch.Tensor:
         assert b.proj is not None
-        dt = _working(like).dtype
+        dt = working_dtype(like.dtype)
         key = (id(b.proj), dt, like.device)
         P = self._projs.get(key)
         if P is None:
@@ -151,7 +152,7 @@ class Capture:
         g = g.detach()
         if b.proj is not None and b.kind == "B":
             with torch.no_grad():
-                g = _working(g) @ self._proj(b, g).T
+                g = g.to(working_dtype(g.dtype)) @ self._proj(b, g).T
         self.deltas[j] = g
 
     def take(self, col: GradientCollector) -> Batch | None:
@@ -186,8 +187,3 @@ class Capture:
         d = self.dlogits.double()
         den = float((d * d).sum())
         return float((p * d).sum()) / den if den > 0 else 1.0
-
-
-def _working(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in the collector's working dtype: fp64 stays, anything else is fp32."""
-    return t if t.dtype in (torch.float32, torch.float64) else t.float()
