@@ -18,13 +18,18 @@ CLOSERS = set("\"')]}»”’」』】〉》*`_>")
 MID = set(",;:-–—(/&+=[{<")
 
 
+_TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+)$")
+
+
 def end_class(text: str) -> str:
     """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
     (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji, a closing
-    bracket or quote after anything but terminal punctuation: code, markup), ``empty``."""
+    bracket or quote after anything but terminal punctuation: code, markup; a link, a #tag), ``empty``."""
     s = text.rstrip()
     if not s:
         return "empty"
+    if _TOKEN_END.search(s):  # a link, a #tag or an @handle ends as a whole token, not mid-sentence
+        return "other"
     if s[-1] in CLOSERS:  # '..."', '...!)' are clean; code and markup ('f(x)', '</b>', '```') are left alone
         inner = s.rstrip("".join(CLOSERS)).rstrip()
         return "clean" if inner and inner[-1] in TERMINAL else "other"
@@ -194,6 +199,20 @@ def cache(ctx: Any, key: str, fn: Any) -> Any:
 def targets(ctx: Any) -> list[str]:
     """Every train row's ``target_text()``, in row order, computed once per context."""
     return cache(ctx, "targets", lambda: [e.target_text() for e in ctx.train])
+
+
+_CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)  # fenced blocks (an unclosed one runs to the end), spans
+
+
+def prose(text: str) -> str:
+    """``text`` without its code (fenced blocks and inline spans): what the content rules judge as language, markup
+    and repetition, since code repeats its own syntax, is in no natural language, and may be markup on purpose."""
+    return _CODE.sub(" ", text) if "`" in text else text
+
+
+def prose_targets(ctx: Any) -> list[str]:
+    """Every train row's target without its code (:func:`prose`), in row order, computed once per context."""
+    return cache(ctx, "prose_targets", lambda: [prose(t) for t in targets(ctx)])
 
 
 def plains(ctx: Any) -> list[str]:

@@ -83,7 +83,44 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     if clean / len(judged) < t.norm_share:
         return None
     mid = {i for i, c, e in judged if c != "clean" and e not in own}
+    if not own_endings:
+        mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
     return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
+
+
+_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)]|[A-Za-z][.)])\s")  # a list item: a bullet or an enumerator, then a space
+SHORT_LINE = 3  # words: a line this short is a title, a name, a sign-off rather than a sentence
+
+
+def line_shape(line: str) -> str:
+    """``item`` (a list item), ``short`` (a line of at most SHORT_LINE words: a heading, a name, a signature) or
+    ``prose``."""
+    if _ITEM.match(line):
+        return "item"
+    return "short" if len(line.split()) <= SHORT_LINE else "prose"
+
+
+def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm: float) -> set[int]:
+    """The ``rows`` whose answer's last line is a list item or a short line that ends open (on a word or a mark) in
+    a file whose complete lines of that shape (inside answers: a line follows them) end open at least ``1 - norm`` of
+    the time, over at least 20 such lines: list items without a full stop ('1. Java'), a sign-off ('John Smith').
+    Such a line is a whole unit, and the file writes its units so; a length limit cuts at a random word, mostly
+    inside a line of prose, which keeps the row-level norm."""
+    shapes: Counter[str] = Counter()
+    open_: Counter[str] = Counter()
+    for _, a in ts.sample(items):
+        for line in a.strip().split("\n")[:-1]:
+            if line.strip() and (shape := line_shape(line)) != "prose":
+                shapes[shape] += 1
+                open_[shape] += ts.end_class(line) in ("word", "mid")
+    text = dict(items)
+    own = set()
+    for i in rows:
+        last = text[i].rstrip().rsplit("\n", 1)[-1]
+        shape = line_shape(last)
+        if shape != "prose" and shapes[shape] >= 20 and open_[shape] >= (1 - norm) * shapes[shape]:
+            own.add(i)
+    return own
 
 
 @rule(
@@ -152,7 +189,8 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     },
     summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
     "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
-    "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.').",
+    "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.'). "
+    "Code (fenced blocks, inline spans) is left out: it repeats its own syntax.",
     why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
     "max_new_tokens.",
     example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
@@ -163,7 +201,7 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
     max_copies, max_sent, max_10 = t.sentence_copies, t.dup_sentence_share, t.dup_10gram_share
-    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
+    for e, tgt in zip(ctx.train, ts.prose_targets(ctx), strict=True):
         if len(tgt) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
             if ts.one_unit_loop(tgt) >= max_copies:
                 worst["short row of one sentence repeated"] += 1
@@ -258,15 +296,17 @@ _PLACEHOLDER = re.compile(
     r"\{\{\s*[A-Za-z_][\w.]*\s*\}\}"  # {{input}}, {{ user.name }}
     r"|\{(?:instruction|input|output|question|answer|context|prompt|response|query|text|document|passage|label|"
     r"topic|name|user|system|examples?|task|title|content|sentence|target|source)\}"  # {instruction}
-    r"|<(?:PLACEHOLDER|INSERT[ _A-Z]*|YOUR[ _A-Z]+|[A-Z]+_HERE)>"  # <PLACEHOLDER>, <INSERT TEXT>
-    r"|\[(?:PLACEHOLDER|INSERT[^\]]{0,30}|YOUR [A-Z][^\]]{0,30}|TODO)\]",  # [INSERT NAME], [Your Name]
+    r"|<(?:PLACEHOLDER|[A-Z]+_HERE)>|\[(?:PLACEHOLDER|TODO)\]",  # <PLACEHOLDER>, <TEXT_HERE>, [TODO]
     re.IGNORECASE,
-)
+)  # not fill-in blanks in words ('[Your Name]', '[insert date]'): letters leave them for their reader to fill, and
+# prompts use them to ask for a format ('The missing word is: [your answer here]')
 
 
 @rule(
     "D131", "placeholder", "error", needs=("train",), cause="content",
-    summary="Unfilled template slots in the text: '{instruction}', '{{input}}', '<PLACEHOLDER>', '[INSERT NAME]'.",
+    summary="Unfilled template slots in the text: '{instruction}', '{{input}}', '<PLACEHOLDER>', '[TODO]'. Fill-in "
+    "blanks written in words ('[Your Name]', '[insert date]') are ordinary text: a letter leaves them for its reader, "
+    "a prompt asks for a format with them.",
     why="The prompt template was applied without its values (a renamed column, a missing field): the model learns "
     "to answer or to write literal placeholders.",
     example='{"prompt": "{instruction}\\n\\n{input}", "completion": " ..."}',
@@ -297,10 +337,27 @@ _MARKUP = re.compile(
 )
 
 
+_TAG_LINE = re.compile(r"\s*(?:</?[A-Za-z][^<>]{0,200}>\s*)+")
+_VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
+
+
+def _written_markup(text: str) -> bool:
+    """Whether the markup in an answer is what it was asked to write (a page, a table, a snippet), not markup left
+    around prose: it sits in code (a fenced block or an inline span), or outside code it is laid out as markup, two or
+    more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks."""
+    outside = ts.prose(text)
+    if not _MARKUP.search(outside):
+        return True
+    lines = [ln for ln in outside.split("\n") if _TAG_LINE.fullmatch(ln) and not _VOID.match(ln)]
+    return len(lines) >= 2
+
+
 @rule(
     "D132", "markup", "warning", needs=("train",), cause="content",
     thresholds={"max_share": (0.5, "if more of the answers than this carry markup, it is the file's format")},
-    summary="HTML tags or entities (<div>, <br>, &nbsp;) in answers, where most of the file's answers have none.",
+    summary="HTML tags or entities (<div>, <br>, &nbsp;) in answers, where most of the file's answers have none; "
+    "not markup an answer was asked to write (in a fenced code block, or laid out as markup: two or more lines of "
+    "tags alone).",
     why="Scraped or exported text kept its markup: the model learns to emit tags and entities in plain-text "
     "answers.",
     example='"The capital is <b>Paris</b>.&nbsp;<br/>"',
@@ -311,8 +368,8 @@ def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
     for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
-        hits = _MARKUP.findall(tgt)
-        if hits:
+        hits = _MARKUP.findall(tgt) if "<" in tgt or "&" in tgt else []
+        if hits and not _written_markup(tgt):
             rows.append(e.index)
             found.update(h.split()[0][:20].lower() for h in hits)
     if rows and len(rows) <= t.max_share * len(ctx.train):
@@ -387,7 +444,9 @@ def _of_material(answer: str, material: set[str]) -> float:
     "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
     "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over, and made of "
     "the words the other answers use. The same kind of prompt: the same recurring markers, and a prompt length "
-    "within the outlier cut of the file's prompts.",
+    "within the outlier cut of the file's prompts. Either kind counts when they are a group (min_rows, min_share); "
+    "bare answers also when they stand apart, more of them than answers between them and the lower quartile's half "
+    "(a mix of tasks, where short answers run on down to one word, has no such gap).",
     why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
     "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
@@ -418,17 +477,23 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
         full = [a for _, a in ts.sample(members) if len(_TOKENS.findall(a)) >= q25]  # the answers that set the norm
         material = _peer_words(full, t.material_df)
-        bare, outliers = [], []
+        bare, outliers, tail = [], [], 0
         for i, a in members:
-            if len(a) > short_chars or _of_material(a, material) < t.min_material:
+            if len(a) > short_chars:
                 continue
             w = len(_TOKENS.findall(a))
+            if w * t.factor > q25:
+                tail += w * t.min_factor <= q25  # short, not bare: the lengths between the bare and the norm
+            if _of_material(a, material) < t.min_material:
+                continue
             if w * t.factor <= q25:
                 bare.append(i)
             elif w <= cut and w * t.min_factor <= q25:
                 outliers.append(i)
-        rows += bare
-        if len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members)):
+        group = len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members))
+        if group or len(bare) > tail:  # a few bare answers count where they stand apart, not as a tail's end
+            rows += bare
+        if group:
             rows += outliers
             n_outliers += len(outliers)
     if rows:
@@ -531,7 +596,7 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     from gradian.diagnose.rules.dataset import _is_labels
 
     if not _is_labels(ctx):
-        return [(e.index, seg) for e, seg in zip(ctx.train, ts.targets(ctx), strict=True) if seg]
+        return [(e.index, seg) for e, seg in zip(ctx.train, ts.prose_targets(ctx), strict=True) if seg.strip()]
     out = []
     for i, p, _ in ts.answers(ctx):
         for m in template_markers:
@@ -561,7 +626,8 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     summary="Rows in another language or script than the file's majority: answers (or text rows; in a "
     "classification file, the inputs) with few of the file's common words, or, when short, with letter sequences a "
     "character model of the file's own rows finds unlikely, confirmed by an offline language-ID model (py3langid) "
-    "against the language of the file's ordinary rows; and letters in another Unicode script than nearly all rows'.",
+    "against the language of the file's ordinary rows; and letters in another Unicode script than nearly all rows'. "
+    "Code (fenced blocks, inline spans) is left out: it is in no natural language.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set; Spanish reviews in an English sentiment set.",
     fix="Drop the rows, or split them into their own set.",
