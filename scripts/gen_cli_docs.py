@@ -103,13 +103,14 @@ def rule_windows() -> list[str]:
     from gradian.run.setup import TRL_APPENDS_EOS
 
     rows = [("C205", c.PACKING_KEEPS_MASK), ("C207", c.READS_MAX_LENGTH), ("C207", c.DROPS_MAX_SEQ_LENGTH),
-            ("C213", c.LABELS_EOS), ("C215", c.PATCHES_TEMPLATES), ("C218", c.GRAD_ACCUM_FIXED),
+            ("C213", c.LABELS_EOS), ("C215", c.PATCHES_TEMPLATES), ("C217", c.TF_INPUT_GRADS),
+            ("C218", c.GRAD_ACCUM_FIXED),
             ("EOS on string rows", TRL_APPENDS_EOS)]  # fmt: skip
     lines = [
         "## Version windows of the rules",
         "",
-        "Rules whose truth depends on a library version read the version the run recorded (its model card), else",
-        "the one its config implies; where neither is known, C218 stays silent and the others say so at info. Each",
+        "Rules whose truth depends on a library version read the version the run recorded, else the one its",
+        "config implies; where neither is known, C218 stays silent and the others say so at info. Each",
         "window is run on the real library at both ends (`tests/test_version_ends.py`; `scripts/version_libs.sh`",
         "installs them).",
         "",

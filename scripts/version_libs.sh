@@ -24,5 +24,7 @@ trl-1.0.0 trl==1.0.0
 trl-1.1.0 trl==1.1.0
 transformers-4.45.2 transformers==4.45.2 $OLD_HF
 transformers-4.46.0 transformers==4.46.0 $OLD_HF
+transformers-4.57.6 transformers==4.57.6 tokenizers==0.22.1 huggingface_hub==0.34.4 datasets==4.0.0
+transformers-5.0.0 transformers==5.0.0 tokenizers==0.22.1 huggingface_hub==1.3.0 datasets==4.5.0 httpx==0.29.0 httpcore==1.0.9 h11==0.16.0 anyio==4.16.0 sniffio==1.3.1
 LIBS
 echo "$DIR"

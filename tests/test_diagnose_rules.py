@@ -455,6 +455,8 @@ def _(ctx):
 @planted("C217")
 def _(ctx):
     ctx.setup.use_reentrant = True
+    ctx.setup.framework = "transformers"  # a plain Trainer run (TRL makes the inputs require grad itself)
+    ctx.setup.versions["transformers"] = "4.57.6"
     return {"key": "use_reentrant"}
 
 

@@ -3,7 +3,8 @@ outside the window and the first inside it, each installed with ``pip install --
 GRADIAN_VERSION_LIBS names (``scripts/version_libs.sh`` fills it; CI does, and sets GRADIAN_REQUIRE_VERSION_LIBS so
 that a missing one fails instead of skipping). Each end runs in a subprocess with its folder first on PYTHONPATH and
 the venv's torch and transformers behind it (the transformers ends carry their own transformers, tokenizers,
-huggingface_hub and datasets): tests/trl_ends.py and tests/grad_accum_ends.py on the bundled stories260K base.
+huggingface_hub and datasets): tests/trl_ends.py, tests/grad_accum_ends.py and tests/checkpointing_ends.py on the
+bundled stories260K base.
 
 Each test asserts (a) what the library really did at each end and (b) that Gradian's rule reads the run that end
 wrote (or, where that TRL refused the setting or wrote no model card, that run with the setting or the card line a
@@ -31,6 +32,7 @@ from gradian.diagnose.rules.config import (
     PACKING_KEEPS_MASK,
     PATCHES_TEMPLATES,
     READS_MAX_LENGTH,
+    TF_INPUT_GRADS,
 )
 from gradian.diagnose.settings import DiagnoseSettings
 from gradian.run import discover, format_settings, load_setup
@@ -41,7 +43,7 @@ from test_diagnose_helpers import STORIES
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 WINDOWS = [PACKING_KEEPS_MASK, READS_MAX_LENGTH, DROPS_MAX_SEQ_LENGTH, LABELS_EOS, PATCHES_TEMPLATES, GRAD_ACCUM_FIXED,
-           TRL_APPENDS_EOS]  # fmt: skip
+           TRL_APPENDS_EOS, TF_INPUT_GRADS]  # fmt: skip
 
 HERE = Path(__file__).parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -216,3 +218,18 @@ def test_c218_grad_accumulation_normalised_from_transformers_4_46(tmp_path: Path
     assert load_setup(discover(old_run)).versions["transformers"] == "4.45.2"
     assert codes(old_run, "C218") == ["warning"]
     assert codes(new_run, "C218") == []
+
+
+@pytest.mark.slow
+def test_c217_reentrant_checkpointing_trains_the_adapter_from_transformers_5() -> None:
+    """TF_INPUT_GRADS: a get_peft_model LoRA under the Trainer with reentrant checkpointing. transformers 4.57.6's
+    gradient_checkpointing_enable leaves the inputs without grad, so the first backward fails and lora_B keeps its
+    zeros; 5.0.0's calls enable_input_require_grads() and the step moves it. Both record the version in the card."""
+    old, old_run = _end("checkpointing_ends.py", f"transformers-{TF_INPUT_GRADS.ends[0]}")
+    new, new_run = _end("checkpointing_ends.py", f"transformers-{TF_INPUT_GRADS.ends[1]}")
+    assert (old["transformers"], new["transformers"]) == TF_INPUT_GRADS.ends
+    assert "does not require grad" in old["error"] and old["lora_b_max"] == 0.0
+    assert new["error"] is None and new["lora_b_max"] > 0
+    for run in (old_run, new_run):
+        (run / "train.jsonl").write_text('{"text": "Once upon a time"}\n')
+    assert (codes(old_run, "C217"), codes(new_run, "C217")) == (["error"], [])

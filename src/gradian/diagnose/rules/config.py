@@ -744,22 +744,50 @@ def loss_on_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                   fix=Fix(text="Store rows as prompt/completion or messages so the prompt can be masked"))  # fmt: skip
 
 
+# Trainers that make the checkpointed layers' inputs require grad whatever use_reentrant says: TRL's SFTTrainer calls
+# enable_input_require_grads() on the PEFT model it trains with reentrant checkpointing (trl/trainer/sft_trainer.py
+# since 0.7.5); Axolotl's load_adapter does for every adapter (src/axolotl/loaders/adapter.py); LLaMA-Factory's
+# checkpointing wrapper sets requires_grad on each trainable layer's hidden states
+# (src/llamafactory/model/model_utils/checkpointing.py, get_custom_gradient_checkpointing_func).
+INPUT_GRADS_BY_FRAMEWORK = ("trl", "axolotl", "llamafactory")
+# transformers 5.0.0 modeling_utils.py: enabling checkpointing on a model read from input_ids calls
+# enable_input_require_grads(); 4.57.6 only for adapters loaded through transformers' own PEFT integration, so a
+# get_peft_model model under the Trainer fails its first backward.
+TF_INPUT_GRADS = VersionWindow(
+    "transformers", (5, 0), "enables input grads with checkpointing", "only for integrated adapters",
+    ("4.57.6", "5.0.0"),
+)  # fmt: skip
+
+
 @rule(
     "C217", "checkpointing_no_input_grads", "error", needs=("setup",),
-    summary="Gradient checkpointing with use_reentrant=True on a frozen base (LoRA) without input grads.",
+    summary="Gradient checkpointing with use_reentrant=True on a frozen base (LoRA) without input grads: a "
+    "transformers Trainer run before transformers 5 (TRL, Axolotl, LLaMA-Factory and transformers 5 make the inputs "
+    "require grad themselves).",
     why="Reentrant checkpointing needs an input that requires grad; with a frozen embedding none does, so no "
-    "gradient reaches the adapter (grad_norm 0, loss flat) unless enable_input_require_grads() was called.",
+    "gradient reaches the adapter unless enable_input_require_grads() was called: transformers 4.57's Trainer fails "
+    "its first backward ('element 0 of tensors does not require grad'), or the adapter's gradients are zero where "
+    "something else requires grad.",
     example="gradient_checkpointing_kwargs={'use_reentrant': True} with PEFT LoRA.",
     fix="Set gradient_checkpointing_kwargs={'use_reentrant': False}.",
     seen_in="transformers#26221",
 )  # fmt: skip
 def checkpointing_no_input_grads(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     s = ctx.setup
-    if s.gradient_checkpointing and s.use_reentrant is True and ctx.is_adapter_run():
-        yield Hit("gradient checkpointing with use_reentrant=True on a LoRA run",
-                  evidence=key_ev(ctx, "use_reentrant", True),
-                  fix=Fix(text="Use non-reentrant checkpointing", key="gradient_checkpointing_kwargs",
-                          value={"use_reentrant": False}))  # fmt: skip
+    if not (s.gradient_checkpointing and s.use_reentrant is True and ctx.is_adapter_run()):
+        return
+    tf = ctx.version_window(TF_INPUT_GRADS)
+    if ctx.framework() in INPUT_GRADS_BY_FRAMEWORK or tf.inside:
+        return
+    ev = {**key_ev(ctx, "use_reentrant", True), **tf.evidence()}
+    fix = Fix(text="Use non-reentrant checkpointing", key="gradient_checkpointing_kwargs",
+              value={"use_reentrant": False})  # fmt: skip
+    if tf.inside is False:
+        msg = f"gradient checkpointing with use_reentrant=True on a LoRA run with {tf.note()}"
+        yield Hit(msg, evidence=ev, fix=fix)
+        return
+    yield Hit(f"gradient checkpointing with use_reentrant=True on a LoRA run: {tf.note()}, and "
+              f"{TF_INPUT_GRADS.describe()}", severity="info", evidence=ev, fix=fix)  # fmt: skip
 
 
 @rule(

@@ -531,7 +531,8 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 @rule(
     "D112", "template_mismatch", "warning", cause="mechanical", needs=("train",),
     summary="Pre-rendered text uses another template family's markers than the model's chat template, or rows mix "
-    "families.",
+    "families. Alpaca-keyed rows (instruction/input/output) count as Alpaca text unless the run is LLaMA-Factory's, "
+    "which renders them with its own template.",
     why="The model is trained on one turn format and served with another ([INST] text on a ChatML model, Alpaca "
     "prompts on an instruct model): it follows neither well.",
     example="text rows with [INST] ... [/INST] for a Qwen (ChatML) model.",
@@ -540,10 +541,12 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 )  # fmt: skip
 def template_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     fam_rows: dict[str, list[int]] = {}
+    lf = ctx.framework() == "llamafactory"  # LLaMA-Factory renders Alpaca-keyed rows with its own template
     for e in ctx.train:
         txt = e.text if e.text is not None else (e.prompt or "") if e.format != "alpaca" else None
         if e.format == "alpaca":
-            fam_rows.setdefault("alpaca", []).append(e.index)
+            if not lf:
+                fam_rows.setdefault("alpaca", []).append(e.index)
             continue
         if not txt:
             continue
