@@ -771,3 +771,20 @@ def test_short_rows_loop_only_when_they_are_one_sentence_repeated():
 
     got = {i for f in run_rule(find_rule("D129"), ctx) for i in f.evidence.get("rows") or []}
     assert not got & {3, 4}
+
+
+def test_alpaca_keyed_rows_are_alpaca_text_unless_llamafactory_renders_them() -> None:
+    """Alpaca-keyed rows (instruction/output) are rendered with the Alpaca template on their own, so a ChatML model
+    gets D112; LLaMA-Factory renders the same rows with its ``template``, so a LLaMA-Factory run gets none."""
+    by_code = {r.code: r for r in RULES}
+    found = {}
+    for framework in ("", "llamafactory"):
+        ctx = clean_context()
+        for i in range(len(ctx.train)):
+            raw = {"instruction": f"Say {i}.", "output": f"{i}."}
+            ctx.train[i] = Example(index=i, source="t", format="alpaca", prompt=f"Say {i}.", completion=f"{i}.",
+                                   raw=raw)  # fmt: skip
+        ctx.tokenizer.chat_template = "{{ '<|im_start|>' + m['role'] }}<|im_end|>"
+        ctx.setup.framework = framework or None
+        found[framework] = [f.code for f in run_rule(by_code["D112"], ctx)]
+    assert found == {"": ["D112"], "llamafactory": []}

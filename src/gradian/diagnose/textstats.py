@@ -18,17 +18,19 @@ CLOSERS = set("\"')]}»”’」』】〉》*`_>")
 MID = set(",;:-–—(/&+=[{<")
 
 
-_TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+)$")
+# a link, a #tag or an @handle; an attribution after a closing sentence ('... possible." - Charles Kingsleigh')
+_TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”’」]*\s*[-–—]\s*\S+(?:[ \t]+\S+){0,2})$")
 
 
 def end_class(text: str) -> str:
     """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
     (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji, a closing
-    bracket or quote after anything but terminal punctuation: code, markup; a link, a #tag), ``empty``."""
+    bracket or quote after anything but terminal punctuation: code, markup; a link, a #tag, a quote's attribution),
+    ``empty``."""
     s = text.rstrip()
     if not s:
         return "empty"
-    if _TOKEN_END.search(s):  # a link, a #tag or an @handle ends as a whole token, not mid-sentence
+    if _TOKEN_END.search(s):  # a link, a #tag, an attribution: a whole unit, not a sentence cut
         return "other"
     if s[-1] in CLOSERS:  # '..."', '...!)' are clean; code and markup ('f(x)', '</b>', '```') are left alone
         inner = s.rstrip("".join(CLOSERS)).rstrip()

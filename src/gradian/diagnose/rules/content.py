@@ -142,7 +142,7 @@ def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm
     "last line starts with (GSM8K's '#### 72') while the row is at least as long as the file's usual one (a length "
     "limit cuts the long ones). Answers and text rows each have their own norm. An answer whose last line is a list "
     "item or a short line (a name, a sign-off) ending on a word is not judged when the file's complete lines of that "
-    "shape end so too ('1. Java'); one that ends on a link or a #tag ends whole.",
+    "shape end so too ('1. Java'); one that ends on a link, a #tag or a quote's attribution ends whole.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
