@@ -117,3 +117,22 @@ def test_missing_explicit_path_is_an_error(flag: str, tmp_path: Path) -> None:
     with pytest.raises(GradianError) as info:
         discover(**{flag: missing})
     assert str(info.value) == f"--{flag}: {missing} does not exist. Fix: check the path given to --{flag}."
+
+
+def test_llamafactory_config_finds_its_dataset_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLaMA-Factory names datasets, not files: ``dataset`` / ``eval_dataset`` are keys of dataset_dir's
+    dataset_info.json, and dataset_dir is relative to where llamafactory-cli ran (here the config's folder above)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "mine.json").write_text('[{"instruction": "Say hi.", "output": "Hi."}]')
+    (data / "held.json").write_text('[{"instruction": "Say bye.", "output": "Bye."}]')
+    (data / "dataset_info.json").write_text('{"mine": {"file_name": "mine.json"}, "held": {"file_name": "held.json"}}')
+    saves = tmp_path / "saves" / "lora"
+    saves.mkdir(parents=True)
+    (saves / "training_args.yaml").write_text("stage: sft\nfinetuning_type: lora\ndataset: mine\neval_dataset: held\n"
+                                              "dataset_dir: data\ntemplate: default\n")  # fmt: skip
+    monkeypatch.chdir(saves)  # not where it ran: found from the config's folders
+    art = discover(config=saves / "training_args.yaml")
+    assert (art.train_file, art.eval_file) == (data / "mine.json", data / "held.json")
+    (saves / "two.yaml").write_text("stage: sft\ndataset: mine,held\ndataset_dir: data\n")
+    assert discover(config=saves / "two.yaml").train_file is None  # two datasets: --train names the file

@@ -149,7 +149,8 @@ def _peek_base(config_files: list[Path]) -> tuple[str | None, str | None]:
 
 
 def _dataset_file(config_files: list[Path], split: str) -> Path | None:
-    """A local train / eval file named in an Axolotl YAML (datasets / test_datasets path), when it exists."""
+    """A local train / eval file named in an Axolotl YAML (datasets / test_datasets path) or a LLaMA-Factory one
+    (dataset / eval_dataset, found in dataset_dir's dataset_info.json), when it exists."""
     key = "datasets" if split == "train" else "test_datasets"
     for path in reversed(config_files):
         if path.suffix.lower() not in (".yml", ".yaml"):
@@ -158,6 +159,9 @@ def _dataset_file(config_files: list[Path], split: str) -> Path | None:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except Exception:  # noqa: BLE001
             continue
+        lf = _llamafactory_dataset_file(data, path, split) if isinstance(data, dict) else None
+        if lf is not None:
+            return lf
         entries = data.get(key) if isinstance(data, dict) else None
         if not isinstance(entries, list) or len(entries) != 1 or not isinstance(entries[0], dict):
             continue
@@ -167,6 +171,26 @@ def _dataset_file(config_files: list[Path], split: str) -> Path | None:
         for candidate in (Path(ds_path), path.parent / ds_path):
             if candidate.is_file():
                 return candidate
+    return None
+
+
+def _llamafactory_dataset_file(data: dict[str, Any], config: Path, split: str) -> Path | None:
+    """The local file of a LLaMA-Factory config's one ``dataset`` (``eval_dataset``): its ``file_name`` in the
+    ``dataset_info.json`` of ``dataset_dir`` (default ``data``), a path relative to where llamafactory-cli ran, looked
+    for from the working directory and from the config's folder and the folders above it."""
+    names = data.get("dataset" if split == "train" else "eval_dataset")
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    if not isinstance(names, list) or len(names) != 1 or not isinstance(names[0], str):
+        return None
+    ddir = Path(str(data.get("dataset_dir") or "data"))
+    roots = [ddir] if ddir.is_absolute() else [Path.cwd() / ddir, *(d / ddir for d in list(config.parents)[:4])]
+    for root in roots:
+        info = load_json_file(root / "dataset_info.json") if (root / "dataset_info.json").is_file() else None
+        entry = info.get(names[0]) if isinstance(info, dict) else None
+        file_name = entry.get("file_name") if isinstance(entry, dict) else None
+        if isinstance(file_name, str) and (root / file_name).is_file():
+            return root / file_name
     return None
 
 
@@ -379,7 +403,7 @@ def _find_model_cards(art: RunArtifacts, newest: Path | None) -> None:
 
 
 def _find_dataset_files(art: RunArtifacts) -> None:
-    """Train / eval files named in an Axolotl config, when no flag named them."""
+    """Train / eval files named in an Axolotl or LLaMA-Factory config, when no flag named them."""
     if art.train_file is None:
         art.train_file = _dataset_file(art.config_files, "train")
         if art.train_file is not None:
