@@ -1,14 +1,15 @@
-"""`gradian diagnose` on public instruction sets nobody planted anything in: the demo datasets LLaMA-Factory ships
-(data/ of github.com/hiyouga/LLaMA-Factory: 1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive
-function-calling conversations), read as a user would (``--train FILE --tokenizer`` SmolLM2's). Each finding is listed
-with its rows, so that a person can read them and say which are true; bench/results/diagnose_public_sets.md holds the
-table and that reading.
+"""`gradian diagnose` on public instruction sets nobody planted anything in, read as a user would (``--train FILE
+--tokenizer`` SmolLM2's, no config): the demo datasets LLaMA-Factory ships (data/ of github.com/hiyouga/LLaMA-Factory:
+1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations) and Code
+Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code instructions, answers mostly unfenced code).
+Each finding is listed with its rows, so that a person can read them and say which are true;
+bench/results/diagnose_public_sets.md holds the table and that reading.
 
-    # the data: the `fetch` tool's mirror of hiyouga/LLaMA-Factory, or any checkout of it
-    python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory [--results diagnose_public_sets.json]
+    # the data: the `fetch` tool's mirrors of the two repositories, or any checkouts of them
+    python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory --codealpaca /path/to/codealpaca
 
-The files are not shipped (Alpaca's data is CC BY-NC 4.0); the script reads them from the checkout (a bare git
-mirror works: it runs ``git show HEAD:data/FILE``)."""
+The files are not shipped (Alpaca's and Code Alpaca's data are CC BY-NC 4.0); the script reads them from the
+checkouts (a bare git mirror works: it runs ``git show HEAD:data/FILE``)."""
 
 from __future__ import annotations
 
@@ -20,22 +21,26 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FILES = ["alpaca_en_demo.json", "alpaca_zh_demo.json", "identity.json", "glaive_toolcall_en_demo.json"]
+SOURCES = {
+    "lf": ["alpaca_en_demo.json", "alpaca_zh_demo.json", "identity.json", "glaive_toolcall_en_demo.json"],
+    "codealpaca": ["code_alpaca_2k.json", "new_codealpaca.json"],
+}
 TOKENIZER = HERE.parent / "examples" / "smollm2" / "model"
 
 
-def read_file(lf: Path, name: str) -> bytes:
-    """``data/NAME`` of a LLaMA-Factory checkout, or of a bare mirror (git show)."""
-    path = lf / "data" / name
+def read_file(repo: Path, name: str) -> bytes:
+    """``data/NAME`` of a checkout, or of a bare mirror (git show)."""
+    path = repo / "data" / name
     if path.is_file():
         return path.read_bytes()
-    return subprocess.run(["git", "--git-dir", str(lf), "show", f"HEAD:data/{name}"], check=True,
+    return subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:data/{name}"], check=True,
                           capture_output=True).stdout  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lf", type=Path, required=True, help="LLaMA-Factory checkout or bare git mirror")
+    ap.add_argument("--codealpaca", type=Path, required=True, help="codealpaca checkout or bare git mirror")
     ap.add_argument("--results", default="diagnose_public_sets.json")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="SmolLM2 (examples/smollm2/get_model.py)")
     a = ap.parse_args()
@@ -44,13 +49,14 @@ def main() -> None:
 
     out: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name in FILES:
-            path = Path(tmp) / name
-            path.write_bytes(read_file(a.lf, name))
-            fs, _, _ = diagnose_full(train=path, tokenizer=str(a.tokenizer), settings=DiagnoseSettings())
-            out[name] = [{"code": f.code, "severity": f.severity.value, "message": f.message,
-                          "rows": [r + 1 for r in (f.evidence or {}).get("rows", [])]} for f in fs]  # fmt: skip
-            print(name, [(f["code"], f["severity"], len(f["rows"])) for f in out[name]], flush=True)
+        for source, names in SOURCES.items():
+            for name in names:
+                path = Path(tmp) / name
+                path.write_bytes(read_file(getattr(a, source), name))
+                fs, _, _ = diagnose_full(train=path, tokenizer=str(a.tokenizer), settings=DiagnoseSettings())
+                out[name] = [{"code": f.code, "severity": f.severity.value, "message": f.message,
+                              "rows": [r + 1 for r in (f.evidence or {}).get("rows", [])]} for f in fs]  # fmt: skip
+                print(name, [(f["code"], f["severity"], len(f["rows"])) for f in out[name]], flush=True)
     res = {"command": "python bench/diagnose_public_sets.py " + " ".join(sys.argv[1:]), "findings": out}
     (HERE / "results" / a.results).write_text(json.dumps(res, indent=1))
 

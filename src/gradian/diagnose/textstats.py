@@ -204,12 +204,61 @@ def targets(ctx: Any) -> list[str]:
 
 
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)  # fenced blocks (an unclosed one runs to the end), spans
+_BLOCKS = re.compile(r"\n\s*\n")
+_CALL = re.compile(r"[A-Za-z_$][\w.$]*(?:\(|\s*(?:\[[^\]]*\]\s*)?[-+*/%|&]?=(?!=))")  # f(, x.y =, a[0] +=
+_TAGS_LINE = re.compile(r"\s*(?:<[!?/]?[A-Za-z][^<>]*>\s*)+")
+_HARD_CODE = re.compile(r"[{};]|[A-Za-z_][\w.]*\(|<[/!?]?[A-Za-z][^<>]*>")
+_ITEM_START = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)])\s")
+
+
+def _code_line(line: str) -> bool:
+    """A line laid out as code: indented, or ending on a brace or a semicolon, or opening with a call or an
+    assignment ('print(x)', 'arr = [0, 0]'); never a list item ('- salt (optional)')."""
+    if not line.strip() or _ITEM_START.match(line):
+        return False
+    if line[:1] in (" ", "\t"):
+        return True
+    return line.rstrip()[-1:] in ("{", "}", ";") or bool(_CALL.match(line))
+
+
+def is_code_block(block: str) -> bool:
+    """Whether a block (lines between blank lines) is code, not prose: at least 60% of its lines are laid out as code
+    (:func:`_code_line`), and one of them is so by more than its indentation (indentation alone is also a poem's or a
+    list's): it opens with a call or an assignment, ends on a brace or a semicolon, is a line of tags, or ends on a
+    colon with indented lines after it ('def f(x):', 'for i in range(n):')."""
+    lines = [ln for ln in block.split("\n") if ln.strip()]
+    if len(lines) == 1:  # a line alone: code when it opens with a call or an assignment, or ends on a semicolon
+        return bool(_CALL.match(lines[0].lstrip())) or lines[0].rstrip().endswith(";")
+    flags = [_code_line(ln) or bool(_TAGS_LINE.fullmatch(ln)) for ln in lines]
+    for k, ln in enumerate(lines[:-1]):
+        if ln.rstrip().endswith(":") and ln[:1] not in (" ", "\t") and lines[k + 1][:1] in (" ", "\t"):
+            flags[k] = not _ITEM_START.match(ln)
+    hard = any(f and (ln[:1] not in (" ", "\t") or _code_line(ln.lstrip())) for f, ln in zip(flags, lines, strict=True))
+    return hard and sum(flags) >= 0.6 * len(lines)
 
 
 def prose(text: str) -> str:
-    """``text`` without its code (fenced blocks and inline spans): what the content rules judge as language, markup
-    and repetition, since code repeats its own syntax, is in no natural language, and may be markup on purpose."""
-    return _CODE.sub(" ", text) if "`" in text else text
+    """``text`` without its code (fenced blocks, inline spans, and blocks laid out as code, :func:`is_code_block`):
+    what the content rules judge as language, markup and repetition, since code repeats its own syntax, is in no
+    natural language, and may be markup on purpose."""
+    if "`" in text:
+        text = _CODE.sub(" ", text)
+    if "\n" not in text and not _CALL.match(text) and text.rstrip()[-1:] != ";":
+        return text  # one line that neither opens like code nor ends so
+    return "\n\n".join(b for b in _BLOCKS.split(text) if not is_code_block(b))
+
+
+def ends_in_code(text: str) -> bool:
+    """Whether a text's last block is code, its ending no sentence's: a fenced block, or a block laid out as code
+    (:func:`is_code_block`) with a brace, a semicolon, a call or a tag in it (assignments alone are also a worked
+    sum's lines: 'Total = 15 + 12 = 27')."""
+    s = text.rstrip()
+    if s.endswith("```"):
+        return True
+    if not any(c in s for c in "{};(<"):
+        return False
+    last = _BLOCKS.split(s)[-1]
+    return is_code_block(last) and bool(_HARD_CODE.search(last))
 
 
 def prose_targets(ctx: Any) -> list[str]:

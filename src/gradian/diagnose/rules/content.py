@@ -79,12 +79,12 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     ends = Counter(e for _, c, e in judged if c != "clean")
     common = {e for e, k in ends.items() if k >= max(3, t.own_end_share * len(judged))}
     own = _own_endings(items, common, float(t.own_end_rate)) if own_endings and common else set()
-    clean = sum(1 for _, c, e in judged if c == "clean" or e in own)
+    mid = {i for i, c, e in judged if c != "clean" and e not in own}
+    if not own_endings:  # list items and short lines the file ends without a mark are its own endings too
+        mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
+    clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
         return None
-    mid = {i for i, c, e in judged if c != "clean" and e not in own}
-    if not own_endings:
-        mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
     return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
 
 
@@ -142,7 +142,8 @@ def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm
     "last line starts with (GSM8K's '#### 72') while the row is at least as long as the file's usual one (a length "
     "limit cuts the long ones). Answers and text rows each have their own norm. An answer whose last line is a list "
     "item or a short line (a name, a sign-off) ending on a word is not judged when the file's complete lines of that "
-    "shape end so too ('1. Java'); one that ends on a link, a #tag or a quote's attribution ends whole.",
+    "shape end so too ('1. Java'); one that ends on a link, a #tag or a quote's attribution ends whole; one that "
+    "ends in code is not judged, nor a file where more than 1 - norm_share of the answers do.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
@@ -152,6 +153,10 @@ def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm
 )  # fmt: skip
 def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     ans = [(i, a) for i, _, a in ts.answers(ctx) if a.strip()]
+    coded = {i for i, a in ans if ts.ends_in_code(a)}
+    if len(coded) > (1 - t.norm_share) * len(ans):  # a code file: its answers do not end as sentences
+        ans = []
+    ans = [(i, a) for i, a in ans if i not in coded]
     texts = [(e.index, e.text) for e in ctx.train if e.text is not None and e.text.strip()]
     for items, what in ((ans, "an answer"), (texts, "a text")):
         found = _cut_rows(items, t, what == "a text")
@@ -308,7 +313,7 @@ _PLACEHOLDER = re.compile(
     "D131", "placeholder", "error", needs=("train",), cause="content",
     summary="Unfilled template slots in the text: '{instruction}', '{{input}}', '<PLACEHOLDER>', '[TODO]'. Fill-in "
     "blanks written in words ('[Your Name]', '[insert date]') are ordinary text: a letter leaves them for its reader, "
-    "a prompt asks for a format with them.",
+    "a prompt asks for a format with them; and slots in code are the code's own (f-strings, templates).",
     why="The prompt template was applied without its values (a renamed column, a missing field): the model learns "
     "to answer or to write literal placeholders.",
     example='{"prompt": "{instruction}\\n\\n{input}", "completion": " ..."}',
@@ -319,7 +324,9 @@ def placeholder(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
     for e, x in zip(ctx.train, ts.plains(ctx), strict=True):
-        hits = _PLACEHOLDER.findall(x)
+        hits = _PLACEHOLDER.findall(x) if "{" in x or "<" in x or "[" in x else []
+        if hits:
+            hits = _PLACEHOLDER.findall(ts.prose(x))  # a template's slots in code are the code's own ('{name}')
         if hits:
             rows.append(e.index)
             found.update(h[:40] for h in hits)
@@ -345,21 +352,21 @@ _VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
 
 def _written_markup(text: str) -> bool:
     """Whether the markup in an answer is what it was asked to write (a page, a table, a snippet), not markup left
-    around prose: it sits in code (a fenced block or an inline span), or outside code it is laid out as markup, two or
-    more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks."""
-    outside = ts.prose(text)
-    if not _MARKUP.search(outside):
+    around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`), or the answer lays it out as markup, two
+    or more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks."""
+    if not _MARKUP.search(ts.prose(text)):
         return True
-    lines = [ln for ln in outside.split("\n") if _TAG_LINE.fullmatch(ln) and not _VOID.match(ln)]
+    lines = [ln for ln in text.split("\n") if _TAG_LINE.fullmatch(ln) and not _VOID.match(ln)]
     return len(lines) >= 2
 
 
 @rule(
     "D132", "markup", "warning", needs=("train",), cause="content",
-    thresholds={"max_share": (0.5, "if more of the answers than this carry markup, it is the file's format")},
+    thresholds={"max_share": (0.5, "if more of the answers than this carry markup, or code, markup is the file's "
+                              "format")},
     summary="HTML tags or entities (<div>, <br>, &nbsp;) in answers, where most of the file's answers have none; "
-    "not markup an answer was asked to write (in a fenced code block, or laid out as markup: two or more lines of "
-    "tags alone).",
+    "not markup an answer was asked to write (in code, or laid out as markup: two or more lines of tags alone), nor "
+    "in a file most of whose answers are code.",
     why="Scraped or exported text kept its markup: the model learns to emit tags and entities in plain-text "
     "answers.",
     example='"The capital is <b>Paris</b>.&nbsp;<br/>"',
@@ -374,7 +381,8 @@ def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         if hits and not _written_markup(tgt):
             rows.append(e.index)
             found.update(h.split()[0][:20].lower() for h in hits)
-    if rows and len(rows) <= t.max_share * len(ctx.train):
+    coded = sum(p != x for p, x in zip(ts.prose_targets(ctx), ts.targets(ctx), strict=True))  # answers with code
+    if rows and len(rows) <= t.max_share * len(ctx.train) and coded <= t.max_share * len(ctx.train):
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) have HTML markup in their answers: "
             f"{dict(found.most_common(5))}",
