@@ -176,17 +176,31 @@ def row_pairs(e: Example) -> list[tuple[str, str]]:
 _ASCII_LETTER = re.compile("[A-Za-z]")  # str.isalpha() of an ASCII character
 
 
+UNSPACED = {"CJK", "HIRAGANA", "KATAKANA", "THAI", "LAO", "KHMER", "MYANMAR", "TIBETAN"}  # no spaces between words
+
+
 def script_of(text: str) -> str | None:
-    """The dominant Unicode script family of a text's letters (by the first word of their Unicode name)."""
+    """The dominant Unicode script family of a text (by the first word of its letters' Unicode names), counted in
+    units of writing: a word (a run of letters) of a script that spaces its words, a character of one that does not
+    (a Chinese character carries about what an English word does), so that English glosses in a Chinese answer do
+    not outweigh it."""
     if text.isascii():
         return "LATIN" if _ASCII_LETTER.search(text) else None
     c: Counter[str] = Counter()
+    prev = None
     for ch in text:
-        if ch.isalpha():
-            try:
-                c[unicodedata.name(ch).split(" ")[0]] += 1
-            except ValueError:
-                continue
+        if not ch.isalpha():
+            if not unicodedata.category(ch).startswith("M"):  # a vowel sign or an accent stays inside its word
+                prev = None
+            continue
+        try:
+            script = unicodedata.name(ch).split(" ")[0]
+        except ValueError:
+            prev = None
+            continue
+        if script in UNSPACED or script != prev:
+            c[script] += 1
+        prev = script
     return c.most_common(1)[0][0] if c else None
 
 

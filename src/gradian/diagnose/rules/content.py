@@ -636,7 +636,8 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     summary="Rows in another language or script than the file's majority: answers (or text rows; in a "
     "classification file, the inputs) with few of the file's common words, or, when short, with letter sequences a "
     "character model of the file's own rows finds unlikely, confirmed by an offline language-ID model (py3langid) "
-    "against the language of the file's ordinary rows; and letters in another Unicode script than nearly all rows'. "
+    "against the language of the file's ordinary rows; and another Unicode script than nearly all rows' (counted in "
+    "words, or characters for scripts that do not space their words: Chinese, Japanese, Thai). "
     "Code (fenced blocks, inline spans) is left out: it is in no natural language.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set; Spanish reviews in an English sentiment set.",
