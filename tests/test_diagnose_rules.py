@@ -788,3 +788,21 @@ def test_alpaca_keyed_rows_are_alpaca_text_unless_llamafactory_renders_them() ->
         ctx.setup.framework = framework or None
         found[framework] = [f.code for f in run_rule(by_code["D112"], ctx)]
     assert found == {"": ["D112"], "llamafactory": []}
+
+
+def test_preference_pairs_are_named_as_such() -> None:
+    """A DPO file passed as training data (conversations without the reply, which sits in chosen / rejected): D102
+    says it is a preference set and asks for the SFT file, not to fix the turn order."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    for i in range(len(ctx.train)):
+        msgs = [{"role": "user", "content": f"Say {i}."}]
+        raw = {"messages": msgs, "chosen": {"role": "assistant", "content": f"{i}."},
+               "rejected": {"role": "assistant", "content": "No."}}  # fmt: skip
+        ctx.train[i] = Example(index=i, source="t", format="messages", messages=msgs, n_prompt_messages=1, raw=raw)
+    (f,) = run_rule(by_code["D102"], ctx)
+    assert "preference pairs" in f.message and "SFT" in f.fix.text
+    for e in ctx.train:
+        e.raw = {"messages": e.messages}
+    (f,) = run_rule(by_code["D102"], ctx)
+    assert "preference" not in f.message and "turn order" in f.fix.text

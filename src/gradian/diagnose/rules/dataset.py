@@ -140,7 +140,8 @@ def _message_keys(ctx: DiagnoseContext, total: int) -> Iterator[Hit]:
 @rule(
     "D102", "roles", "error", cause="mechanical", needs=("train",),
     summary="Conversation rows with an unknown role, two consecutive turns of one role, no assistant turn, or a last "
-    "turn that is not the assistant's.",
+    "turn that is not the assistant's; a file most of whose rows hold chosen / rejected replies is named a "
+    "preference set.",
     why="Chat templates raise or silently render such rows wrong; with assistant-only loss a row without an "
     "assistant turn trains on nothing, and a trailing user turn teaches the model to stop mid-dialogue.",
     example='[{"role": "user", ...}, {"role": "user", ...}] or a row ending with a user turn.',
@@ -171,6 +172,14 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows = sorted({i for v in bad.values() for i in v})
     if rows:
         counts = {k: len(v) for k, v in bad.items() if v}
+        pairs = sum(1 for e in ctx.train if isinstance(e.raw, dict) and "chosen" in e.raw and "rejected" in e.raw)
+        if 2 * pairs > len(ctx.train):  # the replies live in chosen / rejected: a preference set
+            yield Hit(f"{len(rows)} conversation row(s) have bad turn structure: {counts}; the file holds preference "
+                      f"pairs (chosen / rejected in {pairs} rows), not supervised fine-tuning rows",
+                      evidence=rows_ev(rows, n_chat, _tfile(ctx), problems=counts, preference_rows=pairs),
+                      fix=Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian "
+                              "attributes SFT, not DPO/KTO)"))  # fmt: skip
+            return
         yield Hit(
             f"{len(rows)} conversation row(s) have bad turn structure: {counts}",
             evidence=rows_ev(rows, n_chat, _tfile(ctx), problems=counts),
