@@ -1,15 +1,18 @@
 """`gradian diagnose` on public instruction sets nobody planted anything in, read as a user would (``--train FILE
 --tokenizer`` SmolLM2's, no config): the demo datasets LLaMA-Factory ships (data/ of github.com/hiyouga/LLaMA-Factory:
-1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations) and Code
-Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code instructions, answers mostly unfenced code).
+1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations), Code
+Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code instructions, answers mostly unfenced code)
+and GPTeacher (github.com/teknium1/GPTeacher: 1,923 role-play and 2,396 tool-use instructions, Alpaca rows whose
+output is named ``response``).
 Each finding is listed with its rows, so that a person can read them and say which are true;
 bench/results/diagnose_public_sets.md holds the table and that reading.
 
     # the data: the `fetch` tool's mirrors of the two repositories, or any checkouts of them
-    python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory --codealpaca /path/to/codealpaca
+    python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory --codealpaca /path/to/codealpaca \
+        --gpteacher /path/to/GPTeacher
 
 The files are not shipped (Alpaca's and Code Alpaca's data are CC BY-NC 4.0); the script reads them from the
-checkouts (a bare git mirror works: it runs ``git show HEAD:data/FILE``)."""
+checkouts (a bare git mirror works: it runs ``git show HEAD:PATH``)."""
 
 from __future__ import annotations
 
@@ -22,18 +25,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = {
-    "lf": ["alpaca_en_demo.json", "alpaca_zh_demo.json", "identity.json", "glaive_toolcall_en_demo.json"],
-    "codealpaca": ["code_alpaca_2k.json", "new_codealpaca.json"],
-}
+    "lf": ["data/alpaca_en_demo.json", "data/alpaca_zh_demo.json", "data/identity.json",
+           "data/glaive_toolcall_en_demo.json"],
+    "codealpaca": ["data/code_alpaca_2k.json", "data/new_codealpaca.json"],
+    "gpteacher": ["Roleplay/roleplay-simple-deduped-roleplay-instruct.json",
+                  "Toolformer/toolformer-similarity-0.6-dataset.json"],
+}  # fmt: skip
 TOKENIZER = HERE.parent / "examples" / "smollm2" / "model"
 
 
-def read_file(repo: Path, name: str) -> bytes:
-    """``data/NAME`` of a checkout, or of a bare mirror (git show)."""
-    path = repo / "data" / name
+def read_file(repo: Path, rel: str) -> bytes:
+    """``rel`` of a checkout, or of a bare mirror (git show)."""
+    path = repo / rel
     if path.is_file():
         return path.read_bytes()
-    return subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:data/{name}"], check=True,
+    return subprocess.run(["git", "--git-dir", str(repo), "show", f"HEAD:{rel}"], check=True,
                           capture_output=True).stdout  # fmt: skip
 
 
@@ -41,6 +47,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lf", type=Path, required=True, help="LLaMA-Factory checkout or bare git mirror")
     ap.add_argument("--codealpaca", type=Path, required=True, help="codealpaca checkout or bare git mirror")
+    ap.add_argument("--gpteacher", type=Path, required=True, help="GPTeacher checkout or bare git mirror")
     ap.add_argument("--results", default="diagnose_public_sets.json")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="SmolLM2 (examples/smollm2/get_model.py)")
     a = ap.parse_args()
@@ -49,10 +56,11 @@ def main() -> None:
 
     out: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for source, names in SOURCES.items():
-            for name in names:
+        for source, rels in SOURCES.items():
+            for rel in rels:
+                name = Path(rel).name
                 path = Path(tmp) / name
-                path.write_bytes(read_file(getattr(a, source), name))
+                path.write_bytes(read_file(getattr(a, source), rel))
                 fs, _, _ = diagnose_full(train=path, tokenizer=str(a.tokenizer), settings=DiagnoseSettings())
                 out[name] = [{"code": f.code, "severity": f.severity.value, "message": f.message,
                               "rows": [r + 1 for r in (f.evidence or {}).get("rows", [])]} for f in fs]  # fmt: skip

@@ -103,6 +103,17 @@ def test_alpaca_template_is_the_standard_one():
     )
 
 
+def test_gpteacher_response_is_the_alpaca_output(tmp_path: Path) -> None:
+    """GPTeacher names Alpaca's output ``response`` (Axolotl's ``type: gpteacher``: the Alpaca template unchanged)."""
+    path = tmp_path / "gpteacher.json"
+    path.write_text(json.dumps([{"instruction": "Add 2 and 3.", "input": "", "response": "5."},
+                                {"instruction": "Name a colour.", "input": "warm", "response": "Red."}]))  # fmt: skip
+    rows = load_examples(path)
+    assert [(r.format, r.completion) for r in rows] == [("alpaca", "5."), ("alpaca", "Red.")]
+    assert rows[0].prompt == ALPACA_PROMPT_NO_INPUT.format(instruction="Add 2 and 3.")
+    assert rows[1].prompt == ALPACA_PROMPT_INPUT.format(instruction="Name a colour.", input="warm")
+
+
 def test_jsonl_blank_lines_do_not_count_and_ids_kept():
     examples = load_examples(FIX / "prompt_completion.jsonl")
     assert [(e.index, e.id) for e in examples] == [(0, "101"), (1, "102")]

@@ -9,7 +9,8 @@ Accepted row formats (the keys a row must have):
 - ``sharegpt``: ``conversations`` list of ``{"from", "value"}``; human->user, gpt->assistant, system->system,
   tool/function/observation->tool, function_call->assistant (LLaMA-Factory), user/assistant kept.
 - ``alpaca``: ``instruction`` + ``output`` (+ optional ``input``), rendered with the Stanford Alpaca / Axolotl
-  template into prompt/completion.
+  template into prompt/completion; ``response`` in place of ``output`` is GPTeacher's layout (Axolotl's
+  ``type: gpteacher``, the same template).
 - ``question_answer``: ``question`` + ``answer`` (GSM8K style), mapped to prompt=question, completion=answer
   with no template (the file's own text is what a TRL prompt/completion export of it would contain).
 - ``text``: ``text`` string (language modeling, full loss); another column with ``text_field`` (TRL
@@ -277,8 +278,9 @@ def normalize_row(
         ex.messages = _check_messages(raw["conversations"], "conversations", sharegpt=True)
     elif layout == "alpaca":
         instruction = _require_str(raw, "instruction", "Alpaca")
-        ex.prompt_only = prompt_only and _no_completion(raw, "output")
-        output = "" if ex.prompt_only else _require_str(raw, "output", "Alpaca")
+        out_key = "response" if "output" not in raw and "response" in raw else "output"  # GPTeacher's name for it
+        ex.prompt_only = prompt_only and _no_completion(raw, out_key)
+        output = "" if ex.prompt_only else _require_str(raw, out_key, "Alpaca")
         inp = _require_str(raw, "input", "Alpaca", optional=True)
         template = ALPACA_PROMPT_INPUT if inp else ALPACA_PROMPT_NO_INPUT
         ex.prompt = template.format(instruction=instruction, input=inp)
