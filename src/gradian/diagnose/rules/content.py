@@ -197,7 +197,7 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
     "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
     "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.'). "
-    "Code (fenced blocks, inline spans) is left out: it repeats its own syntax.",
+    "Code (fenced, inline, or laid out as code) is left out: it repeats its own syntax.",
     why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
     "max_new_tokens.",
     example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
@@ -638,7 +638,7 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     "character model of the file's own rows finds unlikely, confirmed by an offline language-ID model (py3langid) "
     "against the language of the file's ordinary rows; and another Unicode script than nearly all rows' (counted in "
     "words, or characters for scripts that do not space their words: Chinese, Japanese, Thai). "
-    "Code (fenced blocks, inline spans) is left out: it is in no natural language.",
+    "Code (fenced, inline, or laid out as code) is left out: it is in no natural language.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set; Spanish reviews in an English sentiment set.",
     fix="Drop the rows, or split them into their own set.",
