@@ -220,15 +220,15 @@ def targets(ctx: Any) -> list[str]:
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)  # fenced blocks (an unclosed one runs to the end), spans
 _BLOCKS = re.compile(r"\n\s*\n")
 _CALL = re.compile(r"[A-Za-z_$][\w.$]*(?:\(|\s*(?:\[[^\]]*\]\s*)?[-+*/%|&]?=(?!=))")  # f(, x.y =, a[0] +=
-_TAGS_LINE = re.compile(r"\s*(?:<[!?/]?[A-Za-z][^<>]*>\s*)+")
+TAGS_LINE = re.compile(r"\s*(?:<[!?/]?[A-Za-z][^<>]{0,200}>\s*)+")  # a line of tags alone
 _HARD_CODE = re.compile(r"[{};]|[A-Za-z_][\w.]*\(|<[/!?]?[A-Za-z][^<>]*>")
-_ITEM_START = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)])\s")
+ITEM_START = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)]|[A-Za-z][.)])\s")  # a list item: a bullet or an enumerator
 
 
 def _code_line(line: str) -> bool:
     """A line laid out as code: indented, or ending on a brace or a semicolon, or opening with a call or an
     assignment ('print(x)', 'arr = [0, 0]'); never a list item ('- salt (optional)')."""
-    if not line.strip() or _ITEM_START.match(line):
+    if not line.strip() or ITEM_START.match(line):
         return False
     if line[:1] in (" ", "\t"):
         return True
@@ -243,10 +243,10 @@ def is_code_block(block: str) -> bool:
     lines = [ln for ln in block.split("\n") if ln.strip()]
     if len(lines) == 1:  # a line alone: code when it opens with a call or an assignment, or ends on a semicolon
         return bool(_CALL.match(lines[0].lstrip())) or lines[0].rstrip().endswith(";")
-    flags = [_code_line(ln) or bool(_TAGS_LINE.fullmatch(ln)) for ln in lines]
+    flags = [_code_line(ln) or bool(TAGS_LINE.fullmatch(ln)) for ln in lines]
     for k, ln in enumerate(lines[:-1]):
         if ln.rstrip().endswith(":") and ln[:1] not in (" ", "\t") and lines[k + 1][:1] in (" ", "\t"):
-            flags[k] = not _ITEM_START.match(ln)
+            flags[k] = not ITEM_START.match(ln)
     hard = any(f and (ln[:1] not in (" ", "\t") or _code_line(ln.lstrip())) for f, ln in zip(flags, lines, strict=True))
     return hard and sum(flags) >= 0.6 * len(lines)
 

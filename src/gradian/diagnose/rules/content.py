@@ -88,14 +88,13 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
 
 
-_ITEM = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)]|[A-Za-z][.)])\s")  # a list item: a bullet or an enumerator, then a space
 SHORT_LINE = 3  # words: a line this short is a title, a name, a sign-off rather than a sentence
 
 
 def line_shape(line: str) -> str:
     """``item`` (a list item), ``short`` (a line of at most SHORT_LINE words: a heading, a name, a signature) or
     ``prose``."""
-    if _ITEM.match(line):
+    if ts.ITEM_START.match(line):
         return "item"
     return "short" if len(line.split()) <= SHORT_LINE else "prose"
 
@@ -346,7 +345,6 @@ _MARKUP = re.compile(
 )
 
 
-_TAG_LINE = re.compile(r"\s*(?:</?[A-Za-z][^<>]{0,200}>\s*)+")
 _VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
 
 
@@ -356,7 +354,7 @@ def _written_markup(text: str) -> bool:
     or more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks."""
     if not _MARKUP.search(ts.prose(text)):
         return True
-    lines = [ln for ln in text.split("\n") if _TAG_LINE.fullmatch(ln) and not _VOID.match(ln)]
+    lines = [ln for ln in text.split("\n") if ts.TAGS_LINE.fullmatch(ln) and not _VOID.match(ln)]
     return len(lines) >= 2
 
 
