@@ -18,6 +18,7 @@ CLOSERS = set("\"')]}»”’」』】〉》*`_>")
 MID = set(",;:-–—(/&+=[{<")
 
 
+TAIL = 300  # characters of a text's end its last tokens are read from (a search over the whole text is quadratic)
 # a link, a #tag or an @handle; an attribution after a closing sentence ('... possible." - Charles Kingsleigh')
 _TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”’」]*\s*[-–—]\s*\S+(?:[ \t]+\S+){0,2})$")
 
@@ -30,7 +31,7 @@ def end_class(text: str) -> str:
     s = text.rstrip()
     if not s:
         return "empty"
-    if _TOKEN_END.search(s):  # a link, a #tag, an attribution: a whole unit, not a sentence cut
+    if _TOKEN_END.search(s[-TAIL:]):  # a link, a #tag, an attribution: a whole unit, not a sentence cut
         return "other"
     if s[-1] in CLOSERS:  # '..."', '...!)' are clean; code and markup ('f(x)', '</b>', '```') are left alone
         inner = s.rstrip("".join(CLOSERS)).rstrip()
@@ -219,9 +220,10 @@ def targets(ctx: Any) -> list[str]:
 
 _CODE = re.compile(r"```.*?(?:```|\Z)|`[^`\n]+`", re.DOTALL)  # fenced blocks (an unclosed one runs to the end), spans
 _BLOCKS = re.compile(r"\n\s*\n")
-_CALL = re.compile(r"[A-Za-z_$][\w.$]*(?:\(|\s*(?:\[[^\]]*\]\s*)?[-+*/%|&]?=(?!=))")  # f(, x.y =, a[0] +=
+# identifiers and tags are bounded: an unbounded run backtracks over a long word at every start (quadratic)
+_CALL = re.compile(r"[A-Za-z_$][\w.$]{0,80}(?:\(|\s*(?:\[[^\]]{0,80}\]\s*)?[-+*/%|&]?=(?!=))")  # f(, x.y =, a[0] +=
 TAGS_LINE = re.compile(r"\s*(?:<[!?/]?[A-Za-z][^<>]{0,200}>\s*)+")  # a line of tags alone
-_HARD_CODE = re.compile(r"[{};]|[A-Za-z_][\w.]*\(|<[/!?]?[A-Za-z][^<>]*>")
+_HARD_CODE = re.compile(r"[{};]|[A-Za-z_][\w.]{0,80}\(|<[/!?]?[A-Za-z][^<>]{0,200}>")
 ITEM_START = re.compile(r"\s*(?:[-*•+]|\d{1,3}[.)]|[A-Za-z][.)])\s")  # a list item: a bullet or an enumerator
 
 
