@@ -139,6 +139,12 @@ def working_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def shared_input_key(a: torch.Tensor, b: Block) -> tuple:
+    """What identifies one lora_A input and its projection: q/k/v (gate/up) read the same tensor with the same
+    projection, so their calls share one input product."""
+    return (a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, id(b.proj))
+
+
 STACK_NUMEL = 1 << 17  # units whose input + output gradient hold more elements than this are not stacked
 
 
@@ -227,7 +233,7 @@ class GradientCollector:
         units: dict[tuple, list[int]] = {}
         for j, (b, a, _) in enumerate(calls):
             shared = b.kind == "A"
-            key = (a.data_ptr(), tuple(a.shape), a.stride(), a.dtype, id(b.proj)) if shared else ("call", j)
+            key = shared_input_key(a, b) if shared else ("call", j)
             units.setdefault(key, []).append(j)
         # groups: same-shape units stacked into one batched matmul when they are small (per-op overhead dominates);
         # large ones run one by one (stacking would copy them, which costs more than the op overhead it saves)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gradian.attribute.collector import Block, GradientCollector, working_dtype
+from gradian.attribute.collector import Block, GradientCollector, shared_input_key, working_dtype
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Capture:
 
     def _projected_input(self, b: Block, a: torch.Tensor) -> torch.Tensor:
         """``a P^T`` in the working dtype; q/k/v (gate/up) share one input and one projection, so one product."""
-        key = (a.data_ptr(), a.shape, a.stride(), a.dtype, id(b.proj))
+        key = shared_input_key(a, b)
         if self._last is not None and self._last[1] == key:  # the input held there keeps its memory from reuse
             return self._last[2]
         with torch.no_grad():

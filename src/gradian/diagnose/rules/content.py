@@ -348,11 +348,12 @@ _MARKUP = re.compile(
 _VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
 
 
-def _written_markup(text: str) -> bool:
+def _written_markup(text: str, prose: str) -> bool:
     """Whether the markup in an answer is what it was asked to write (a page, a table, a snippet), not markup left
     around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`), or the answer lays it out as markup, two
-    or more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks."""
-    if not _MARKUP.search(ts.prose(text)):
+    or more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks. ``prose``: ``text`` without
+    its code."""
+    if not _MARKUP.search(prose):
         return True
     lines = [ln for ln in text.split("\n") if ts.TAGS_LINE.fullmatch(ln) and not _VOID.match(ln)]
     return len(lines) >= 2
@@ -374,12 +375,13 @@ def _written_markup(text: str) -> bool:
 def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     found: Counter[str] = Counter()
-    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
+    targets, proses = ts.targets(ctx), ts.prose_targets(ctx)
+    for e, tgt, prose in zip(ctx.train, targets, proses, strict=True):
         hits = _MARKUP.findall(tgt) if "<" in tgt or "&" in tgt else []
-        if hits and not _written_markup(tgt):
+        if hits and not _written_markup(tgt, prose):
             rows.append(e.index)
             found.update(h.split()[0][:20].lower() for h in hits)
-    coded = sum(p != x for p, x in zip(ts.prose_targets(ctx), ts.targets(ctx), strict=True))  # answers with code
+    coded = sum(p != x for p, x in zip(proses, targets, strict=True))  # answers with code
     if rows and len(rows) <= t.max_share * len(ctx.train) and coded <= t.max_share * len(ctx.train):
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) have HTML markup in their answers: "

@@ -172,19 +172,19 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows = sorted({i for v in bad.values() for i in v})
     if rows:
         counts = {k: len(v) for k, v in bad.items() if v}
+        msg = f"{len(rows)} conversation row(s) have bad turn structure: {counts}"
+        ev = rows_ev(rows, n_chat, _tfile(ctx), problems=counts)
+        fix = drop_fix("Fix the turn order or drop the listed rows", rows, _tfile(ctx), "D102")
         pairs = sum(1 for e in ctx.train if isinstance(e.raw, dict) and "chosen" in e.raw and "rejected" in e.raw)
         if 2 * pairs > len(ctx.train):  # the replies live in chosen / rejected: a preference set
-            yield Hit(f"{len(rows)} conversation row(s) have bad turn structure: {counts}; the file holds preference "
-                      f"pairs (chosen / rejected in {pairs} rows), not supervised fine-tuning rows",
-                      evidence=rows_ev(rows, n_chat, _tfile(ctx), problems=counts, preference_rows=pairs),
-                      fix=Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian "
-                              "attributes SFT, not DPO/KTO)"))  # fmt: skip
-            return
-        yield Hit(
-            f"{len(rows)} conversation row(s) have bad turn structure: {counts}",
-            evidence=rows_ev(rows, n_chat, _tfile(ctx), problems=counts),
-            fix=drop_fix("Fix the turn order or drop the listed rows", rows, _tfile(ctx), "D102"),
-        )
+            msg += (
+                f"; the file holds preference pairs (chosen / rejected in {pairs} rows), not supervised "
+                "fine-tuning rows"
+            )
+            ev["preference_rows"] = pairs
+            fix = Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian attributes SFT, "
+                      "not DPO/KTO)")  # fmt: skip
+        yield Hit(msg, evidence=ev, fix=fix)
 
 
 @rule(
