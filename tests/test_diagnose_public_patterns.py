@@ -1,8 +1,9 @@
 """What public instruction sets hold and the content rules must read as text, not faults (bench/results/
 diagnose_public_sets.md has the sets; they are not shipped): a mix of tasks whose answers are prose (GSM8K's
 reasoning), lists whose items end without a full stop, unfenced code (f-strings, templates, HTML tables, repeated
-lines), letters that leave "[Your Name]" for their reader, and short answers to short tasks. The same file with
-planted faults (answers cut mid-sentence, markup around prose, an unfilled template slot) is still caught."""
+lines), letters that leave "[Your Name]" for their reader, short answers to short tasks, and answers that are no
+sentences at all (titles, lists of names, agendas, tables). The same files with planted faults (answers cut inside a
+sentence, markup around prose, an unfilled template slot) are still caught."""
 
 from __future__ import annotations
 
@@ -67,9 +68,10 @@ def test_public_set_patterns_are_text_and_planted_faults_are_caught(tmp_path: Pa
     assert _findings(clean) == {}
     prose = [i for i, r in enumerate(rows) if r["completion"].count(" ") > 40 and "\n1. " not in r["completion"]]
     cut, wrapped, slot = prose[:10], prose[10:20], prose[20:30]
-    for i in cut:  # a generator's max_tokens: the answer stops inside a sentence
+    for i in cut:  # a generator's max_tokens: the answer stops inside a sentence, visibly (on 'the', 'of', 'to')
         words = rows[i]["completion"].split(" ")
-        rows[i] = {**rows[i], "completion": " ".join(words[: len(words) * 2 // 3]).rstrip(".,;:!?\n")}
+        k = next(k for k in range(len(words) * 2 // 3, len(words)) if words[k] in ("the", "of", "to"))
+        rows[i] = {**rows[i], "completion": " ".join(words[: k + 1])}
     for i in wrapped:
         rows[i] = {**rows[i], "completion": "<p>" + rows[i]["completion"] + "</p><br/>"}
     for i in slot:
@@ -77,6 +79,89 @@ def test_public_set_patterns_are_text_and_planted_faults_are_caught(tmp_path: Pa
     planted = tmp_path / "planted.jsonl"
     write_jsonl(planted, rows)
     found = _findings(planted)
-    assert len(found.get("D128", set()) & set(cut)) >= 8
+    assert found.get("D128") == set(cut)
     assert found.get("D132") == set(wrapped)
     assert found.get("D131") == set(slot)
+
+
+TITLES = ["Popcorn jelly bean ice cream", "China, US, Brazil, Japan, Canada, Australia",
+          "Prompt Waywardness: The Curious Case of Discretized Interpretation of Continuous Prompts",
+          "amazingly, astonishingly, unexpectedly, incredibly, unbelievably",
+          "Breaking Bad, Peaky Blinders, Arrow, Money Heist, Better Call Saul, The Blacklist"]  # fmt: skip
+LAYOUTS = ["[10 min] Status check\n- Current and upcoming work\n[5 min] Big project status and general updates\n"
+           "[5 min] Discuss blockers, otherwise social time\n[2 min] Add follow ups",
+           "Service | Category | Status | Billing | Renewal Date\nNetflix | Video | Active | Monthly | May 5",
+           "Make a little space\nMake a better place\nHeal the world and make it a better place\nFor you and for me "
+           "and the entire human race"]  # fmt: skip
+
+
+def _task_mix(rng: random.Random) -> list[dict]:
+    """What human-written task mixes (Self-Instruct's seed tasks, its user-oriented set) hold: reasoning in
+    sentences, and answers that are no sentences (titles, lists of names, agendas, tables, lyrics), tasks whose
+    answer is part of their input, LaTeX, an HTML tag asked for, and translations of a passage in another script."""
+    gsm = [json.loads(x) for x in GSM8K.read_text().splitlines()[:200]]
+    rows = [{"prompt": r["question"], "completion": r["answer"].replace("\n#### ", "\nThe answer is ") + "."}
+            for r in gsm[:100]]  # fmt: skip
+    for k in range(30):
+        rows.append({"prompt": f"Give the answer as a short phrase ({k}).", "completion": TITLES[k % len(TITLES)]})
+    for k in range(6):
+        rows.append({"prompt": f"Lay it out ({k}).", "completion": LAYOUTS[k % len(LAYOUTS)]})
+    rows.append({"prompt": "What is the output of the given LaTeX code?\n\\documentclass{article}\n"
+                 "\\begin{document}\nFirst document. This is a simple example.\n\\end{document}",
+                 "completion": "First document. This is a simple example."})  # fmt: skip
+    rows.append({"prompt": "Write the HTML syntax for an image.", "completion": '<img src="url" alt="alternate text">'})
+    rows.append({"prompt": "Translate into English: यह एक सुंदर दिन है और हम पार्क में जा रहे हैं।",
+                 "completion": "It is a beautiful day and we are going to the park."})  # fmt: skip
+    rows.append({"prompt": "Translate into Hindi: It is a beautiful day and we are going to the park.\n"
+                 "Example: मैं घर जा रहा हूँ। -> I am going home.",
+                 "completion": "यह एक सुंदर दिन है और हम पार्क में जा रहे हैं।"})  # fmt: skip
+    rng.shuffle(rows)
+    return rows
+
+
+def test_task_mix_answers_that_are_no_sentences_are_text(tmp_path: Path) -> None:
+    rows = _task_mix(random.Random(1))
+    clean = tmp_path / "mix.jsonl"
+    write_jsonl(clean, rows)
+    assert _findings(clean) == {}
+    # the same file with reasoning cut inside its first sentence, on a word its answers never end a sentence with
+    cut = []
+    for i, r in enumerate(rows):
+        first = r["completion"].split("\n")[0].split(" ")
+        stop = next((k for k in range(len(first) - 1, 4, -1) if first[k] in ("the", "of", "to")), None)
+        if "The answer is" in r["completion"] and stop and len(cut) < 8:
+            rows[i] = {**r, "completion": " ".join(first[: stop + 1])}
+            cut.append(i)
+    planted = tmp_path / "cut.jsonl"
+    write_jsonl(planted, rows)
+    assert _findings(planted).get("D128") == set(cut)
+
+
+def test_conversations_replies_and_tool_calls_are_not_loops_or_another_language(tmp_path: Path) -> None:
+    """Multi-turn rows whose replies restate one another (a rewrite asked for again) are no loop, and JSON tool calls
+    before a Chinese reply are no English: each reply is judged alone, JSON lines are data."""
+    rng = random.Random(2)
+    call = '{"name": "convert_currency", "arguments": {"amount": %d, "from": "USD", "to": "EUR"}}'
+    reply = "You need to preheat your oven to 350 degrees F. In a large bowl, mix together the rice and the beans."
+    rows = []
+    for k in range(40):
+        n = rng.randint(10, 900)
+        rows.append({"messages": [
+            {"role": "user", "content": f"你好，我需要将{n}美元兑换成欧元。你能帮我吗？"},
+            {"role": "assistant", "content": call % n + f"\n当然，{n}美元大约等于{n * 85 // 100}欧元。"},
+            {"role": "user", "content": "谢谢！请再说一遍，用另一种方式。"},
+            {"role": "assistant", "content": f"好的：{n}美元兑换后大约是{n * 85 // 100}欧元，汇率可能会有变化。"},
+        ]})  # fmt: skip
+        rows.append({"messages": [
+            {"role": "user", "content": f"Give me a recipe with rice ({k})."},
+            {"role": "assistant", "content": f"I found a recipe for you. {reply}"},
+            {"role": "user", "content": "Now a vegetarian one."},
+            {"role": "assistant", "content": f"I found a vegetarian recipe for you. {reply}"},
+        ]})  # fmt: skip
+    path = tmp_path / "chat.jsonl"
+    write_jsonl(path, rows)
+    found = _findings(path)
+    assert "D129" not in found and "D134" not in found, found
+    rows[3]["messages"][3]["content"] = " ".join([reply] * 4)  # one reply that loops is still one
+    write_jsonl(path, rows)
+    assert _findings(path).get("D129") == {3}

@@ -806,3 +806,24 @@ def test_preference_pairs_are_named_as_such() -> None:
         e.raw = {"messages": e.messages}
     (f,) = run_rule(by_code["D102"], ctx)
     assert "preference" not in f.message and "turn order" in f.fix.text
+
+
+def test_answer_in_prompt_is_a_warning_when_it_touches_many_rows() -> None:
+    """A join bug touches every row it builds; a task mix holds a few tasks whose answer is part of their input (an
+    extracted sentence). A rewrite that changes the case of its input does not copy it."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    for i in range(4):  # 2%: extraction tasks
+        ctx.train[i].prompt = f"Give the exact sentence: {ctx.train[i].completion.strip()} and more words here."
+    (f,) = run_rule(by_code["D121"], ctx)
+    assert f.severity.value == "info" and f.evidence["rows"] == [0, 1, 2, 3]
+    for i in range(4, 20):  # 10%: the answer column copied into the prompt
+        ctx.train[i].prompt = ctx.train[i].prompt + ctx.train[i].completion
+    ctx.cache.clear()  # the rows' texts are read once per context
+    (f,) = run_rule(by_code["D121"], ctx)
+    assert f.severity.value == "warning" and f.evidence["rows"] == list(range(20))
+    ctx = clean_context()
+    for i in range(10):  # the answer is its prompt's sentence in another case: a rewrite, not a copy
+        ctx.train[i].prompt = "Capitalize every word: " + ctx.train[i].completion.strip()
+        ctx.train[i].completion = " " + ctx.train[i].completion.strip().title()
+    assert list(run_rule(by_code["D121"], ctx)) == []

@@ -19,8 +19,9 @@ MID = set(",;:-–—(/&+=[{<")
 
 
 TAIL = 300  # characters of a text's end its last tokens are read from (a search over the whole text is quadratic)
-# a link, a #tag or an @handle; an attribution after a closing sentence ('... possible." - Charles Kingsleigh')
-_TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”’」]*\s*[-–—]\s*\S+(?:[ \t]+\S+){0,2})$")
+# a link, a #tag or an @handle; an attribution after a closing sentence ('... possible." - Charles Kingsleigh', up to
+# eight words: '― Roy T. Bennett, The Light in the Heart')
+_TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”’」]*\s*[-–—―]\s*\S+(?:[ \t]+\S+){0,7})$")
 
 
 def end_class(text: str) -> str:
@@ -45,6 +46,23 @@ def end_class(text: str) -> str:
     if cat[0] in "LM":
         return "word"
     return "other"
+
+
+# a sentence end inside a text: a mark after a letter or a digit and before a space, or a full-width mark (scripts
+# that do not space their words); an enumerator ('1. Java') is none
+_INNER_END = re.compile(r"[^\W_][.!?…؟।]+[\"'”’)\]»]*\s|[。！？]")
+_ENUMERATOR = re.compile(r"(?m)^\s*\d{1,3}[.)]\s")
+
+
+def writes_sentences(text: str) -> bool:
+    """Whether a text holds a sentence end before its last character: one that holds none (a title, a list of
+    names, a menu, lyrics, a table) is not written in sentences, so its ending says nothing of a cut sentence."""
+    return bool(_INNER_END.search(_ENUMERATOR.sub("", text.rstrip()[:-1])))
+
+
+def table_line(line: str) -> bool:
+    """A table's row: two or more cells between '|' ('Subject | Ending', '| a | b |')."""
+    return line.count("|") >= 2 or bool(re.search(r"\S\s+\|\s+\S", line))
 
 
 _SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")
@@ -187,6 +205,13 @@ def script_of(text: str) -> str | None:
     not outweigh it."""
     if text.isascii():
         return "LATIN" if _ASCII_LETTER.search(text) else None
+    c = script_units(text)
+    return c.most_common(1)[0][0] if c else None
+
+
+def script_units(text: str) -> Counter[str]:
+    """Units of writing per Unicode script family (:func:`script_of`): words, or characters where words are not
+    spaced."""
     c: Counter[str] = Counter()
     prev = None
     for ch in text:
@@ -202,7 +227,7 @@ def script_of(text: str) -> str | None:
         if script in UNSPACED or script != prev:
             c[script] += 1
         prev = script
-    return c.most_common(1)[0][0] if c else None
+    return c
 
 
 def cache(ctx: Any, key: str, fn: Any) -> Any:
@@ -253,12 +278,17 @@ def is_code_block(block: str) -> bool:
     return hard and sum(flags) >= 0.6 * len(lines)
 
 
+_JSON_LINE = re.compile(r'(?m)^[ \t]*(?:\{[ \t]*"[^"\n]*"[ \t]*:|\[[ \t]*[\[{"\d-]).*[\]}][ \t]*$')  # {"name": ...}
+
+
 def prose(text: str) -> str:
-    """``text`` without its code (fenced blocks, inline spans, and blocks laid out as code, :func:`is_code_block`):
-    what the content rules judge as language, markup and repetition, since code repeats its own syntax, is in no
-    natural language, and may be markup on purpose."""
+    """``text`` without its code (fenced blocks, inline spans, lines that are JSON objects or arrays, and blocks
+    laid out as code, :func:`is_code_block`): what the content rules judge as language, markup and repetition, since
+    code repeats its own syntax, is in no natural language, and may be markup on purpose."""
     if "`" in text:
         text = _CODE.sub(" ", text)
+    if '"' in text:
+        text = _JSON_LINE.sub(" ", text)  # a tool call's arguments, a record: data, not language
     if "\n" not in text and not _CALL.match(text) and text.rstrip()[-1:] != ";":
         return text  # one line that neither opens like code nor ends so
     return "\n\n".join(b for b in _BLOCKS.split(text) if not is_code_block(b))

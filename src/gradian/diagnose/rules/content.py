@@ -17,6 +17,19 @@ from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 
 
+def _first_of_last_line(answer: str) -> str:
+    return (answer.strip().rsplit("\n", 1)[-1].split() or [""])[0]
+
+
+def _signature(ans: list[tuple[int, str]], norm: float) -> str:
+    """The marker nearly every answer's last line starts with (GSM8K's '####'), or ``""``: a word or a number starts
+    many lines anyway, so only a marker makes a signature."""
+    top, n = Counter(_first_of_last_line(a) for _, a in ans).most_common(1)[0] if ans else ("", 0)
+    if not top or n < max(20, norm * len(ans)) or top.isalpha() or not (set(top) - set("0123456789")):
+        return ""
+    return top
+
+
 def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'),
     and which are at least as long (in words) as the median answer that has it: a learned ending signature, for
@@ -26,10 +39,10 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     cut, unless it is at least half as long and does not end in a full stop or another sentence end (an export cut
     it inside a line: '... = <<2*16=32>>32'). An answer that holds the marker anywhere reached its final line: what
     follows it (a scraper's closing markup, a signature) is added text, not a cut, which other rules judge."""
-    firsts = [(i, (a.strip().rsplit("\n", 1)[-1].split() or [""])[0]) for i, a in ans]
-    top, n = Counter(f for _, f in firsts).most_common(1)[0] if firsts else ("", 0)
-    if not top or n < max(20, norm * len(firsts)) or top.isalpha() or not (set(top) - set("0123456789")):
-        return set()  # a word or a number starts many lines anyway; only a marker like '####' makes a signature
+    firsts = [(i, _first_of_last_line(a)) for i, a in ans]
+    top = _signature(ans, norm)
+    if not top:
+        return set()
     words = dict((i, len(a.split())) for i, a in ans)
     typical = statistics.median(words[i] for i, f in firsts if f == top)
     open_end = {i for i, a in ans if a.rstrip()[-1:] not in ts.TERMINAL | ts.CLOSERS}
@@ -82,6 +95,13 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     mid = {i for i, c, e in judged if c != "clean" and e not in own}
     if not own_endings:  # list items and short lines the file ends without a mark are its own endings too
         mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
+        text = dict(items)
+        inside = _words_inside_sentences(items, int(t.inside_uses))
+        sig = _signature(items, float(t.norm_share))  # an open answer short of the file's final line stops inside
+        stops = {i for i in mid if ts.end_class(text[i]) == "word" and (_last_word(text[i]) in inside
+                                                                        or (sig and sig not in text[i]))}  # fmt: skip
+        mid = {i for i in mid if i in stops or not _unpunctuated_last_line(text[i])}
+        mid -= _phrase_answers_of_the_file(text, judged, mid - stops, float(t.norm_share))
     clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
         return None
@@ -122,11 +142,65 @@ def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm
     return own
 
 
+_WORD_OR_END = re.compile(r"[^\W\d_]+|[.!?…。！？؟।]|[^\s.!?…。！？؟।]")  # a word, a sentence end, anything else
+
+
+def _words_inside_sentences(items: list[tuple[int, str]], uses: int) -> set[str]:
+    """Words (lowercased) the file's answers use at least ``uses`` times and never end a sentence or a line with
+    ('of', 'the', 'per'): an answer ending on one stops inside a sentence. The answers' own last words are not
+    counted (a cut one ends on any word)."""
+    used: Counter[str] = Counter()
+    final: Counter[str] = Counter()
+    for _, a in ts.sample(items):
+        lines = a.rstrip().split("\n")
+        for k, line in enumerate(lines):
+            toks = _WORD_OR_END.findall(line) + ["."] * (k < len(lines) - 1)  # an inner line's end ends a unit
+            for w, nxt in zip(toks, toks[1:], strict=False):  # the answer's own last word: cut or not, it says nothing
+                if w[0].isalpha():
+                    used[w.lower()] += 1
+                    final[w.lower()] += nxt in ts.TERMINAL
+    return {w for w, n in used.items() if n >= uses and not final[w]}
+
+
+def _last_word(text: str) -> str:
+    toks = _WORD_OR_END.findall(text)
+    return toks[-1].lower() if toks else ""
+
+
+def _phrase_answers_of_the_file(text: dict[int, str], judged: list[tuple[int, str, str]], rows: set[int],
+                                norm: float) -> set[int]:  # fmt: skip
+    """The ``rows`` that are phrases the file writes so: answers with no sentence end before their last character
+    (a title, a list of names, a menu) that end on a word, in a file whose answers of that kind end so more than
+    1 - norm of the time (a task mix; GSM8K's end on '#### 72')."""
+    phrases = [(i, c) for i, c, _ in judged if not ts.writes_sentences(text[i])]
+    if not phrases or sum(c == "clean" for _, c in phrases) >= norm * len(phrases):
+        return set()
+    return {i for i, c in phrases if i in rows and c == "word"}
+
+
+def _unpunctuated_last_line(answer: str) -> bool:
+    """Whether an answer's last line is one the answer itself writes without a mark: a table's row, or a line ending
+    on a word where at least half of the answer's other lines of prose (more than SHORT_LINE words, no list item,
+    '#' heading or code) end on a word too (an agenda, a list of titles, lyrics). A length limit cuts a line of an
+    answer whose lines end in marks (a poem's commas and full stops)."""
+    last = answer.strip().rsplit("\n", 1)[-1]
+    if ts.table_line(last):
+        return True
+    if ts.end_class(last) != "word":
+        return False
+    lines = [ln for ln in ts.prose(answer).strip().split("\n")[:-1] if ln.strip()]
+    inner = [ts.end_class(ln) for ln in lines if line_shape(ln) == "prose" and not ln.lstrip().startswith("#")]
+    words = inner.count("word")
+    return words > 0 and 2 * words >= len(inner)
+
+
 @rule(
     "D128", "cut_completion", "warning", needs=("train",), tiers="I/W/E", cause="mechanical",
     thresholds={
         "norm_share": (0.8, "share of the file's answers that end cleanly for the file to have an ending norm"),
         "min_words": (5, "only answers at least this many words long are judged (short answers end anyhow)"),
+        "inside_uses": (20, "an answer with no sentence end that ends on a word is judged cut when the file's answers "
+                        "use that word at least this often and never end a sentence or a line with it"),
         "own_end_share": (0.005, "an ending (the last mark after a mark, the last word after a letter) shared by at "
                           "least this share of the judged text rows (and 3) can be one of the file's own endings"),
         "own_end_rate": (0.1, "it is one when the rows end on it, per line inside them that ends on it, at least this "
@@ -142,7 +216,11 @@ def _line_endings_of_the_file(items: list[tuple[int, str]], rows: set[int], norm
     "limit cuts the long ones). Answers and text rows each have their own norm. An answer whose last line is a list "
     "item or a short line (a name, a sign-off) ending on a word is not judged when the file's complete lines of that "
     "shape end so too ('1. Java'); one that ends on a link, a #tag or a quote's attribution ends whole; one that "
-    "ends in code is not judged, nor a file where more than 1 - norm_share of the answers do.",
+    "ends in code is not judged, nor a file where more than 1 - norm_share of the answers do. What a text does not "
+    "show to be cut is not judged either: a table's row; a last line the answer's other lines of prose also end on "
+    "a word (an agenda, lyrics); an answer with no sentence end at all (a title, a list of names) in a file whose "
+    "such answers end on a word more than 1 - norm_share of the time, unless it ends on a word the file's answers "
+    "use often and never end a sentence or a line with ('of', 'the') or lacks the final line all of them end on.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
     "signal), so answers that are single words or labels are never judged.",
@@ -196,7 +274,8 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
     "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
     "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.'). "
-    "Code (fenced, inline, or laid out as code) is left out: it repeats its own syntax.",
+    "Each assistant turn of a conversation is judged alone (replies may share sentences; a loop is inside one). "
+    "Code (fenced, inline, JSON lines, or laid out as code) is left out: it repeats its own syntax.",
     why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
     "max_new_tokens.",
     example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
@@ -206,29 +285,33 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
-    max_copies, max_sent, max_10 = t.sentence_copies, t.dup_sentence_share, t.dup_10gram_share
     for e, tgt in zip(ctx.train, ts.prose_targets(ctx), strict=True):
-        if len(tgt) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
-            if ts.one_unit_loop(tgt) >= max_copies:
-                worst["short row of one sentence repeated"] += 1
-                rows.append(e.index)
-            continue
-        copies, dup_sent, dup_10 = ts.loop_measures(tgt)
-        if copies >= max_copies:
-            worst["sentence repeated"] += 1
-        elif dup_sent >= max_sent:
-            worst["repeated sentences"] += 1
-        elif dup_10 >= max_10:
-            worst["repeated 10-grams"] += 1
-        else:
-            continue
-        rows.append(e.index)
+        turns = [m.get("content") for m in e.messages[e.n_prompt_messages or 0 :] if m.get("role") == "assistant"] \
+            if e.messages else []  # fmt: skip
+        # each assistant turn is judged alone: a loop is inside one reply, while replies may share their sentences
+        kind = max((_loop_kind(ts.prose(str(x or "")), t) for x in turns), key=bool) if len(turns) > 1 else \
+            _loop_kind(tgt, t)  # fmt: skip
+        if kind:
+            worst[kind] += 1
+            rows.append(e.index)
     if rows:
         yield Hit(
             f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%) repeat themselves: {dict(worst)}",
             evidence=rows_ev(rows, len(ctx.train), ctx.train_file, kinds=dict(worst)),
             fix=drop_fix("Drop the looping rows (or cut them at the first repeat)", rows, ctx.train_file, "D129"),
         )
+
+
+def _loop_kind(text: str, t: Params) -> str:
+    """How a text loops (the repetition rule's measures against its thresholds), or ``""``."""
+    if len(text) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
+        return "short row of one sentence repeated" if ts.one_unit_loop(text) >= t.sentence_copies else ""
+    copies, dup_sent, dup_10 = ts.loop_measures(text)
+    if copies >= t.sentence_copies:
+        return "sentence repeated"
+    if dup_sent >= t.dup_sentence_share:
+        return "repeated sentences"
+    return "repeated 10-grams" if dup_10 >= t.dup_10gram_share else ""
 
 
 def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[int], list[str]]:
@@ -300,7 +383,7 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 _PLACEHOLDER = re.compile(
     r"\{\{\s*[A-Za-z_][\w.]*\s*\}\}"  # {{input}}, {{ user.name }}
-    r"|\{(?:instruction|input|output|question|answer|context|prompt|response|query|text|document|passage|label|"
+    r"|(?<![\w\\])\{(?:instruction|input|output|question|answer|context|prompt|response|query|text|document|passage|label|"
     r"topic|name|user|system|examples?|task|title|content|sentence|target|source)\}"  # {instruction}
     r"|<(?:PLACEHOLDER|[A-Z]+_HERE)>|\[(?:PLACEHOLDER|TODO)\]",  # <PLACEHOLDER>, <TEXT_HERE>, [TODO]
     re.IGNORECASE,
@@ -350,10 +433,10 @@ _VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
 
 def _written_markup(text: str, prose: str) -> bool:
     """Whether the markup in an answer is what it was asked to write (a page, a table, a snippet), not markup left
-    around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`), or the answer lays it out as markup, two
-    or more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks. ``prose``: ``text`` without
-    its code."""
-    if not _MARKUP.search(prose):
+    around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`), the answer is nothing but markup
+    (``<img src="a.png" alt="A">``), or lays it out as markup, two or more lines that are nothing but tags
+    (``<table>``, ``  <tr>``), not line breaks. ``prose``: ``text`` without its code."""
+    if not _MARKUP.search(prose) or not _MARKUP.sub("", prose).strip():  # no markup in prose, or nothing but markup
         return True
     lines = [ln for ln in text.split("\n") if ts.TAGS_LINE.fullmatch(ln) and not _VOID.match(ln)]
     return len(lines) >= 2
@@ -615,8 +698,36 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     return out
 
 
+def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scripts: dict[int, str | None],
+               main: str | None, words: int) -> set[int]:  # fmt: skip
+    """The ``rows`` whose prompt holds text in their answer's language: at least ``words`` units of its script (a
+    Hindi passage to answer in Hindi in an English file), or a line of at least ``words`` words that the language
+    model reads as the answer's language (an English phrase to use in a sentence, in a Chinese file); lines the
+    file's prompts share (a template's) are not the prompt's own. The answer is in the language the prompt works in,
+    not a slip into another one."""
+    prompts: dict[int, list[str]] = defaultdict(list)
+    for i, p, _ in ts.answers(ctx):
+        if i in rows:
+            prompts[i].append(p)
+    lines = Counter(ln for _, p, _ in ts.sample(ts.answers(ctx)) for ln in set(p.split("\n")))
+    n = len(ts.sample(ts.answers(ctx)))
+    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * n)}  # the file's own prompt lines (a template's)
+    out = set()
+    for i in rows:
+        prompt = "\n".join(ln for p in prompts[i] for ln in p.split("\n") if ln not in template)
+        script = scripts[i]
+        if script and script != main:  # another script than the file's: does the prompt write in it?
+            if ts.script_units(prompt)[script] >= words:
+                out.add(i)
+            continue
+        lang = _top_lang(segs[i])
+        if any(len(_W.findall(ln)) >= words and _top_lang(ln) == lang for ln in prompt.split("\n")):
+            out.add(i)
+    return out
+
+
 @rule(
-    "D134", "language_mix", "warning", needs=("train",), cause="content",
+    "D134", "language_mix", "warning", needs=("train",), cause="content", tiers="W/I",
     thresholds={
         "min_words": (8, "texts with fewer distinct words (after the file's template words) are not judged by the "
                       "file's common words"),
@@ -638,13 +749,17 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     "character model of the file's own rows finds unlikely, confirmed by an offline language-ID model (py3langid) "
     "against the language of the file's ordinary rows; and another Unicode script than nearly all rows' (counted in "
     "words, or characters for scripts that do not space their words: Chinese, Japanese, Thai). "
-    "Code (fenced, inline, or laid out as code) is left out: it is in no natural language.",
+    "Code (fenced, inline, JSON lines, or laid out as code) is left out: it is in no natural language. An answer "
+    "whose prompt writes in its language (a passage in that script, a line of that language, besides the file's "
+    "template lines) is what the prompt works in, not a slip: those rows are a note.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set; Spanish reviews in an English sentiment set.",
     fix="Drop the rows, or split them into their own set.",
     seen_in="mixed crawls",
 )  # fmt: skip
 def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    from gradian.diagnose.rules.dataset import _is_labels
+
     n = len(ctx.train)
     if n < 20:
         return
@@ -670,27 +785,32 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     low = [k for k, s in scores if s < t.ratio * med] if med >= t.min_median else []
     low += _char_outliers([seg for _, seg in segs], short, float(t.char_z))
     rows: set[int] = set()
+    scripts = {i: ts.script_of(seg) for i, seg in segs}
+    main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if low:
         cands = set(low)
-        ordinary = [seg for k, (_, seg) in enumerate(segs) if k not in cands and len(seg.split()) >= t.short_words]
+        ordinary = [seg for k, (i, seg) in enumerate(segs) if k not in cands and len(seg.split()) >= t.short_words
+                    and scripts[i] in (main, None)]  # fmt: skip  # the main script's language, not its tool calls'
         langs = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))])
-        main_lang = langs.most_common(1)[0][0]
+        main_lang = langs.most_common(1)[0][0] if langs else ""
         for k in sorted(cands):
             sc = _lang_scores(segs[k][1])
             top = max(sc, key=sc.__getitem__)
-            if top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
+            if main_lang and top != main_lang and sc[top] - sc.get(main_lang, -1e9) >= t.margin:
                 rows.add(segs[k][0])
-    scripts = {i: ts.script_of(seg) for i, seg in segs}
-    main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if main and cnt >= 0.8 * n:
         rows |= {i for i, s in scripts.items() if s and s != main}
-    if rows:
-        rows_l = sorted(rows)
-        yield Hit(
-            f"{len(rows_l)} row(s) ({pct(len(rows_l), n)}%) look like another language than the file's majority",
-            evidence=rows_ev(rows_l, n, ctx.train_file, main_script=main, median_profile_share=round(med, 3)),
-            fix=drop_fix("Drop the rows or move them to their own set", rows_l, ctx.train_file, "D134"),
-        )
+    asked = _asked_for(ctx, rows, dict(segs), scripts, main, int(t.short_words)) if not _is_labels(ctx) else set()
+    for group, said in ((rows - asked, ""), (asked, ", as their prompts are (a multilingual set, a translation task)")):
+        if group:
+            rows_l = sorted(group)
+            yield Hit(
+                f"{len(rows_l)} row(s) ({pct(len(rows_l), n)}%) look like another language than the file's "
+                f"majority{said}",
+                severity="info" if said else None,
+                evidence=rows_ev(rows_l, n, ctx.train_file, main_script=main, median_profile_share=round(med, 3)),
+                fix=drop_fix("Drop the rows or move them to their own set", rows_l, ctx.train_file, "D134"),
+            )
 
 
 def _nb_margins(inputs: list[str], labels: list[str], alpha: float) -> list[float]:

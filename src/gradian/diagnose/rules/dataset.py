@@ -854,13 +854,18 @@ def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 @rule(
-    "D121", "answer_in_prompt", "warning", cause="content", needs=("train",),
+    "D121", "answer_in_prompt", "warning", cause="content", needs=("train",), tiers="I/W",
     thresholds={"max_percent": (1.0, "percent of rows that copy (or leak) above which it fires"),
+                "warn_percent": (5.0, "percent of rows at which it is a warning: a join or template bug touches "
+                                 "every row it builds, while a task mix holds a few tasks whose answer is part of "
+                                 "their input (extract a sentence, pick one of the listed labels)"),
                 "min_chars": (20, "only texts at least this long are checked")},
-    summary="An answer that copies its prompt, or a completion that appears verbatim in the prompt, in every row "
-    "format (prompt/completion, and each assistant turn against the user turn before it).",
+    summary="An answer that copies its prompt, or a completion that appears verbatim (case and all, spacing aside) in "
+    "the prompt, in every row format (prompt/completion, and each assistant turn against the user turn before it); "
+    "a note below warn_percent of the rows.",
     why="A join or templating bug: the answer column holds the question (the model learns to echo), or the answer "
-    "leaks into the input (the model learns to copy, and eval loss is meaningless).",
+    "leaks into the input (the model learns to copy, and eval loss is meaningless). It touches every row built by "
+    "the same code; a few rows are more likely tasks that copy by design.",
     example='prompt "Q: 2+2? A: 4\\n" completion "4" built from the wrong column; or an assistant turn equal to the '
     "user turn.",
     fix="Fix the join / prompt template so the answer column holds the answer and the prompt does not.",
@@ -872,7 +877,7 @@ def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     for i, prompt, answer in ts.answers(ctx):
         if i == done:
             continue
-        a, p = normalize(answer), normalize(prompt)
+        a, p = " ".join(answer.split()), " ".join(prompt.split())  # a join copies verbatim: case is kept
         if len(a) >= min_chars and a in p:
             leak.append(i)
             done = i
@@ -880,10 +885,12 @@ def answer_in_prompt(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             copy.append(i)
             done = i
     rows = sorted(set(leak) | set(copy))
-    if rows and pct(len(rows), len(ctx.train)) > t.max_percent:
+    share = pct(len(rows), len(ctx.train))
+    if rows and share > t.max_percent:
         yield Hit(
-            f"{len(rows)} row(s) ({pct(len(rows), len(ctx.train))}%): {len(copy)} answer(s) copy their prompt, "
-            f"{len(leak)} prompt(s) contain their answer",
+            f"{len(rows)} row(s) ({share}%): {len(copy)} answer(s) copy their prompt, {len(leak)} prompt(s) contain "
+            "their answer",
+            severity="warning" if share >= t.warn_percent else "info",
             evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), copies=len(copy), leaks=len(leak)),
             fix=drop_fix("Fix the join / prompt template; drop the listed rows", rows, _tfile(ctx), "D121"),
         )
