@@ -1,15 +1,19 @@
 """`gradian diagnose` on public instruction sets nobody planted anything in, read as a user would (``--train FILE
 --tokenizer`` SmolLM2's, no config): the demo datasets LLaMA-Factory ships (data/ of github.com/hiyouga/LLaMA-Factory:
-1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations), Code
-Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code instructions, answers mostly unfenced code)
-and GPTeacher (github.com/teknium1/GPTeacher: 1,923 role-play and 2,396 tool-use instructions, Alpaca rows whose
-output is named ``response``).
+1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations in English
+and in Chinese, 300 KTO conversations), Code Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code
+instructions, answers mostly unfenced code), GPTeacher (github.com/teknium1/GPTeacher: 1,923 role-play and 2,396
+tool-use instructions, Alpaca rows whose output is named ``response``), and, where given, two human-written task
+mixes: Self-Instruct's 175 seed tasks (seed_tasks.jsonl of github.com/tatsu-lab/stanford_alpaca) and its 252
+user-oriented instructions (github.com/Instruction-Tuning-with-GPT-4/GPT-4-LLM), as Alpaca rows, one per instance,
+and FastChat's ShareGPT-format dummy conversations (github.com/lm-sys/FastChat).
 Each finding is listed with its rows, so that a person can read them and say which are true;
 bench/results/diagnose_public_sets.md holds the table and that reading.
 
-    # the data: the `fetch` tool's mirrors of the two repositories, or any checkouts of them
+    # the data: the `fetch` tool's mirrors of the repositories, or any checkouts of them
     python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory --codealpaca /path/to/codealpaca \
-        --gpteacher /path/to/GPTeacher
+        --gpteacher /path/to/GPTeacher [--selfinstruct /path/to/stanford_alpaca --gpt4llm /path/to/GPT-4-LLM \
+        --fastchat /path/to/FastChat]
 
 The files are not shipped (Alpaca's and Code Alpaca's data are CC BY-NC 4.0); the script reads them from the
 checkouts (a bare git mirror works: it runs ``git show HEAD:PATH``)."""
@@ -26,11 +30,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCES = {
     "lf": ["data/alpaca_en_demo.json", "data/alpaca_zh_demo.json", "data/identity.json",
-           "data/glaive_toolcall_en_demo.json"],
+           "data/glaive_toolcall_en_demo.json", "data/glaive_toolcall_zh_demo.json", "data/kto_en_demo.json"],
     "codealpaca": ["data/code_alpaca_2k.json", "data/new_codealpaca.json"],
     "gpteacher": ["Roleplay/roleplay-simple-deduped-roleplay-instruct.json",
                   "Toolformer/toolformer-similarity-0.6-dataset.json"],
+    "selfinstruct": ["seed_tasks.jsonl"],
+    "gpt4llm": ["plots/data/user_oriented_instructions.jsonl"],
+    "fastchat": ["data/dummy_conversation.json"],
 }  # fmt: skip
+OPTIONAL = ("selfinstruct", "gpt4llm", "fastchat")
+
+
+def self_instruct_rows(data: bytes) -> bytes:
+    """Self-Instruct's task files (one task a line, with its instances) as Alpaca rows, one per instance, as its
+    own fine-tuning scripts write them."""
+    out = []
+    for line in data.decode().splitlines():
+        task = json.loads(line)
+        for ins in task["instances"]:
+            out.append(json.dumps({"instruction": task["instruction"], "input": ins["input"], "output": ins["output"]}))
+    return ("\n".join(out) + "\n").encode()
+
+
 TOKENIZER = HERE.parent / "examples" / "smollm2" / "model"
 
 
@@ -48,6 +69,9 @@ def main() -> None:
     ap.add_argument("--lf", type=Path, required=True, help="LLaMA-Factory checkout or bare git mirror")
     ap.add_argument("--codealpaca", type=Path, required=True, help="codealpaca checkout or bare git mirror")
     ap.add_argument("--gpteacher", type=Path, required=True, help="GPTeacher checkout or bare git mirror")
+    ap.add_argument("--selfinstruct", type=Path, help="stanford_alpaca checkout or mirror (Self-Instruct's seed tasks)")
+    ap.add_argument("--gpt4llm", type=Path, help="GPT-4-LLM checkout or mirror (the user-oriented instructions)")
+    ap.add_argument("--fastchat", type=Path, help="FastChat checkout or mirror (its ShareGPT-format dummy data)")
     ap.add_argument("--results", default="diagnose_public_sets.json")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="SmolLM2 (examples/smollm2/get_model.py)")
     a = ap.parse_args()
@@ -57,10 +81,13 @@ def main() -> None:
     out: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for source, rels in SOURCES.items():
+            if getattr(a, source) is None:
+                continue
             for rel in rels:
                 name = Path(rel).name
                 path = Path(tmp) / name
-                path.write_bytes(read_file(getattr(a, source), rel))
+                data = read_file(getattr(a, source), rel)
+                path.write_bytes(self_instruct_rows(data) if b'"instances"' in data[:2000] else data)
                 fs, _, _ = diagnose_full(train=path, tokenizer=str(a.tokenizer), settings=DiagnoseSettings())
                 out[name] = [{"code": f.code, "severity": f.severity.value, "message": f.message,
                               "rows": [r + 1 for r in (f.evidence or {}).get("rows", [])]} for f in fs]  # fmt: skip

@@ -827,3 +827,17 @@ def test_answer_in_prompt_is_a_warning_when_it_touches_many_rows() -> None:
         ctx.train[i].prompt = "Capitalize every word: " + ctx.train[i].completion.strip()
         ctx.train[i].completion = " " + ctx.train[i].completion.strip().title()
     assert list(run_rule(by_code["D121"], ctx)) == []
+
+
+def test_kto_rows_are_named_as_such() -> None:
+    """A KTO file (a reply and whether it is desirable: TRL's and LLaMA-Factory's layout) passed as training data:
+    D102 names it and the undesirable replies it would train on."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    for i, e in enumerate(ctx.train):
+        e.raw = {**e.raw, "label": i % 3 != 0}
+    (f,) = run_rule(by_code["D102"], ctx)
+    assert "KTO" in f.message and f.evidence["rows"] == list(range(0, len(ctx.train), 3))
+    for e in ctx.train:
+        e.raw.pop("label")
+    assert list(run_rule(by_code["D102"], ctx)) == []

@@ -140,8 +140,8 @@ def _message_keys(ctx: DiagnoseContext, total: int) -> Iterator[Hit]:
 @rule(
     "D102", "roles", "error", cause="mechanical", needs=("train",),
     summary="Conversation rows with an unknown role, two consecutive turns of one role, no assistant turn, or a last "
-    "turn that is not the assistant's; a file most of whose rows hold chosen / rejected replies is named a "
-    "preference set.",
+    "turn that is not the assistant's; a file most of whose rows hold chosen / rejected replies, or a reply with a "
+    "true/false `label` (KTO), is named a preference set.",
     why="Chat templates raise or silently render such rows wrong; with assistant-only loss a row without an "
     "assistant turn trains on nothing, and a trailing user turn teaches the model to stop mid-dialogue.",
     example='[{"role": "user", ...}, {"role": "user", ...}] or a row ending with a user turn.',
@@ -185,6 +185,16 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             fix = Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian attributes SFT, "
                       "not DPO/KTO)")  # fmt: skip
         yield Hit(msg, evidence=ev, fix=fix)
+    kto = [e for e in ctx.train if isinstance(e.raw, dict) and isinstance(e.raw.get("label"), bool)]
+    if 2 * len(kto) > len(ctx.train):  # TRL's and LLaMA-Factory's KTO rows: a reply and whether it is desirable
+        bad_replies = [e.index for e in kto if e.raw["label"] is False]
+        yield Hit(
+            f"the file holds KTO rows (a reply labelled desirable or not in {len(kto)} rows), not supervised "
+            f"fine-tuning rows: as SFT data its {len(bad_replies)} undesirable replies are targets too",
+            evidence=rows_ev(bad_replies, len(ctx.train), _tfile(ctx), kto_rows=len(kto)),
+            fix=Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian attributes SFT, "
+                    "not DPO/KTO)"),
+        )  # fmt: skip
 
 
 @rule(
