@@ -789,8 +789,9 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     main, cnt = Counter(v for v in scripts.values() if v).most_common(1)[0] if any(scripts.values()) else (None, 0)
     if low:
         cands = set(low)
+        # the language of the file's main script, where it has one (not its tool calls' English)
         ordinary = [seg for k, (i, seg) in enumerate(segs) if k not in cands and len(seg.split()) >= t.short_words
-                    and scripts[i] in (main, None)]  # fmt: skip  # the main script's language, not its tool calls'
+                    and (cnt < 0.8 * n or scripts[i] in (main, None))]  # fmt: skip
         langs = Counter(_top_lang(x) for x in ordinary[:: max(1, len(ordinary) // int(t.sample))])
         main_lang = langs.most_common(1)[0][0] if langs else ""
         for k in sorted(cands):
