@@ -49,6 +49,10 @@ def _rows(rng: random.Random) -> list[dict]:
         rows.append({"prompt": f"Write a short thank-you letter to a colleague ({k}).",
                      "completion": "Dear Sam,\n\nThank you for your help with the report this week.\n\nBest "
                                    "regards,\n[Your Name]"})  # fmt: skip
+    for name in ("Jane Austen", "Dracula", "[Your Name], CEO", "Dr. Jane Goodall"):  # signed on the last prose line
+        rows.append({"prompt": f"Write a short letter as {name}.",
+                     "completion": "I write to thank you for your kind support this year. It meant a great deal to "
+                                   f"all of us here. Yours sincerely, {name}"})  # fmt: skip
     for k, a in enumerate(["Paris.", "42.", "Blue.", "Yes.", "Seven.", "Four apples.", "The cat sat.", "It is 9 km."]):
         rows.append({"prompt": f"Answer in a word or two: question {k}?", "completion": a})
     rng.shuffle(rows)

@@ -24,6 +24,22 @@ TAIL = 300  # characters of a text's end its last tokens are read from (a search
 _TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”’」]*\s*[-–—―]\s*\S+(?:[ \t]+\S+){0,7})$")
 
 
+# what may be a letter's closing after its last sentence: a short phrase, a comma, and a name ('Yours sincerely, Jane
+# Austen', 'Best regards, [Your Name], CEO'); the phrase is group 1
+_NAME = r"(?:\[[^\]\n]{1,30}\]|[A-Z][\w.'’-]{0,30})"
+_SIGNATURE = re.compile(
+    rf"[.!?…][\"'”’]*\s+([A-Z][^.!?\n,]{{0,60}}),\s+{_NAME}(?:,?[ \t]+(?:{_NAME}|[a-z]{{1,3}}))*(?<=[\w\]])$"
+)
+
+
+def closing(text: str) -> str:
+    """The phrase of what may be a letter's closing at the end of a text, lowercased ('yours sincerely'), or ``""``.
+    A text that ends in one a file's texts share ends whole; one phrase alone may as well be a sentence cut after
+    a name ('One day, Lily')."""
+    m = _SIGNATURE.search(text.rstrip()[-TAIL:])
+    return " ".join(m.group(1).lower().split()) if m else ""
+
+
 def end_class(text: str) -> str:
     """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
     (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji, a closing

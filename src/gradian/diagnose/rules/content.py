@@ -101,6 +101,8 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
         stops = {i for i in mid if ts.end_class(text[i]) == "word" and (_last_word(text[i]) in inside
                                                                         or (sig and sig not in text[i]))}  # fmt: skip
         mid = {i for i in mid if i in stops or not _unpunctuated_last_line(text[i])}
+        closings = Counter(c for _, a in items if (c := ts.closing(a)))  # letters signed the file's way
+        mid = {i for i in mid if closings[ts.closing(text[i])] < SHARED}
         mid -= _phrase_answers_of_the_file(text, judged, mid - stops, float(t.norm_share))
     clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
@@ -109,6 +111,7 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
 
 
 SHORT_LINE = 3  # words: a line this short is a title, a name, a sign-off rather than a sentence
+SHARED = 3  # answers that end on one closing phrase and a name ('Yours sincerely, Jane Austen'): the file's sign-off
 
 
 def line_shape(line: str) -> str:
@@ -215,7 +218,8 @@ def _unpunctuated_last_line(answer: str) -> bool:
     "last line starts with (GSM8K's '#### 72') while the row is at least as long as the file's usual one (a length "
     "limit cuts the long ones). Answers and text rows each have their own norm. An answer whose last line is a list "
     "item or a short line (a name, a sign-off) ending on a word is not judged when the file's complete lines of that "
-    "shape end so too ('1. Java'); one that ends on a link, a #tag or a quote's attribution ends whole; one that "
+    "shape end so too ('1. Java'); one that ends on a link, a #tag, a quote's attribution, or a closing phrase and a "
+    "name that at least three answers share ('Yours sincerely, Jane Austen') ends whole; one that "
     "ends in code is not judged, nor a file where more than 1 - norm_share of the answers do. What a text does not "
     "show to be cut is not judged either: a table's row; a last line the answer's other lines of prose also end on "
     "a word (an agenda, lyrics); an answer with no sentence end at all (a title, a list of names) in a file whose "
