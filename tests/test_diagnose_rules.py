@@ -841,3 +841,26 @@ def test_kto_rows_are_named_as_such() -> None:
     for e in ctx.train:
         e.raw.pop("label")
     assert list(run_rule(by_code["D102"], ctx)) == []
+
+
+def test_a_null_word_the_prompt_asks_about_is_an_answer() -> None:
+    """'undefined' is an export's missing value as a target, but the answer to a question that holds the word."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    ctx.train[3].completion = "undefined"
+    ctx.train[4].prompt = "Which of these is not a JSON type: 'undefined', 'null'?\nAnswer:"
+    ctx.train[4].completion = "undefined"
+    (f,) = run_rule(by_code["D120"], ctx)
+    assert f.evidence["rows"] == [3]
+
+
+def test_printed_output_is_no_loop() -> None:
+    """A program's printed array repeats its rows, which are no sentences; the same rows in words loop."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    ctx.train[5].completion = "print(arr)\n\n# Output\n" + "\n".join(["[0 0 0]"] * 12)
+    assert list(run_rule(by_code["D129"], ctx)) == []
+    ctx = clean_context()
+    ctx.train[5].completion = "Output:\n" + "\n".join(["the row is zero zero zero"] * 12)
+    (f,) = run_rule(by_code["D129"], ctx)
+    assert f.evidence["rows"] == [5]

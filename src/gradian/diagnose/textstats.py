@@ -294,6 +294,7 @@ def is_code_block(block: str) -> bool:
     return hard and sum(flags) >= 0.6 * len(lines)
 
 
+LETTER = re.compile(r"[^\W\d_]")  # a line without one (a printed array, a row of numbers) is data, not language
 _JSON_LINE = re.compile(r'(?m)^[ \t]*(?:\{[ \t]*"[^"\n]*"[ \t]*:|\[[ \t]*[\[{"\d-]).*[\]}][ \t]*$')  # {"name": ...}
 
 

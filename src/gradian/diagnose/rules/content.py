@@ -307,7 +307,10 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 
 def _loop_kind(text: str, t: Params) -> str:
-    """How a text loops (the repetition rule's measures against its thresholds), or ``""``."""
+    """How a text loops (the repetition rule's measures against its thresholds), or ``""``. Lines without a letter
+    (a program's printed array, a row of numbers) are data, not sentences that repeat."""
+    if "\n" in text:
+        text = "\n".join(ln for ln in text.split("\n") if ts.LETTER.search(ln))
     if len(text) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
         return "short row of one sentence repeated" if ts.one_unit_loop(text) >= t.sentence_copies else ""
     copies, dup_sent, dup_10 = ts.loop_measures(text)

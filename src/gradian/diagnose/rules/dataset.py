@@ -848,13 +848,20 @@ _NULLS = {"nan", "none", "null", "undefined", "[object object]", "<na>"}
 
 @rule(
     "D120", "null_strings", "warning", cause="content", needs=("train",),
-    summary="Targets that are a serialized missing value: 'nan', 'None', 'null', 'undefined'.",
+    summary="Targets that are a serialized missing value: 'nan', 'None', 'null', 'undefined'; not where the prompt "
+    "holds the word (a question about JSON's types answered 'undefined').",
     why="A pandas/JSON export turned missing values into strings; the model learns to answer 'nan'.",
     example='{"prompt": "...", "completion": "nan"}',
     fix="Drop those rows, and fix the export.",
 )  # fmt: skip
 def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = [e.index for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True) if tgt.strip().lower() in _NULLS]
+    prompts = {i: p.lower() for i, p, _ in ts.answers(ctx)}
+    rows = [
+        e.index
+        for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True)
+        if (x := tgt.strip().lower()) in _NULLS
+        and not re.search(rf"(?<!\w){re.escape(x)}(?!\w)", prompts.get(e.index, ""))
+    ]
     if rows:
         yield Hit(
             f"{len(rows)} row(s) have a serialized missing value as their target",
