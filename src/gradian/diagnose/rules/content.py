@@ -30,7 +30,7 @@ def _signature(ans: list[tuple[int, str]], norm: float) -> str:
     return top
 
 
-def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
+def _off_signature(ans: list[tuple[int, str]], top: str) -> set[int]:
     """Answers whose last line does not start like nearly all of the file's answers' last lines (GSM8K: '#### 72'),
     and which are at least as long (in words) as the median answer that has it: a learned ending signature, for
     files whose answers end in a fixed final line. A length limit cuts the answers that are long (the complete ones
@@ -39,10 +39,9 @@ def _off_signature(ans: list[tuple[int, str]], norm: float) -> set[int]:
     cut, unless it is at least half as long and does not end in a full stop or another sentence end (an export cut
     it inside a line: '... = <<2*16=32>>32'). An answer that holds the marker anywhere reached its final line: what
     follows it (a scraper's closing markup, a signature) is added text, not a cut, which other rules judge."""
-    firsts = [(i, _first_of_last_line(a)) for i, a in ans]
-    top = _signature(ans, norm)
-    if not top:
+    if not top:  # the file's final-line marker (:func:`_signature`)
         return set()
+    firsts = [(i, _first_of_last_line(a)) for i, a in ans]
     words = dict((i, len(a.split())) for i, a in ans)
     typical = statistics.median(words[i] for i, f in firsts if f == top)
     open_end = {i for i, a in ans if a.rstrip()[-1:] not in ts.TERMINAL | ts.CLOSERS}
@@ -93,21 +92,23 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     common = {e for e, k in ends.items() if k >= max(3, t.own_end_share * len(judged))}
     own = _own_endings(items, common, float(t.own_end_rate)) if own_endings and common else set()
     mid = {i for i, c, e in judged if c != "clean" and e not in own}
+    sig = _signature(items, float(t.norm_share))
     if not own_endings:  # list items and short lines the file ends without a mark are its own endings too
         mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
         text = dict(items)
         inside = _words_inside_sentences(items, int(t.inside_uses))
-        sig = _signature(items, float(t.norm_share))  # an open answer short of the file's final line stops inside
+        # an open answer that stops on a word the file never ends with, or short of the final line all answers end on
         stops = {i for i in mid if ts.end_class(text[i]) == "word" and (_last_word(text[i]) in inside
                                                                         or (sig and sig not in text[i]))}  # fmt: skip
         mid = {i for i in mid if i in stops or not _unpunctuated_last_line(text[i])}
-        closings = Counter(c for _, a in items if (c := ts.closing(a)))  # letters signed the file's way
-        mid = {i for i in mid if closings[ts.closing(text[i])] < SHARED}
+        if any(ts.closing(text[i]) for i in mid):  # letters signed the file's way
+            closings = Counter(c for _, a in items if (c := ts.closing(a)))
+            mid = {i for i in mid if closings[ts.closing(text[i])] < SHARED}
         mid -= _phrase_answers_of_the_file(text, judged, mid - stops, float(t.norm_share))
     clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
         return None
-    return mid, _off_signature(items, float(t.norm_share)) - mid, clean / len(judged)
+    return mid, _off_signature(items, sig) - mid, clean / len(judged)
 
 
 SHORT_LINE = 3  # words: a line this short is a title, a name, a sign-off rather than a sentence
@@ -166,7 +167,7 @@ def _words_inside_sentences(items: list[tuple[int, str]], uses: int) -> set[str]
 
 
 def _last_word(text: str) -> str:
-    toks = _WORD_OR_END.findall(text)
+    toks = _WORD_OR_END.findall(text[-ts.TAIL :])
     return toks[-1].lower() if toks else ""
 
 
@@ -175,10 +176,11 @@ def _phrase_answers_of_the_file(text: dict[int, str], judged: list[tuple[int, st
     """The ``rows`` that are phrases the file writes so: answers with no sentence end before their last character
     (a title, a list of names, a menu) that end on a word, in a file whose answers of that kind end so more than
     1 - norm of the time (a task mix; GSM8K's end on '#### 72')."""
-    phrases = [(i, c) for i, c, _ in judged if not ts.writes_sentences(text[i])]
-    if not phrases or sum(c == "clean" for _, c in phrases) >= norm * len(phrases):
+    cands = {i for i in rows if ts.end_class(text[i]) == "word" and not ts.writes_sentences(text[i])}
+    phrases = [c for i, c, _ in ts.sample(judged) if not ts.writes_sentences(text[i])] if cands else []
+    if not phrases or phrases.count("clean") >= norm * len(phrases):
         return set()
-    return {i for i, c in phrases if i in rows and c == "word"}
+    return cands
 
 
 def _unpunctuated_last_line(answer: str) -> bool:
