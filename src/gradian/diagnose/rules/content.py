@@ -83,7 +83,9 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     books), an ending that many of them share, and that ends them about as often as it ends lines inside them (a
     play's '--' for an interrupted speech, a title line between its acts), is one of the file's own ways to end, not
     a cut: an export cuts at random characters, mostly inside a word, and no line of the file ends in such a piece
-    of a word."""
+    of a word. Answers are judged one by one (a conversation's replies each), then named by their rows."""
+    rows_of = [i for i, _ in items]
+    by_row, items = items, list(enumerate(a for _, a in items))  # keyed by answer from here on
     classes = [(i, c, _ending(a, c)) for i, a in items if len(a.split()) >= t.min_words for c in [ts.end_class(a)]]
     judged = [(i, c, e) for i, c, e in classes if c in ("clean", "word", "mid")]
     if len(judged) < 20:
@@ -108,7 +110,8 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
         return None
-    return mid, _off_signature(items, sig) - mid, clean / len(judged)
+    cut = {rows_of[k] for k in mid}
+    return cut, _off_signature(by_row, sig) - cut, clean / len(judged)
 
 
 SHORT_LINE = 3  # words: a line this short is a title, a name, a sign-off rather than a sentence
