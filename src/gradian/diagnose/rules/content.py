@@ -295,11 +295,11 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
     for e, tgt in zip(ctx.train, ts.prose_targets(ctx), strict=True):
-        turns = [m.get("content") for m in e.messages[e.n_prompt_messages or 0 :] if m.get("role") == "assistant"] \
-            if e.messages else []  # fmt: skip
+        start = e.n_prompt_messages or 0
+        turns = [str(m.get("content") or "") for m in (e.messages or [])[start:] if m.get("role") == "assistant"]
         # each assistant turn is judged alone: a loop is inside one reply, while replies may share their sentences
-        kind = max((_loop_kind(ts.prose(str(x or "")), t) for x in turns), key=bool) if len(turns) > 1 else \
-            _loop_kind(tgt, t)  # fmt: skip
+        texts = [ts.prose(x) for x in turns] if len(turns) > 1 else [tgt]
+        kind = next((k for x in texts if (k := _loop_kind(x, t))), "")
         if kind:
             worst[kind] += 1
             rows.append(e.index)
