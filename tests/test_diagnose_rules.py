@@ -864,3 +864,18 @@ def test_printed_output_is_no_loop() -> None:
     ctx.train[5].completion = "Output:\n" + "\n".join(["the row is zero zero zero"] * 12)
     (f,) = run_rule(by_code["D129"], ctx)
     assert f.evidence["rows"] == [5]
+
+
+def test_an_end_of_text_marker_in_completions_is_named_whatever_the_tokenizer_calls_it() -> None:
+    """OpenAI's legacy fine-tuning rows end their completions with '<|endoftext|>'; SmolLM2's tokenizer makes that
+    string its unknown token (a special token all the same), which must not hide it. '<unk>' itself stays text."""
+    by_code = {r.code: r for r in RULES}
+    ctx = clean_context()
+    ctx.train[4].completion += " <unk>"
+    assert list(run_rule(by_code["D111"], ctx)) == []
+    ctx.tokenizer.unk_token = "<|endoftext|>"  # SmolLM2's special tokens
+    ctx.tokenizer.all_special_tokens = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    for i in (2, 3):
+        ctx.train[i].completion += "<|endoftext|>"
+    (f,) = run_rule(by_code["D111"], ctx)
+    assert f.evidence["rows"] == [2, 3]

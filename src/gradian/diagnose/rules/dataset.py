@@ -510,7 +510,9 @@ def bos_count(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 
 @rule(
     "D111", "special_in_content", "warning", cause="mechanical", needs=("train",),
-    summary="Template control strings (<|im_end|>, <|eot_id|>, </s>, ...) inside message content or a prompt.",
+    summary="Template control strings (<|im_end|>, <|eot_id|>, </s>, the tokenizer's own special strings but its "
+    "unknown-token marker) inside message content, a prompt or a completion; a completion may end on the model's own "
+    "EOS, but '<|endoftext|>' closing every completion of OpenAI's legacy fine-tuning rows is another model's.",
     why="They tokenize to real special tokens: the model learns to end turns in odd places, and turn boundaries in "
     "the rendered sequence are wrong.",
     example='{"role": "user", "content": "Explain <|im_end|> tokens"}',
@@ -520,10 +522,10 @@ def bos_count(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     specials = set(CONTROL_STRINGS)
     tok = ctx.tokenizer
-    if tok is not None:
-        specials |= {s for s in (getattr(tok, "all_special_tokens", None) or []) if s and len(s) > 2}
+    if tok is not None:  # the tokenizer's own special strings, but its unknown-token marker ('<unk>' is also text)
+        unk = getattr(tok, "unk_token", None)
+        specials |= {s for s in (getattr(tok, "all_special_tokens", None) or []) if s and len(s) > 2 and s != unk}
     eos = getattr(tok, "eos_token", None) if tok is not None else None
-    specials.discard(getattr(tok, "unk_token", None) if tok is not None else None)
     pat = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
     rows: list[int] = []
     found: Counter[str] = Counter()
