@@ -169,3 +169,17 @@ def test_conversations_replies_and_tool_calls_are_not_loops_or_another_language(
     rows[3]["messages"][3]["content"] = " ".join([reply] * 4)  # one reply that loops is still one
     write_jsonl(path, rows)
     assert _findings(path).get("D129") == {3}
+
+
+def test_a_file_of_preference_pairs_gets_one_finding(tmp_path: Path) -> None:
+    """A DPO file (LLaMA-Factory's layout: the conversation so far, the replies in chosen / rejected) given as
+    training data: D102 names it, and the rules that would read its prompt-only rows as SFT rows are skipped with
+    that reason instead of reporting empty targets and cut conversations."""
+    rows = [{"conversations": [{"from": "human", "value": f"Question {k}: how do I boil an egg?"}],
+             "chosen": {"from": "gpt", "value": "Put it in boiling water for eight minutes."},
+             "rejected": {"from": "gpt", "value": "I can't help with that"}} for k in range(40)]  # fmt: skip
+    path = tmp_path / "dpo.json"
+    path.write_text(json.dumps(rows))
+    fs, notes, _ = diagnose_full(train=path, settings=DiagnoseSettings())
+    assert [(f.code, f.severity.value) for f in fs] == [("D102", "error")]
+    assert {n.code for n in notes if "preference pairs" in n.reason} >= {"D103", "D128", "D129", "D133"}

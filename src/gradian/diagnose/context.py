@@ -62,6 +62,22 @@ class DiagnoseContext:
     def framework(self) -> str:
         return (self.setup.framework or "").lower()
 
+    def preference_file(self) -> str | None:
+        """What the train file holds when most of its rows are preference data rather than SFT rows: ``"pairs"``
+        (chosen / rejected replies: DPO, ORPO) or ``"kto"`` (a reply with a true/false ``label``), else None."""
+
+        def compute() -> str | None:
+            raws = [e.raw for e in self.train if isinstance(e.raw, dict)]
+            if 2 * sum("chosen" in r and "rejected" in r for r in raws) > len(self.train):
+                return "pairs"
+            if 2 * sum(isinstance(r.get("label"), bool) for r in raws) > len(self.train):
+                return "kto"
+            return None
+
+        if "preference_file" not in self.cache:
+            self.cache["preference_file"] = compute()
+        return self.cache["preference_file"]
+
     def version_window(self, window: VersionWindow) -> WindowCheck:
         """The run's recorded version against ``window``; unknown (``inside`` None) when the run recorded none."""
         return check_window(self.setup.versions, self.setup.sources, window, self.setup.version_ranges)

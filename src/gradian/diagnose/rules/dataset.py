@@ -141,7 +141,8 @@ def _message_keys(ctx: DiagnoseContext, total: int) -> Iterator[Hit]:
     "D102", "roles", "error", cause="mechanical", needs=("train",),
     summary="Conversation rows with an unknown role, two consecutive turns of one role, no assistant turn, or a last "
     "turn that is not the assistant's; a file most of whose rows hold chosen / rejected replies, or a reply with a "
-    "true/false `label` (KTO), is named a preference set.",
+    "true/false `label` (KTO), is named a preference set (on chosen / rejected pairs the other row checks are "
+    "skipped: the rows hold no SFT target).",
     why="Chat templates raise or silently render such rows wrong; with assistant-only loss a row without an "
     "assistant turn trains on nothing, and a trailing user turn teaches the model to stop mid-dialogue.",
     example='[{"role": "user", ...}, {"role": "user", ...}] or a row ending with a user turn.',
@@ -175,8 +176,8 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         msg = f"{len(rows)} conversation row(s) have bad turn structure: {counts}"
         ev = rows_ev(rows, n_chat, _tfile(ctx), problems=counts)
         fix = drop_fix("Fix the turn order or drop the listed rows", rows, _tfile(ctx), "D102")
-        pairs = sum(1 for e in ctx.train if isinstance(e.raw, dict) and "chosen" in e.raw and "rejected" in e.raw)
-        if 2 * pairs > len(ctx.train):  # the replies live in chosen / rejected: a preference set
+        if ctx.preference_file() == "pairs":  # the replies live in chosen / rejected: a preference set
+            pairs = sum(1 for e in ctx.train if isinstance(e.raw, dict) and "chosen" in e.raw and "rejected" in e.raw)
             msg += (
                 f"; the file holds preference pairs (chosen / rejected in {pairs} rows), not supervised "
                 "fine-tuning rows"
@@ -185,8 +186,8 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             fix = Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian attributes SFT, "
                       "not DPO/KTO)")  # fmt: skip
         yield Hit(msg, evidence=ev, fix=fix)
-    kto = [e for e in ctx.train if isinstance(e.raw, dict) and isinstance(e.raw.get("label"), bool)]
-    if 2 * len(kto) > len(ctx.train):  # TRL's and LLaMA-Factory's KTO rows: a reply and whether it is desirable
+    if ctx.preference_file() == "kto":  # TRL's and LLaMA-Factory's KTO rows: a reply and whether it is desirable
+        kto = [e for e in ctx.train if isinstance(e.raw, dict) and isinstance(e.raw.get("label"), bool)]
         bad_replies = [e.index for e in kto if e.raw["label"] is False]
         yield Hit(
             f"the file holds KTO rows (a reply labelled desirable or not in {len(kto)} rows), not supervised "
