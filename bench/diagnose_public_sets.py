@@ -1,12 +1,12 @@
 """`gradian diagnose` on public instruction sets nobody planted anything in, read as a user would (``--train FILE
 --tokenizer`` SmolLM2's, no config): the demo datasets LLaMA-Factory ships (data/ of github.com/hiyouga/LLaMA-Factory:
 1,000 Alpaca rows in English and in Chinese, its identity set, 300 Glaive function-calling conversations in English
-and in Chinese, 300 KTO conversations), Code Alpaca (data/ of github.com/sahil280114/codealpaca: 2,017 and 4,535 code
-instructions, answers mostly unfenced code), GPTeacher (github.com/teknium1/GPTeacher: 1,923 role-play and 2,396
-tool-use instructions, Alpaca rows whose output is named ``response``), and, where given, two human-written task
-mixes: Self-Instruct's 175 seed tasks (seed_tasks.jsonl of github.com/tatsu-lab/stanford_alpaca) and its 252
-user-oriented instructions (github.com/Instruction-Tuning-with-GPT-4/GPT-4-LLM), as Alpaca rows, one per instance,
-FastChat's ShareGPT-format dummy conversations (github.com/lm-sys/FastChat), and T0's training prompts as
+and in Chinese, 300 KTO conversations and 300 DPO pairs), Code Alpaca (data/ of github.com/sahil280114/codealpaca:
+2,017 and 4,535 code instructions, answers mostly unfenced code), GPTeacher (github.com/teknium1/GPTeacher: 1,923
+role-play and 2,396 tool-use instructions, Alpaca rows whose output is named ``response``), and, where given, two
+human-written task mixes: Self-Instruct's 175 seed tasks (seed_tasks.jsonl of github.com/tatsu-lab/stanford_alpaca)
+and its 252 user-oriented instructions (github.com/Instruction-Tuning-with-GPT-4/GPT-4-LLM), as Alpaca rows, one per
+instance, FastChat's ShareGPT-format dummy conversations (github.com/lm-sys/FastChat), and T0's training prompts as
 Self-Instruct's repository keeps them (github.com/yizhongw/self-instruct: four files of 200 rows, and a mix of 8
 rows from each of its 283 templates; completions end on OpenAI's legacy '<|endoftext|>').
 Each finding is listed with its rows, so that a person can read them and say which are true;
@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 T0 = "data/finetuning/t0_train_50k/data_per_template"  # Self-Instruct's copy of T0's training prompts (P3)
 SOURCES = {
     "lf": ["data/alpaca_en_demo.json", "data/alpaca_zh_demo.json", "data/identity.json",
-           "data/glaive_toolcall_en_demo.json", "data/glaive_toolcall_zh_demo.json", "data/kto_en_demo.json"],
+           "data/glaive_toolcall_en_demo.json", "data/glaive_toolcall_zh_demo.json", "data/kto_en_demo.json",
+           "data/dpo_en_demo.json"],
     "codealpaca": ["data/code_alpaca_2k.json", "data/new_codealpaca.json"],
     "gpteacher": ["Roleplay/roleplay-simple-deduped-roleplay-instruct.json",
                   "Toolformer/toolformer-similarity-0.6-dataset.json"],
