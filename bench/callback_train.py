@@ -136,6 +136,11 @@ def main() -> None:
     a = ap.parse_args()
     train(a.out, a.callback, a.epochs, a.rows, a.seed, lr=a.lr, batch=a.batch, accum=a.accum,
           random_init=a.random_init, repeat=a.repeat, setup=a.setup)  # fmt: skip
+    import torch.distributed as td
+
+    if td.is_available() and td.is_initialized():  # under torchrun: leave no gloo thread for the exit to kill
+        td.barrier()
+        td.destroy_process_group()
 
 
 if __name__ == "__main__":
