@@ -56,9 +56,13 @@ class Example:
         if self.text is not None:
             return self.text
         if self.messages is not None:
-            start = self.n_prompt_messages or 0
-            return "\n".join(str(m.get("content") or "") for m in self.messages[start:] if m.get("role") == "assistant")
+            return "\n".join(self.assistant_turns())
         return self.completion or ""
+
+    def assistant_turns(self) -> list[str]:
+        """The contents of a conversation's assistant turns after its prompt messages (none for other rows)."""
+        start = self.n_prompt_messages or 0
+        return [str(m.get("content") or "") for m in (self.messages or [])[start:] if m.get("role") == "assistant"]
 
 
 @dataclass

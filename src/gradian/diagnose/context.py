@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gradian.data.types import Example, FormatSettings, FormattedExample
+from gradian.diagnose.textstats import cache
 from gradian.errors import GradianError
 from gradian.options.train import TRL_MAX_LENGTH
 from gradian.run.types import RunArtifacts, TrainerLogs, TrainingSetup
@@ -62,21 +63,18 @@ class DiagnoseContext:
     def framework(self) -> str:
         return (self.setup.framework or "").lower()
 
-    def preference_file(self) -> str | None:
-        """What the train file holds when most of its rows are preference data rather than SFT rows: ``"pairs"``
-        (chosen / rejected replies: DPO, ORPO) or ``"kto"`` (a reply with a true/false ``label``), else None."""
+    def preference_rows(self) -> tuple[str | None, list[Example]]:
+        """``(kind, rows)`` when most train rows are preference data rather than SFT rows: ``"pairs"`` (chosen /
+        rejected replies: DPO, ORPO) or ``"kto"`` (a reply with a true/false ``label``); else ``(None, [])``."""
 
-        def compute() -> str | None:
-            raws = [e.raw for e in self.train if isinstance(e.raw, dict)]
-            if 2 * sum("chosen" in r and "rejected" in r for r in raws) > len(self.train):
-                return "pairs"
-            if 2 * sum(isinstance(r.get("label"), bool) for r in raws) > len(self.train):
-                return "kto"
-            return None
+        def compute() -> tuple[str | None, list[Example]]:
+            raws = [(e, e.raw) for e in self.train if isinstance(e.raw, dict)]
+            pairs = [e for e, r in raws if "chosen" in r and "rejected" in r]
+            kto = [e for e, r in raws if isinstance(r.get("label"), bool)]
+            return next(((k, rows) for k, rows in (("pairs", pairs), ("kto", kto)) if 2 * len(rows) > len(self.train)),
+                        (None, []))  # fmt: skip
 
-        if "preference_file" not in self.cache:
-            self.cache["preference_file"] = compute()
-        return self.cache["preference_file"]
+        return cache(self, "preference_rows", compute)
 
     def version_window(self, window: VersionWindow) -> WindowCheck:
         """The run's recorded version against ``window``; unknown (``inside`` None) when the run recorded none."""

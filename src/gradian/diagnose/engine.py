@@ -28,15 +28,16 @@ def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list
     return [r for r in rules if not match_selector(r, ignore)]
 
 
-PREFERENCE_RULES = ("D101", "D102")  # what still runs on a file of preference pairs: it is read, and named so
+# what still runs on a file of preference pairs: it is read, and named so (a KTO file is checked: SFT on it trains on
+# its replies)
+PREFERENCE_RULES = ("D101", "D102")
 
 
 def missing_need(rule: Rule, ctx: DiagnoseContext) -> str | None:
     for need in rule.needs:
         if need == "train" and not ctx.train:
             return "no train rows (pass --train or --run)"
-        if need in ("train", "formatted") and rule.code not in PREFERENCE_RULES and ctx.train \
-                and ctx.preference_file() == "pairs":  # fmt: skip  # (a KTO file's replies would be trained on)
+        if need in ("train", "formatted") and rule.code not in PREFERENCE_RULES and ctx.preference_rows()[0] == "pairs":
             return "the train file holds preference pairs, not SFT rows (D102): pass the SFT file to check its rows"
         if need == "formatted" and ctx.formatted is None:
             return f"token-level check skipped: {ctx.formatted_note or 'no tokenizer (pass --tokenizer or --base)'}"

@@ -76,9 +76,12 @@ def writes_sentences(text: str) -> bool:
     return bool(_INNER_END.search(_ENUMERATOR.sub("", text.rstrip()[:-1])))
 
 
+_CELL_BAR = re.compile(r"\S\s+\|\s+\S")
+
+
 def table_line(line: str) -> bool:
     """A table's row: two or more cells between '|' ('Subject | Ending', '| a | b |')."""
-    return line.count("|") >= 2 or bool(re.search(r"\S\s+\|\s+\S", line))
+    return line.count("|") >= 2 or bool(_CELL_BAR.search(line))
 
 
 _SENT = re.compile(r"(?<=[.!?。！？])\s+|\n+")

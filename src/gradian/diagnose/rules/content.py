@@ -97,16 +97,17 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
     sig = _signature(items, float(t.norm_share))
     if not own_endings:  # list items and short lines the file ends without a mark are its own endings too
         mid -= _line_endings_of_the_file(items, mid, float(t.norm_share))
-        text = dict(items)
+    if not own_endings and mid:  # what the answers' text does not show to be cut
+        text, cls = dict(items), {i: c for i, c, _ in judged}
         inside = _words_inside_sentences(items, int(t.inside_uses))
         # an open answer that stops on a word the file never ends with, or short of the final line all answers end on
-        stops = {i for i in mid if ts.end_class(text[i]) == "word" and (_last_word(text[i]) in inside
-                                                                        or (sig and sig not in text[i]))}  # fmt: skip
+        stops = {i for i in mid if cls[i] == "word" and (_last_word(text[i]) in inside or (sig and sig not in text[i]))}
         mid = {i for i in mid if i in stops or not _unpunctuated_last_line(text[i])}
-        if any(ts.closing(text[i]) for i in mid):  # letters signed the file's way
+        signed = {i: c for i in mid if (c := ts.closing(text[i]))}
+        if signed:  # letters signed the file's way
             closings = Counter(c for _, a in items if (c := ts.closing(a)))
-            mid = {i for i in mid if closings[ts.closing(text[i])] < SHARED}
-        mid -= _phrase_answers_of_the_file(text, judged, mid - stops, float(t.norm_share))
+            mid -= {i for i, c in signed.items() if closings[c] >= SHARED}
+        mid -= _phrase_answers_of_the_file(text, cls, judged, mid - stops, float(t.norm_share))
     clean = len(judged) - len(mid)
     if clean / len(judged) < t.norm_share:
         return None
@@ -174,12 +175,12 @@ def _last_word(text: str) -> str:
     return toks[-1].lower() if toks else ""
 
 
-def _phrase_answers_of_the_file(text: dict[int, str], judged: list[tuple[int, str, str]], rows: set[int],
-                                norm: float) -> set[int]:  # fmt: skip
+def _phrase_answers_of_the_file(text: dict[int, str], cls: dict[int, str], judged: list[tuple[int, str, str]],
+                                rows: set[int], norm: float) -> set[int]:  # fmt: skip
     """The ``rows`` that are phrases the file writes so: answers with no sentence end before their last character
     (a title, a list of names, a menu) that end on a word, in a file whose answers of that kind end so more than
-    1 - norm of the time (a task mix; GSM8K's end on '#### 72')."""
-    cands = {i for i in rows if ts.end_class(text[i]) == "word" and not ts.writes_sentences(text[i])}
+    1 - norm of the time (a task mix; GSM8K's end on '#### 72'). ``cls``: each judged answer's ending class."""
+    cands = {i for i in rows if cls[i] == "word" and not ts.writes_sentences(text[i])}
     phrases = [c for i, c, _ in ts.sample(judged) if not ts.writes_sentences(text[i])] if cands else []
     if not phrases or phrases.count("clean") >= norm * len(phrases):
         return set()
@@ -295,8 +296,7 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
     for e, tgt in zip(ctx.train, ts.prose_targets(ctx), strict=True):
-        start = e.n_prompt_messages or 0
-        turns = [str(m.get("content") or "") for m in (e.messages or [])[start:] if m.get("role") == "assistant"]
+        turns = e.assistant_turns()
         # each assistant turn is judged alone: a loop is inside one reply, while replies may share their sentences
         texts = [ts.prose(x) for x in turns] if len(turns) > 1 else [tgt]
         kind = next((k for x in texts if (k := _loop_kind(x, t))), "")
@@ -717,13 +717,15 @@ def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scrip
     model reads as the answer's language (an English phrase to use in a sentence, in a Chinese file); lines the
     file's prompts share (a template's) are not the prompt's own. The answer is in the language the prompt works in,
     not a slip into another one."""
+    if not rows:
+        return set()
     prompts: dict[int, list[str]] = defaultdict(list)
     for i, p, _ in ts.answers(ctx):
         if i in rows:
             prompts[i].append(p)
-    lines = Counter(ln for _, p, _ in ts.sample(ts.answers(ctx)) for ln in set(p.split("\n")))
-    n = len(ts.sample(ts.answers(ctx)))
-    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * n)}  # the file's own prompt lines (a template's)
+    some = ts.sample(ts.answers(ctx))
+    lines = Counter(ln for _, p, _ in some for ln in set(p.split("\n")))
+    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * len(some))}  # the file's own (a template's)
     out = set()
     for i in rows:
         prompt = "\n".join(ln for p in prompts[i] for ln in p.split("\n") if ln not in template)

@@ -176,18 +176,18 @@ def roles(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         msg = f"{len(rows)} conversation row(s) have bad turn structure: {counts}"
         ev = rows_ev(rows, n_chat, _tfile(ctx), problems=counts)
         fix = drop_fix("Fix the turn order or drop the listed rows", rows, _tfile(ctx), "D102")
-        if ctx.preference_file() == "pairs":  # the replies live in chosen / rejected: a preference set
-            pairs = sum(1 for e in ctx.train if isinstance(e.raw, dict) and "chosen" in e.raw and "rejected" in e.raw)
+        kind, pairs = ctx.preference_rows()
+        if kind == "pairs":  # the replies live in chosen / rejected: a preference set
             msg += (
-                f"; the file holds preference pairs (chosen / rejected in {pairs} rows), not supervised "
+                f"; the file holds preference pairs (chosen / rejected in {len(pairs)} rows), not supervised "
                 "fine-tuning rows"
             )
-            ev["preference_rows"] = pairs
+            ev["preference_rows"] = len(pairs)
             fix = Fix(text="Pass the supervised fine-tuning file the adapter was trained on (Gradian attributes SFT, "
                       "not DPO/KTO)")  # fmt: skip
         yield Hit(msg, evidence=ev, fix=fix)
-    if ctx.preference_file() == "kto":  # TRL's and LLaMA-Factory's KTO rows: a reply and whether it is desirable
-        kto = [e for e in ctx.train if isinstance(e.raw, dict) and isinstance(e.raw.get("label"), bool)]
+    kind, kto = ctx.preference_rows()
+    if kind == "kto":  # TRL's and LLaMA-Factory's KTO rows: a reply and whether it is desirable
         bad_replies = [e.index for e in kto if e.raw["label"] is False]
         yield Hit(
             f"the file holds KTO rows (a reply labelled desirable or not in {len(kto)} rows), not supervised "
@@ -858,13 +858,11 @@ _NULLS = {"nan", "none", "null", "undefined", "[object object]", "<na>"}
     fix="Drop those rows, and fix the export.",
 )  # fmt: skip
 def null_strings(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    prompts = {i: p.lower() for i, p, _ in ts.answers(ctx)}
-    rows = [
-        e.index
-        for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True)
-        if (x := tgt.strip().lower()) in _NULLS
-        and not re.search(rf"(?<!\w){re.escape(x)}(?!\w)", prompts.get(e.index, ""))
-    ]
+    nulls = {
+        e.index: x for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True) if (x := tgt.strip().lower()) in _NULLS
+    }
+    prompts = {i: p.lower() for i, p, _ in ts.answers(ctx) if i in nulls}  # the word asked about is an answer
+    rows = [i for i, x in nulls.items() if not re.search(rf"(?<!\w){re.escape(x)}(?!\w)", prompts.get(i, ""))]
     if rows:
         yield Hit(
             f"{len(rows)} row(s) have a serialized missing value as their target",
