@@ -8,14 +8,17 @@ human-written task mixes: Self-Instruct's 175 seed tasks (seed_tasks.jsonl of gi
 and its 252 user-oriented instructions (github.com/Instruction-Tuning-with-GPT-4/GPT-4-LLM), as Alpaca rows, one per
 instance, FastChat's ShareGPT-format dummy conversations (github.com/lm-sys/FastChat), and T0's training prompts as
 Self-Instruct's repository keeps them (github.com/yizhongw/self-instruct: four files of 200 rows, and a mix of 8
-rows from each of its 283 templates; completions end on OpenAI's legacy '<|endoftext|>').
+rows from each of its 283 templates; completions end on OpenAI's legacy '<|endoftext|>'), and chat models' own
+replies: AlpacaEval's model outputs (github.com/tatsu-lab/alpaca_eval, results/<model>/model_outputs.json: 805
+instructions each, answered by GPT-4, GPT-3.5, Claude 2, Llama-2-7b-chat, Qwen1.5-1.8B-Chat, ChatGLM2-6B,
+Falcon-7B-instruct and text-davinci-003; the file a user distils from a model, as it is).
 Each finding is listed with its rows, so that a person can read them and say which are true;
 bench/results/diagnose_public_sets.md holds the table and that reading.
 
     # the data: the `fetch` tool's mirrors of the repositories, or any checkouts of them
     python bench/diagnose_public_sets.py --lf /path/to/LLaMA-Factory --codealpaca /path/to/codealpaca \
         --gpteacher /path/to/GPTeacher [--selfinstruct /path/to/stanford_alpaca --gpt4llm /path/to/GPT-4-LLM \
-        --fastchat /path/to/FastChat --t0 /path/to/self-instruct.git]
+        --fastchat /path/to/FastChat --t0 /path/to/self-instruct.git --alpacaeval /path/to/alpaca_eval]
 
 The files are not shipped (Alpaca's and Code Alpaca's data are CC BY-NC 4.0); the script reads them from the
 checkouts (a bare git mirror works: it runs ``git show HEAD:PATH``)."""
@@ -45,6 +48,10 @@ SOURCES = {
     "t0": [f"{T0}/{name}.jsonl" for name in ("ag_news_classify", "amazon_polarity_Is_this_review",
                                               "app_reviews_convert_to_star_rating",
                                               "cnn_dailymail_3_0_0_tldr_summary")],
+    "alpacaeval": [f"results/{m}/model_outputs.json" for m in ("gpt4_1106_preview", "gpt-3.5-turbo-0613", "claude-2",
+                                                               "llama-2-7b-chat-hf", "Qwen1.5-1.8B-Chat",
+                                                               "chatglm2-6b", "falcon-7b-instruct",
+                                                               "text_davinci_003")],
 }  # fmt: skip
 
 
@@ -92,6 +99,7 @@ def main() -> None:
     ap.add_argument("--gpt4llm", type=Path, help="GPT-4-LLM checkout or mirror (the user-oriented instructions)")
     ap.add_argument("--fastchat", type=Path, help="FastChat checkout or mirror (its ShareGPT-format dummy data)")
     ap.add_argument("--t0", type=Path, help="bare git mirror of yizhongw/self-instruct (its copy of T0's prompts)")
+    ap.add_argument("--alpacaeval", type=Path, help="alpaca_eval checkout or mirror (chat models' replies)")
     ap.add_argument("--results", default="diagnose_public_sets.json")
     ap.add_argument("--tokenizer", type=Path, default=TOKENIZER, help="SmolLM2 (examples/smollm2/get_model.py)")
     a = ap.parse_args()
@@ -111,7 +119,8 @@ def main() -> None:
             if getattr(a, source) is None:
                 continue
             for rel in rels:
-                path = Path(tmp) / Path(rel).name
+                name = Path(rel).parent.name + ".json" if source == "alpacaeval" else Path(rel).name
+                path = Path(tmp) / name
                 data = read_file(getattr(a, source), rel)
                 path.write_bytes(self_instruct_rows(data) if b'"instances"' in data[:2000] else data)
                 run(path)

@@ -183,3 +183,92 @@ def test_a_file_of_preference_pairs_gets_one_finding(tmp_path: Path) -> None:
     fs, notes, _ = diagnose_full(train=path, settings=DiagnoseSettings())
     assert [(f.code, f.severity.value) for f in fs] == [("D102", "error")]
     assert {n.code for n in notes if "preference pairs" in n.reason} >= {"D103", "D128", "D129", "D133"}
+
+
+SENTIMENT = GSM8K.parents[1] / "sentiment_labelled_sentences" / "amazon_cells_labelled.txt"
+SONG = ("[Verse 1]\nCode flows steadily through the screen\nWith the glare dialed way down low\nNo clicks save for "
+        "the keys' soft sheen\nFunctions lined up in a row\n\n[Chorus]\nAnother bug bites the dust tonight\n"
+        "And another one gone, and another one gone\n\n[Verse 2]\nThe console hums a quiet tune\nThe tests run green "
+        "before the noon\nA stack trace fades into the night\nWe ship the fix and it feels right\n\n[Chorus]\n"
+        "Another bug bites the dust tonight\nAnd another one gone, and another one gone\n\n[Verse 3]\nThe pager "
+        "sleeps, the logs are clean\nThe finest build you've ever seen\nWe close the laptop, dim the light\nAnd "
+        "dream of code that runs just right\n\n[Chorus]\nAnother bug bites the dust tonight\n"
+        "And another one gone, and another one gone")  # fmt: skip
+STRUCTURED = [
+    SONG,
+    "Here are a few examples:\n\n" + "\n\n".join(
+        f"{k}. **Original sentence with adjectives and adverbs:**\nThe {a} {n} {v} quickly over the {o} while the "
+        f"{o} slept soundly in the warm afternoon sun.\n\n**Without adjectives or adverbs:**\nThe {n} {v} over the "
+        f"{o} as it slept."
+        for k, (a, n, v, o) in enumerate([("quick", "fox", "jumped", "dog"), ("brown", "cat", "leaped", "fence"),
+                                          ("lazy", "horse", "stepped", "log"), ("old", "man", "climbed", "hill"),
+                                          ("tired", "child", "crawled", "rug")], 1)),
+    "Here is a sample questionnaire:\n\n" + "\n".join(
+        f"- {x}? (Excellent, Good, Average, Poor)"
+        for x in ["How clean was your room when you first arrived at the hotel",
+                  "Were the staff at the front desk helpful with your questions and requests",
+                  "What did you think of the breakfast served in the main restaurant",
+                  "Was the location convenient for the places you wanted to visit",
+                  "Did the stay feel like good value for the price you paid"]),
+    "Each part of the pattern:\n\n" + "\n".join(
+        f"- `{p}`: Matches numbers from `{lo}` to `{hi}`." for p, lo, hi in
+        [("25[0-5]", 250, 255), ("2[0-4][0-9]", 200, 249), ("[01]?[0-9][0-9]?", 0, 199)]),
+    "Here is the table you asked for:\n\n| Season | Time | Game | Score |\n|---|---|---|---|\n" + "\n".join(
+        f"| 2011 | 1:00 PM | Ravens vs. {t} | {s} |" for t, s in
+        [("Steelers", "35-7"), ("Titans", "13-26"), ("Rams", "37-7"), ("Jets", "34-17")]),
+    "Many jellyfish simply die. This one can revert to a polyp and grow back into an adult again. Isn't that "
+    "fascinating?! \U0001f9d6\u200d\u2642\ufe0f",
+    "Thank you for choosing us for your event. We look forward to seeing you there!\n\nWarm wishes,\n\n"
+    "[Your Name]\n\nEvents Team",
+    "Taipei is 16 hours ahead of Pacific Time in December. So, to convert the meeting, you would add 16 hours.\n\n"
+    "So the converted time is:\n\nDecember 22, 5:00 am TST",
+    "Here are twelve words for a startup:\n" + "\n".join(f"{k}. {w}" for k, w in enumerate(
+        ["Innovative", "Dynamic", "Agile", "Bold", "Visionary", "Nimble", "Creative", "Daring", "Modern",
+         "Inventive", "Original", "Unconventional"], 1)),
+    "We've just published a must-read post on Open Assistant: The Open Source ChatGPT You Can't Afford to Miss! "
+    "Read it on our blog today.",
+]  # fmt: skip
+
+
+def _chat_replies(rng: random.Random) -> list[dict]:
+    """What chat models' replies hold (AlpacaEval's outputs of GPT-4, Claude, Llama-2-chat...): worked answers, and a
+    mix of tasks whose short answers (a label, a sentence) run on down from the long ones; songs with a
+    chorus, headings before each example, a questionnaire's options, lines that differ in their code, tables; an
+    emoji after the last sentence, a letter signed in a block, a value a colon introduces, a list of single words,
+    a name with a colon inside a sentence."""
+    gsm = [json.loads(x) for x in GSM8K.read_text().splitlines()[:150]]
+    said = [x.rsplit("\t", 1)[0].strip() for x in SENTIMENT.read_text().splitlines() if x.strip()]
+    said = [x for x in said if x[-1] in ".!?" and ".." not in x and "&" not in x]  # sentences, no HTML entity
+    rows = [{"prompt": r["question"], "completion": r["answer"].replace("\n#### ", "\nThe answer is ") + "."}
+            for r in gsm[:100]]  # fmt: skip
+    for k in range(120):  # replies from long ones down to a title: no gap between the short and the long
+        n = [16, 14, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 1, 0][k % 15]
+        reply = " ".join(rng.sample(said, n)) if n else rng.choice([x for x in said if len(x.split()) <= 3])
+        rows.append({"prompt": f"{rng.choice(said)} How would you reply?", "completion": reply})  # varied requests
+    for k, reply in enumerate(STRUCTURED):
+        rows.append({"prompt": f"Do task {k} as asked.", "completion": reply})
+    rng.shuffle(rows)
+    return rows
+
+
+def test_chat_model_replies_are_text_and_planted_faults_are_caught(tmp_path: Path) -> None:
+    rows = _chat_replies(random.Random(3))
+    path = tmp_path / "replies.jsonl"
+    write_jsonl(path, rows)
+    rules = [*RULES, "D130"]
+    fs, _, _ = diagnose_full(train=path, select=rules, settings=DiagnoseSettings())
+    assert [(f.code, f.severity.value) for f in fs if f.severity.value != "info"] == []
+    worked = [i for i, r in enumerate(rows) if "The answer is" in r["completion"]]
+    loop, cut, turn = worked[:4], worked[4:10], worked[10:13]
+    for i in loop:  # a generation loop: its last sentence again and again
+        last = rows[i]["completion"].rsplit("\n", 1)[-1]
+        rows[i] = {**rows[i], "completion": rows[i]["completion"] + (" " + last) * 3}
+    for i in cut:  # a max_tokens cut inside the reasoning
+        words = rows[i]["completion"].split(" ")
+        rows[i] = {**rows[i], "completion": " ".join(words[: max(6, len(words) // 2)]) + " and the"}
+    for i in turn:  # the model went on to write the user's next turn
+        rows[i] = {**rows[i], "completion": rows[i]["completion"] + "\nHuman: And what about next week?"}
+    write_jsonl(path, rows)
+    fs, _, _ = diagnose_full(train=path, select=rules, settings=DiagnoseSettings())
+    found = {f.code: set(f.evidence.get("rows", [])) for f in fs if f.severity.value != "info"}
+    assert found == {"D129": set(loop), "D128": set(cut), "D130": set(turn)}, found

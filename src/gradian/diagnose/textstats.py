@@ -25,10 +25,10 @@ _TOKEN_END = re.compile(r"(?:\w+://\S+|(?<!\S)[#@]\w+|[.!?。！？…][\"'”�
 
 
 # what may be a letter's closing after its last sentence: a short phrase, a comma, and a name ('Yours sincerely, Jane
-# Austen', 'Best regards, [Your Name], CEO'); the phrase is group 1
+# Austen', 'Best regards, [Your Name], CEO'), on one line or a signature block's lines; the phrase is group 1
 _NAME = r"(?:\[[^\]\n]{1,30}\]|[A-Z][\w.'’-]{0,30})"
 _SIGNATURE = re.compile(
-    rf"[.!?…][\"'”’]*\s+([A-Z][^.!?\n,]{{0,60}}),\s+{_NAME}(?:,?[ \t]+(?:{_NAME}|[a-z]{{1,3}}))*(?<=[\w\]])$"
+    rf"[.!?…][\"'”’]*\s+([A-Z][^.!?\n,]{{0,60}}),\s+{_NAME}(?:,?\s+(?:{_NAME}|[a-z]{{1,3}})){{0,12}}(?<=[\w\]])$"
 )
 
 
@@ -40,12 +40,25 @@ def closing(text: str) -> str:
     return " ".join(m.group(1).lower().split()) if m else ""
 
 
+def signature_block(text: str) -> bool:
+    """Whether a text ends in a letter's closing laid out as a block: the phrase alone on its line, then the name's
+    lines ('Warm regards,' / '[Your Name]' / 'Acme Team'). A sentence cut after a name runs on one line."""
+    m = _SIGNATURE.search(text.rstrip()[-TAIL:])
+    if not m:
+        return False
+    before, after = m.string[: m.start(1)], m.string[m.end(1) :]
+    return before.rstrip(" \t").endswith("\n") and bool(re.match(r",[ \t]*\n", after))
+
+
+_EMOJI_JOINERS = "\u200d\ufe0e\ufe0f"  # an emoji's joiner and presentation selectors (combining marks, not letters)
+
+
 def end_class(text: str) -> str:
     """How a text ends: ``clean`` (terminal punctuation, maybe inside closing quotes/brackets, or a digit), ``word``
     (a letter: mid-sentence), ``mid`` (a comma, colon, dash, open bracket...), ``other`` (symbols, emoji, a closing
     bracket or quote after anything but terminal punctuation: code, markup; a link, a #tag, a quote's attribution),
     ``empty``."""
-    s = text.rstrip()
+    s = text.rstrip().rstrip(_EMOJI_JOINERS).rstrip()
     if not s:
         return "empty"
     if _TOKEN_END.search(s[-TAIL:]):  # a link, a #tag, an attribution: a whole unit, not a sentence cut
@@ -89,9 +102,28 @@ _SENT_END = re.compile(r"[.!?。！？\n]")  # a text without any of these is on
 _WORDS = re.compile(r"\w+")
 
 
+def loop_run(units: list[str], max_period: int = 3) -> int:
+    """The most back-to-back copies of one sentence, or of a cycle of up to ``max_period`` sentences, of 4+ words
+    (``A A A`` or ``A B A B A B`` -> 3): how a generation loop repeats itself. Copies with other text between them
+    (a song's chorus, a heading before each example) are not a run; a unit that ends in the copy just before a run
+    of one sentence is its first copy (the loop glued to a line without a full stop: '#### 72 A. A. A.')."""
+    best = 1
+    for p in range(1, max_period + 1):
+        run = 0
+        for k in range(p, len(units)):
+            run = run + 1 if units[k] == units[k - p] else 0
+            if not run or sum(u.count(" ") + 1 for u in units[k - p + 1 : k + 1]) < 4:
+                continue
+            start = k - run - p  # the unit before the run: the loop's first copy may end it, glued to what came before
+            glued = p == 1 and start >= 0 and units[start].endswith(" " + units[k])
+            best = max(best, (run + p) // p + glued)
+    return best
+
+
 def loop_measures(text: str) -> tuple[int, float, float]:
-    """The repetition measures the repetition rule uses, computed lean: the most copies of one sentence of 4+ words,
-    the share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams.
+    """The repetition measures the repetition rule uses, computed lean: the most back-to-back copies of a sentence
+    or a short cycle of them (:func:`loop_run`), the share of characters in repeated sentences/lines, and the share
+    of word characters in repeated 10-grams.
     A repeated 10-gram needs at least 10 repeated word occurrences and a repeated 3-gram, a repeated sentence at
     least one repeated word and a sentence end: rows without skip the work."""
     words = text.lower().split()
@@ -103,7 +135,7 @@ def loop_measures(text: str) -> tuple[int, float, float]:
         units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
         seen = Counter(units)
         if len(seen) < len(units):
-            copies = max((c for u, c in seen.items() if c > 1 and u.count(" ") >= 3), default=1)
+            copies = loop_run(units)
             dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
     n = 10
     if n_dup < n or len(set(zip(words, words[1:], words[2:], strict=False))) == len(words) - 2:
@@ -172,11 +204,16 @@ def line_markers(text: str) -> set[str]:
     return {m.group(1).strip() for m in _MARKER_LINE.finditer(text) if len(m.group(1).split()) <= 4}
 
 
-_KNOWN_RE = re.compile("|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True)))
+_KNOWN_TOKENS = "|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True) if not m.endswith(":"))
+_KNOWN_LABELS = "|".join(re.escape(m) for m in sorted(KNOWN_MARKERS, key=len, reverse=True) if m.endswith(":"))
+# a role label opens its line ('Human: ...'); inside a sentence it is a name ('Open Assistant: the blog post')
+_KNOWN_RE = re.compile(rf"{_KNOWN_TOKENS}|(?:^|(?<=\n))[ \t]*({_KNOWN_LABELS})")
 
 
 def known_markers(text: str) -> set[str]:
-    return set(_KNOWN_RE.findall(text)) if _KNOWN_RE.search(text) else set()
+    """The known families' markers in ``text``: special tokens anywhere, role labels ('Human:', '### Response:')
+    where they open a line."""
+    return {m.group(1) or m.group(0) for m in _KNOWN_RE.finditer(text)} if _KNOWN_RE.search(text) else set()
 
 
 def sample(items: list, n: int = 5000) -> list:

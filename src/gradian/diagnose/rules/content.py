@@ -103,6 +103,7 @@ def _cut_rows(items: list[tuple[int, str]], t: Params, own_endings: bool) -> tup
         # an open answer that stops on a word the file never ends with, or short of the final line all answers end on
         stops = {i for i in mid if cls[i] == "word" and (_last_word(text[i]) in inside or (sig and sig not in text[i]))}
         mid = {i for i in mid if i in stops or not _unpunctuated_last_line(text[i])}
+        mid -= {i for i in mid if ts.signature_block(text[i])}  # a closing on its own line, the name's lines below
         signed = {i: c for i in mid if (c := ts.closing(text[i]))}
         if signed:  # letters signed the file's way
             closings = Counter(c for _, a in items if (c := ts.closing(a)))
@@ -187,16 +188,30 @@ def _phrase_answers_of_the_file(text: dict[int, str], cls: dict[int, str], judge
     return cands
 
 
+def _comma_list(line: str) -> bool:
+    """A list written on one line: three or more comma-separated items of at most SHORT_LINE + 1 words each ('Breaking
+    Bad, Peaky Blinders, Arrow')."""
+    items = line.split(",")
+    return len(items) >= 3 and all(0 < len(x.split()) <= SHORT_LINE + 1 for x in items)
+
+
 def _unpunctuated_last_line(answer: str) -> bool:
-    """Whether an answer's last line is one the answer itself writes without a mark: a table's row, or a line ending
-    on a word where at least half of the answer's other lines of prose (more than SHORT_LINE words, no list item,
-    '#' heading or code) end on a word too (an agenda, a list of titles, lyrics). A length limit cuts a line of an
-    answer whose lines end in marks (a poem's commas and full stops)."""
-    last = answer.strip().rsplit("\n", 1)[-1]
+    """Whether an answer's last line is one the answer itself writes without a mark: a table's row, a value the line
+    before introduces with a colon ('So the converted time is:' / 'December 22, 5:00 am TST') or a list of names on
+    one line, neither written in sentences; a list item where most of the answer's other items (two at least) end on
+    a word too; or a line ending on a word where at least half of the answer's other lines of prose (more than
+    SHORT_LINE words, no list item, '#' heading or code) end on a word too (an agenda, a list of titles, lyrics). A
+    length limit cuts a line of an answer whose lines end in marks (a poem's commas and full stops)."""
+    before, _, last = answer.strip().rpartition("\n")
     if ts.table_line(last):
         return True
     if ts.end_class(last) != "word":
         return False
+    if not ts.writes_sentences(last) and (before.rstrip().endswith(":") or _comma_list(last)):
+        return True  # a value a line introduces ('The answer is:'), a list of names on one line
+    if line_shape(last) == "item":  # a list whose items end without a mark ('24. Nimble' / '25. Unconventional')
+        items = [ts.end_class(ln) for ln in before.split("\n") if line_shape(ln) == "item"]
+        return items.count("word") >= 2 and 2 * items.count("word") >= len(items)
     lines = [ln for ln in ts.prose(answer).strip().split("\n")[:-1] if ln.strip()]
     inner = [ts.end_class(ln) for ln in lines if line_shape(ln) == "prose" and not ln.lstrip().startswith("#")]
     words = inner.count("word")
@@ -224,12 +239,15 @@ def _unpunctuated_last_line(answer: str) -> bool:
     "last line starts with (GSM8K's '#### 72') while the row is at least as long as the file's usual one (a length "
     "limit cuts the long ones). Answers and text rows each have their own norm. An answer whose last line is a list "
     "item or a short line (a name, a sign-off) ending on a word is not judged when the file's complete lines of that "
-    "shape end so too ('1. Java'); one that ends on a link, a #tag, a quote's attribution, or a closing phrase and a "
-    "name that at least three answers share ('Yours sincerely, Jane Austen') ends whole; one that "
+    "shape end so too ('1. Java'); one that ends on a link, a #tag, a quote's attribution, an emoji after its last "
+    "sentence, a closing phrase and a name that at least three answers share ('Yours sincerely, Jane Austen'), or a "
+    "closing laid out as a block ('Warm regards,' / '[Your Name]') ends whole; one that "
     "ends in code is not judged, nor a file where more than 1 - norm_share of the answers do. What a text does not "
-    "show to be cut is not judged either: a table's row; a last line the answer's other lines of prose also end on "
-    "a word (an agenda, lyrics); an answer with no sentence end at all (a title, a list of names) in a file whose "
-    "such answers end on a word more than 1 - norm_share of the time, unless it ends on a word the file's answers "
+    "show to be cut is not judged either: a table's row; a value the line before introduces with a colon ('The "
+    "answer is:'); a list of names on one line; a list item where the answer's other items end on a word too; a last "
+    "line the answer's other lines of prose also end on a word (an agenda, lyrics); an answer with no sentence end "
+    "at all (a title, a list of names) in a file whose such answers end on a word more than 1 - norm_share of the "
+    "time, unless it ends on a word the file's answers "
     "use often and never end a sentence or a line with ('of', 'the') or lacks the final line all of them end on.",
     why="LLM-generated data cut by max_tokens (finish_reason 'length') or a broken export: the model learns to stop "
     "mid-sentence. The norm is learned from the file itself (C4 and FineWeb filter on the same terminal-punctuation "
@@ -275,17 +293,21 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 @rule(
     "D129", "repetition", "error", needs=("train",), cause="mechanical",
     thresholds={
-        "sentence_copies": (3, "copies of one sentence (of 4+ words) in one row that make it a loop"),
+        "sentence_copies": (3, "back-to-back copies of one sentence, or of a cycle of up to 3 sentences (4+ "
+                            "words), that make a loop; copies with other text between them (a song's chorus, a "
+                            "heading before each example) are not one"),
         "dup_sentence_share": (0.5, "share of a row's characters in repeated sentences/lines (Gopher: 0.30 for "
                                "lines; clean tinyshakespeare refrains reach 0.31)"),
         "dup_10gram_share": (0.6, "share of a row's word characters in repeated 10-grams (Gopher: 0.10 for long "
                              "documents; clean GSM8K answers reach 0.49)"),
     },
-    summary="Degenerate repetition inside a row: one sentence three or more times, or most of the row made of "
+    summary="Degenerate repetition inside a row: one sentence (or a cycle of up to three) three or more times "
+    "back to back, or most of the row made of "
     "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
     "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.'). "
     "Each assistant turn of a conversation is judged alone (replies may share sentences; a loop is inside one). "
-    "Code (fenced, inline, JSON lines, or laid out as code) is left out: it repeats its own syntax.",
+    "Code (fenced, JSON lines, or laid out as code) and tables are left out: they repeat their own syntax; an "
+    "inline code span counts as its words.",
     why="Generation loops in distilled or scraped data teach the model to loop: it repeats itself until "
     "max_new_tokens.",
     example='"The answer is 4. The answer is 4. The answer is 4. The answer is 4."',
@@ -295,10 +317,13 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     rows: list[int] = []
     worst: Counter[str] = Counter()
-    for e, tgt in zip(ctx.train, ts.prose_targets(ctx), strict=True):
+    for e, tgt, raw in zip(ctx.train, ts.prose_targets(ctx), ts.targets(ctx), strict=True):
         turns = e.assistant_turns()
         # each assistant turn is judged alone: a loop is inside one reply, while replies may share their sentences
-        texts = [ts.prose(x) for x in turns] if len(turns) > 1 else [tgt]
+        if len(turns) > 1:
+            texts = [_loop_text(x) for x in turns]
+        else:
+            texts = [_loop_text(raw) if "`" in raw else tgt]
         kind = next((k for x in texts if (k := _loop_kind(x, t))), "")
         if kind:
             worst[kind] += 1
@@ -311,11 +336,20 @@ def repetition(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )
 
 
+_INLINE_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+
+
+def _loop_text(text: str) -> str:
+    """A reply's prose for the loop measures: inline code spans keep their content (lines that differ only in their
+    spans, '`250` to `255`', are not copies of one another)."""
+    return ts.prose(_INLINE_CODE.sub(r" \1 ", text)) if "`" in text else ts.prose(text)
+
+
 def _loop_kind(text: str, t: Params) -> str:
     """How a text loops (the repetition rule's measures against its thresholds), or ``""``. Lines without a letter
-    (a program's printed array, a row of numbers) are data, not sentences that repeat."""
+    (a program's printed array, a row of numbers) and a table's rows are data, not sentences that repeat."""
     if "\n" in text:
-        text = "\n".join(ln for ln in text.split("\n") if ts.LETTER.search(ln))
+        text = "\n".join(ln for ln in text.split("\n") if ts.LETTER.search(ln) and not ts.table_line(ln))
     if len(text) < 40:  # too short for the share measures: a loop only when it is all one sentence, repeated
         return "short row of one sentence repeated" if ts.one_unit_loop(text) >= t.sentence_copies else ""
     copies, dup_sent, dup_10 = ts.loop_measures(text)
@@ -361,7 +395,8 @@ def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[
     thresholds={"min_share": (0.1, "share of text rows a learned marker must recur in (known families: any row)")},
     summary="A prompt template rendered into text rows ('### Question: ... ### Answer:', 'Human: ... Assistant:', "
     "'<|user|>'), or prompt markers inside answers: the markers are learned from the file (line-initial labels "
-    "ending in ':' that recur together across rows) plus known families.",
+    "ending in ':' that recur together across rows) plus known families (special tokens anywhere, role labels where "
+    "they open a line: 'Open Assistant: the blog post' is a name).",
     why="Text rows get loss on every token, so the model learns to write the questions too; markers inside an "
     "answer teach it to start a new turn by itself.",
     example='{"text": "### Question: What is 2+2?\\n### Answer: 4"}',
@@ -382,14 +417,20 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if not prompts:
         return
     learned = sorted(ts.learned_markers(ts.sample(prompts), 0.5))
-    inside = sorted({i for i, _, a in ts.answers(ctx)
-                     if any("\n" + m in a for m in learned) or ts.known_markers(a)})  # fmt: skip
+    found: Counter[str] = Counter()
+    inside: set[int] = set()
+    for i, _, a in ts.answers(ctx):
+        ms = {m for m in learned if "\n" + m in a} | ts.known_markers(a)
+        if ms:
+            inside.add(i)
+            found.update(sorted(ms))
     if inside:
+        shown = [m for m, _ in found.most_common(4)]
+        named = sorted(inside)
         yield Hit(
-            f"{len(inside)} answer(s) contain prompt markers ({', '.join(sorted(learned)[:4]) or 'known families'}): "
-            "the model learns to open a new turn",
-            evidence=rows_ev(inside, len(ctx.train), ctx.train_file, markers=sorted(learned)[:8]),
-            fix=drop_fix("Cut the answers at the marker, or drop the rows", inside, ctx.train_file, "D130"),
+            f"{len(inside)} answer(s) contain prompt markers ({', '.join(shown)}): the model learns to open a new turn",
+            evidence=rows_ev(named, len(ctx.train), ctx.train_file, markers=shown),
+            fix=drop_fix("Cut the answers at the marker, or drop the rows", named, ctx.train_file, "D130"),
         )
 
 
@@ -503,6 +544,19 @@ def short_cut(lengths: list[int], z: float) -> float:
     return math.exp(med - z * spread) if spread > 0 else -1.0
 
 
+def _repeated_requests(prompts: list[str], t: Params) -> bool:
+    """Whether the prompts repeat their requests: at least ``request_share`` of them open (the first three words of
+    their own lines; lines that 10% of them share are a template's) as ``opening_share`` of them or more do. Stories
+    continued from a few openings do; a mix of instructions, whose answers may be a word or an essay, does not."""
+    lines = Counter(ln for p in prompts for ln in set(p.split("\n")))
+    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * len(prompts))}
+    opens = [" ".join(_TOKENS.findall(" ".join(ln for ln in p.split("\n") if ln not in template).lower())[:3])
+             for p in prompts]  # fmt: skip
+    count = Counter(opens)
+    need = max(3, t.opening_share * len(prompts))
+    return sum(1 for o in opens if o and count[o] >= need) >= t.request_share * len(prompts)
+
+
 def _prompt_peers(lengths: list[int], z: float) -> list[bool]:
     """Per row: whether its prompt is a peer of the file's prompts, its log length within ``z`` robust spreads of
     their median. A short answer to a prompt unlike the others (a one-line request among word problems) is another
@@ -544,6 +598,12 @@ def _of_material(answer: str, material: set[str]) -> float:
         "min_material": (0.5, "a short answer is a stripped or cut one only when at least this share of its words are "
                          "the peers' material; in other words it is another kind of answer (a refusal, a reply in "
                          "another language), which other rules judge"),
+        "request_share": (0.5, "low outliers are judged only where the prompts repeat their requests: at least this "
+                          "share of them open (the first three words of their own lines, the file's template lines "
+                          "aside) as opening_share of them or more do ('Once upon a time', 'Write a story about'); "
+                          "a mix of tasks asks for answers of every length, and only a gap (the bare answers) tells "
+                          "a cut group there"),
+        "opening_share": (0.05, "the share of the prompts an opening must start to count as a repeated request"),
     },
     summary="Answers far shorter than the file's answers for the same kind of prompt (e.g. chain of thought "
     "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
@@ -551,7 +611,8 @@ def _of_material(answer: str, material: set[str]) -> float:
     "the words the other answers use. The same kind of prompt: the same recurring markers, and a prompt length "
     "within the outlier cut of the file's prompts. Either kind counts when they are a group (min_rows, min_share); "
     "bare answers also when they stand apart, more of them than answers between them and the lower quartile's half "
-    "(a mix of tasks, where short answers run on down to one word, has no such gap).",
+    "(a mix of tasks, where short answers run on down to one word, has no such gap); outliers only where the "
+    "prompts repeat a few requests (request_share), so that their answers' lengths can be compared at all.",
     why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
     "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
@@ -582,21 +643,22 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
         full = [a for _, a in ts.sample(members) if len(_TOKENS.findall(a)) >= q25]  # the answers that set the norm
         material = _peer_words(full, t.material_df)
+        repeated = _repeated_requests([prompts[i] for i, _ in ts.sample(members)], t)
         bare, outliers, tail = [], [], 0
         for i, a in members:
             if len(a) > short_chars:
                 continue
-            w = len(_TOKENS.findall(a))
-            if w * t.factor > q25:
-                tail += w * t.min_factor <= q25  # short, not bare: the lengths between the bare and the norm
-            if _of_material(a, material) < t.min_material:
+            if _of_material(a, material) < t.min_material:  # another kind of answer (a refusal), for other rules
                 continue
+            w = len(_TOKENS.findall(a))
             if w * t.factor <= q25:
                 bare.append(i)
-            elif w <= cut and w * t.min_factor <= q25:
-                outliers.append(i)
-        group = len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members))
-        if group or len(bare) > tail:  # a few bare answers count where they stand apart, not as a tail's end
+            else:
+                tail += w * t.min_factor <= q25  # short, not bare: the lengths between the bare and the norm
+                if w <= cut and w * t.min_factor <= q25:
+                    outliers.append(i)
+        group = repeated and len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members))
+        if group or len(bare) > tail:  # bare answers count where they stand apart, not as a tail's end
             rows += bare
         if group:
             rows += outliers
@@ -640,6 +702,16 @@ def _profile_shares(segs: list[str], template: set[str], profile: set[str], min_
         if m >= min_words:
             out.append((k, len(ws & profile) / m))
     return out
+
+
+_WORD_TOKEN = re.compile(r"[\"'“‘(¿¡]*[^\W\d_]+(?:['’][^\W\d_]+)?[\"'”’).,;:!?]*")
+
+
+def _wordlike(text: str) -> bool:
+    """Whether most of a short text's tokens are words: a language's, where codes ('#F5F5DC', a regex), times
+    ('10:50am'), a pronunciation ('in-tuh-PRET-shuh-nuhz') or emoji are in none."""
+    toks = text.split()
+    return 2 * sum(1 for x in toks if _WORD_TOKEN.fullmatch(x)) > len(toks)
 
 
 def _top_lang(text: str) -> str:
@@ -747,7 +819,8 @@ def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scrip
                       "file's common words"),
         "short_words": (4, "texts with fewer words of letters than this (numbers and formulas aside) are not judged "
                         "at all"),
-        "char_words": (30, "texts with fewer words than this are also judged by their characters"),
+        "char_words": (30, "texts with fewer words than this are also judged by their characters, when most of "
+                       "their tokens are words (a hex colour, a regex, a time are in no language)"),
         "profile_words": (50, "the file's most common words (in 2%+ of rows) that make up its language profile"),
         "ratio": (0.25, "a text whose share of distinct profile words is below this fraction of the file's median "
                   "is a candidate"),
@@ -791,7 +864,7 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     short = [
         k
         for k, (_, seg) in enumerate(segs)
-        if t.short_words <= len(_W.findall(seg)) and len(seg.split()) < t.char_words
+        if t.short_words <= len(_W.findall(seg)) and len(seg.split()) < t.char_words and _wordlike(seg)
     ]
     if len(scores) < 20 and len(short) < 20:
         return
