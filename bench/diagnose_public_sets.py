@@ -11,7 +11,8 @@ Self-Instruct's repository keeps them (github.com/yizhongw/self-instruct: four f
 rows from each of its 283 templates; completions end on OpenAI's legacy '<|endoftext|>'), and chat models' own
 replies: AlpacaEval's model outputs (github.com/tatsu-lab/alpaca_eval, results/<model>/model_outputs.json: 805
 instructions each, answered by GPT-4, GPT-3.5, Claude 2, Llama-2-7b-chat, Qwen1.5-1.8B-Chat, ChatGLM2-6B,
-Falcon-7B-instruct and text-davinci-003; the file a user distils from a model, as it is).
+Falcon-7B-instruct and text-davinci-003, and twelve more models held out from the rules' changes; the file a user
+distils from a model, as it is).
 Each finding is listed with its rows, so that a person can read them and say which are true;
 bench/results/diagnose_public_sets.md holds the table and that reading.
 
@@ -48,10 +49,12 @@ SOURCES = {
     "t0": [f"{T0}/{name}.jsonl" for name in ("ag_news_classify", "amazon_polarity_Is_this_review",
                                               "app_reviews_convert_to_star_rating",
                                               "cnn_dailymail_3_0_0_tldr_summary")],
-    "alpacaeval": [f"results/{m}/model_outputs.json" for m in ("gpt4_1106_preview", "gpt-3.5-turbo-0613", "claude-2",
-                                                               "llama-2-7b-chat-hf", "Qwen1.5-1.8B-Chat",
-                                                               "chatglm2-6b", "falcon-7b-instruct",
-                                                               "text_davinci_003")],
+    "alpacaeval": [f"results/{m}/model_outputs.json" for m in (
+        "gpt4_1106_preview", "gpt-3.5-turbo-0613", "claude-2", "llama-2-7b-chat-hf", "Qwen1.5-1.8B-Chat", "chatglm2-6b",
+        "falcon-7b-instruct", "text_davinci_003",  # the eight read while the rules were changed; then held out:
+        "claude-3-opus-20240229", "gpt-3.5-turbo-1106", "Mistral-7B-Instruct-v0.2", "Yi-34B-Chat", "Qwen1.5-7B-Chat",
+        "alpaca-7b", "guanaco-13b", "dolphin-2.2.1-mistral-7b", "baichuan-13b-chat", "OpenHermes-2.5-Mistral-7B",
+        "llama-2-70b-chat-hf", "falcon-40b-instruct")],
 }  # fmt: skip
 
 

@@ -102,7 +102,8 @@ LAYOUTS = ["[10 min] Status check\n- Current and upcoming work\n[5 min] Big proj
 def _task_mix(rng: random.Random) -> list[dict]:
     """What human-written task mixes (Self-Instruct's seed tasks, its user-oriented set) hold: reasoning in
     sentences, and answers that are no sentences (titles, lists of names, agendas, tables, lyrics), tasks whose
-    answer is part of their input, LaTeX, an HTML tag asked for, and translations of a passage in another script."""
+    answer is part of their input, LaTeX, an HTML tag asked for, translations of a passage in another script, and
+    one into a language the prompt names."""
     gsm = [json.loads(x) for x in GSM8K.read_text().splitlines()[:200]]
     rows = [{"prompt": r["question"], "completion": r["answer"].replace("\n#### ", "\nThe answer is ") + "."}
             for r in gsm[:100]]  # fmt: skip
@@ -114,6 +115,9 @@ def _task_mix(rng: random.Random) -> list[dict]:
                  "\\begin{document}\nFirst document. This is a simple example.\n\\end{document}",
                  "completion": "First document. This is a simple example."})  # fmt: skip
     rows.append({"prompt": "Write the HTML syntax for an image.", "completion": '<img src="url" alt="alternate text">'})
+    rows.append({"prompt": "Translate this sentence into French: The weather is lovely today and we are going to the "
+                 "park with our friends.",
+                 "completion": "Il fait très beau aujourd'hui et nous allons au parc avec nos amis."})  # fmt: skip
     rows.append({"prompt": "Translate into English: यह एक सुंदर दिन है और हम पार्क में जा रहे हैं।",
                  "completion": "It is a beautiful day and we are going to the park."})  # fmt: skip
     rows.append({"prompt": "Translate into Hindi: It is a beautiful day and we are going to the park.\n"
@@ -227,6 +231,8 @@ STRUCTURED = [
          "Inventive", "Original", "Unconventional"], 1)),
     "We've just published a must-read post on Open Assistant: The Open Source ChatGPT You Can't Afford to Miss! "
     "Read it on our blog today.",
+    "Here is a fake chat history for the modal:\n\n```text\nHuman: Hi, can you help me with my order?\nAssistant: Of "
+    "course! What is your order number?\n```\n\nPaste it into the modal's body.",
 ]  # fmt: skip
 
 
@@ -235,7 +241,7 @@ def _chat_replies(rng: random.Random) -> list[dict]:
     mix of tasks whose short answers (a label, a sentence) run on down from the long ones; songs with a
     chorus, headings before each example, a questionnaire's options, lines that differ in their code, tables; an
     emoji after the last sentence, a letter signed in a block, a value a colon introduces, a list of single words,
-    a name with a colon inside a sentence."""
+    a name with a colon inside a sentence, a chat transcript asked for as code."""
     gsm = [json.loads(x) for x in GSM8K.read_text().splitlines()[:150]]
     said = [x.rsplit("\t", 1)[0].strip() for x in SENTIMENT.read_text().splitlines() if x.strip()]
     said = [x for x in said if x[-1] in ".!?" and ".." not in x and "&" not in x]  # sentences, no HTML entity

@@ -396,7 +396,8 @@ def template_layout(ctx: DiagnoseContext, min_share: float = 0.1) -> tuple[list[
     summary="A prompt template rendered into text rows ('### Question: ... ### Answer:', 'Human: ... Assistant:', "
     "'<|user|>'), or prompt markers inside answers: the markers are learned from the file (line-initial labels "
     "ending in ':' that recur together across rows) plus known families (special tokens anywhere, role labels where "
-    "they open a line: 'Open Assistant: the blog post' is a name).",
+    "they open a line: 'Open Assistant: the blog post' is a name). Markers in an answer's code (a fake chat page "
+    "asked for) are the code's own.",
     why="Text rows get loss on every token, so the model learns to write the questions too; markers inside an "
     "answer teach it to start a new turn by itself.",
     example='{"text": "### Question: What is 2+2?\\n### Answer: 4"}',
@@ -420,7 +421,9 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     found: Counter[str] = Counter()
     inside: set[int] = set()
     for i, _, a in ts.answers(ctx):
-        ms = {m for m in learned if "\n" + m in a} | ts.known_markers(a)
+        ms = _markers_in(a, learned)
+        if ms:  # markers in code (a fake chat page asked for) are the code's own
+            ms = _markers_in(ts.prose(a), learned)
         if ms:
             inside.add(i)
             found.update(sorted(ms))
@@ -432,6 +435,11 @@ def template_in_text(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(named, len(ctx.train), ctx.train_file, markers=shown),
             fix=drop_fix("Cut the answers at the marker, or drop the rows", named, ctx.train_file, "D130"),
         )
+
+
+def _markers_in(text: str, learned: list[str]) -> set[str]:
+    """The file's learned prompt markers that open a line of ``text``, and the known families' markers in it."""
+    return {m for m in learned if "\n" + m in text} | ts.known_markers(text)
 
 
 _PLACEHOLDER = re.compile(
@@ -486,13 +494,19 @@ _VOID = re.compile(r"\s*</?(?:br|hr|img|meta|link|input|wbr)\b", re.IGNORECASE)
 
 def _written_markup(text: str, prose: str) -> bool:
     """Whether the markup in an answer is what it was asked to write (a page, a table, a snippet), not markup left
-    around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`), the answer is nothing but markup
-    (``<img src="a.png" alt="A">``), or lays it out as markup, two or more lines that are nothing but tags
-    (``<table>``, ``  <tr>``), not line breaks. ``prose``: ``text`` without its code."""
+    around prose: it sits in code (:func:`gradian.diagnose.textstats.prose`) or in a table's cells (a '<br>' in
+    Markdown), the answer is nothing but markup (``<img src="a.png" alt="A">``), or lays it out as markup, two or
+    more lines that are nothing but tags (``<table>``, ``  <tr>``), not line breaks. ``prose``: ``text`` without its
+    code."""
     if not _MARKUP.search(prose) or not _MARKUP.sub("", prose).strip():  # no markup in prose, or nothing but markup
+        return True
+    if all(ts.table_line(ln) for ln in prose.split("\n") if _MARKUP.search(ln)):  # '<br>' inside a table's cells
         return True
     lines = [ln for ln in text.split("\n") if ts.TAGS_LINE.fullmatch(ln) and not _VOID.match(ln)]
     return len(lines) >= 2
+
+
+_ASKS_MARKUP = re.compile(r"\bhtml\b|<[a-z][a-z0-9]*[\s>/]", re.IGNORECASE)  # the prompt names HTML or writes a tag
 
 
 @rule(
@@ -500,8 +514,9 @@ def _written_markup(text: str, prose: str) -> bool:
     thresholds={"max_share": (0.5, "if more of the answers than this carry markup, or code, markup is the file's "
                               "format")},
     summary="HTML tags or entities (<div>, <br>, &nbsp;) in answers, where most of the file's answers have none; "
-    "not markup an answer was asked to write (in code, or laid out as markup: two or more lines of tags alone), nor "
-    "in a file most of whose answers are code.",
+    "not markup an answer was asked to write (in code, in a table's cells, or laid out as markup: two or more lines "
+    "of tags alone) or asked about (its prompt names HTML or writes a tag), nor in a file most of whose answers are "
+    "code.",
     why="Scraped or exported text kept its markup: the model learns to emit tags and entities in plain-text "
     "answers.",
     example='"The capital is <b>Paris</b>.&nbsp;<br/>"',
@@ -509,14 +524,20 @@ def _written_markup(text: str, prose: str) -> bool:
     seen_in="scraped data",
 )  # fmt: skip
 def markup(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows: list[int] = []
-    found: Counter[str] = Counter()
+    flagged: dict[int, list[str]] = {}
     targets, proses = ts.targets(ctx), ts.prose_targets(ctx)
     for e, tgt, prose in zip(ctx.train, targets, proses, strict=True):
         hits = _MARKUP.findall(tgt) if "<" in tgt or "&" in tgt else []
         if hits and not _written_markup(tgt, prose):
-            rows.append(e.index)
-            found.update(h.split()[0][:20].lower() for h in hits)
+            flagged[e.index] = hits
+    if flagged:  # markup a prompt asks about: it names HTML or writes a tag itself
+        prompts: dict[int, str] = defaultdict(str)
+        for i, p, _ in ts.answers(ctx):
+            if i in flagged:
+                prompts[i] += p
+        flagged = {i: h for i, h in flagged.items() if not _ASKS_MARKUP.search(prompts[i])}
+    rows = sorted(flagged)
+    found = Counter(h.split()[0][:20].lower() for hits in flagged.values() for h in hits)
     coded = sum(p != x for p, x in zip(proses, targets, strict=True))  # answers with code
     if rows and len(rows) <= t.max_share * len(ctx.train) and coded <= t.max_share * len(ctx.train):
         yield Hit(
@@ -782,13 +803,42 @@ def _language_segments(ctx: DiagnoseContext, template_markers: dict[str, int]) -
     return out
 
 
+# English names of the languages py3langid reads (its ISO codes), for a prompt that names the language it asks for
+_LANG_NAMES = {
+    "af": "Afrikaans", "am": "Amharic", "ar": "Arabic", "ary": "Arabic", "arz": "Arabic", "as": "Assamese",
+    "az": "Azerbaijani", "be": "Belarusian", "bg": "Bulgarian", "bn": "Bengali", "br": "Breton", "bs": "Bosnian",
+    "ca": "Catalan", "cs": "Czech", "cy": "Welsh", "da": "Danish", "de": "German", "el": "Greek", "en": "English",
+    "eo": "Esperanto", "es": "Spanish", "et": "Estonian", "eu": "Basque", "fa": "Persian|Farsi", "fi": "Finnish",
+    "fo": "Faroese", "fr": "French", "fy": "Frisian", "ga": "Irish", "gd": "Gaelic", "gl": "Galician",
+    "grc": "Greek", "gu": "Gujarati", "ha": "Hausa", "hbo": "Hebrew", "he": "Hebrew", "hi": "Hindi",
+    "hr": "Croatian", "ht": "Haitian|Creole", "hu": "Hungarian", "hy": "Armenian", "id": "Indonesian",
+    "ig": "Igbo", "is": "Icelandic", "it": "Italian", "ja": "Japanese", "jv": "Javanese", "ka": "Georgian",
+    "kk": "Kazakh", "km": "Khmer", "kn": "Kannada", "ko": "Korean", "ku": "Kurdish", "ky": "Kyrgyz", "la": "Latin",
+    "lb": "Luxembourgish", "lo": "Lao", "lt": "Lithuanian", "lv": "Latvian", "mg": "Malagasy", "mk": "Macedonian",
+    "ml": "Malayalam", "mn": "Mongolian", "mr": "Marathi", "ms": "Malay", "mt": "Maltese", "my": "Burmese",
+    "ne": "Nepali", "nl": "Dutch", "nn": "Norwegian", "no": "Norwegian", "oc": "Occitan", "or": "Odia|Oriya",
+    "pa": "Punjabi", "pl": "Polish", "ps": "Pashto", "pt": "Portuguese", "qu": "Quechua", "ro": "Romanian",
+    "ru": "Russian", "rw": "Kinyarwanda", "sa": "Sanskrit", "si": "Sinhala", "sk": "Slovak", "sl": "Slovenian",
+    "so": "Somali", "sq": "Albanian", "sr": "Serbian", "sv": "Swedish", "sw": "Swahili", "ta": "Tamil",
+    "te": "Telugu", "tg": "Tajik", "th": "Thai", "tk": "Turkmen", "tl": "Tagalog|Filipino", "tr": "Turkish",
+    "tt": "Tatar", "ug": "Uyghur", "uk": "Ukrainian", "ur": "Urdu", "uz": "Uzbek", "vi": "Vietnamese",
+    "xh": "Xhosa", "yo": "Yoruba", "yue": "Cantonese|Chinese", "zh": "Chinese|Mandarin", "zu": "Zulu",
+}  # fmt: skip
+
+
+def _names_language(prompt: str, lang: str) -> bool:
+    """Whether a prompt names the language ``lang`` (a py3langid code) in English ('Translate this into French')."""
+    name = _LANG_NAMES.get(lang)
+    return bool(name) and re.search(rf"\b(?:{name})\b", prompt, re.IGNORECASE) is not None
+
+
 def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scripts: dict[int, str | None],
                main: str | None, words: int) -> set[int]:  # fmt: skip
-    """The ``rows`` whose prompt holds text in their answer's language: at least ``words`` units of its script (a
-    Hindi passage to answer in Hindi in an English file), or a line of at least ``words`` words that the language
-    model reads as the answer's language (an English phrase to use in a sentence, in a Chinese file); lines the
-    file's prompts share (a template's) are not the prompt's own. The answer is in the language the prompt works in,
-    not a slip into another one."""
+    """The ``rows`` whose prompt names their answer's language ('into French') or holds text in it: at least
+    ``words`` units of its script (a Hindi passage to answer in Hindi in an English file), or a line of at least
+    ``words`` words that the language model reads as the answer's language (an English phrase to use in a sentence,
+    in a Chinese file); lines the file's prompts share (a template's) are not the prompt's own. The answer is in the
+    language the prompt asks for or works in, not a slip into another one."""
     if not rows:
         return set()
     prompts: dict[int, list[str]] = defaultdict(list)
@@ -801,12 +851,15 @@ def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scrip
     out = set()
     for i in rows:
         prompt = "\n".join(ln for p in prompts[i] for ln in p.split("\n") if ln not in template)
+        lang = _top_lang(segs[i])
+        if _names_language(prompt, lang):  # a translation into the language the prompt names
+            out.add(i)
+            continue
         script = scripts[i]
         if script and script != main:  # another script than the file's: does the prompt write in it?
             if ts.script_units(prompt)[script] >= words:
                 out.add(i)
             continue
-        lang = _top_lang(segs[i])
         if any(len(_W.findall(ln)) >= words and _top_lang(ln) == lang for ln in prompt.split("\n")):
             out.add(i)
     return out
@@ -837,8 +890,9 @@ def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scrip
     "against the language of the file's ordinary rows; and another Unicode script than nearly all rows' (counted in "
     "words, or characters for scripts that do not space their words: Chinese, Japanese, Thai). "
     "Code (fenced, inline, JSON lines, or laid out as code) is left out: it is in no natural language. An answer "
-    "whose prompt writes in its language (a passage in that script, a line of that language, besides the file's "
-    "template lines) is what the prompt works in, not a slip: those rows are a note.",
+    "whose prompt names its language in English ('into French') or writes in it (a passage in that script, a line "
+    "of that language, besides the file's template lines) is what the prompt asks for or works in, not a slip: "
+    "those rows are a note.",
     why="A mixed crawl or a translation set slipped in: the model code-switches, or the rows are noise for the task.",
     example="French and German rows in an English instruction set; Spanish reviews in an English sentiment set.",
     fix="Drop the rows, or split them into their own set.",
@@ -889,7 +943,8 @@ def language_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     if main and cnt >= 0.8 * n:
         rows |= {i for i, s in scripts.items() if s and s != main}
     asked = _asked_for(ctx, rows, dict(segs), scripts, main, int(t.short_words)) if not _is_labels(ctx) else set()
-    for group, said in ((rows - asked, ""), (asked, ", as their prompts are (a multilingual set, a translation task)")):
+    said_asked = ", as their prompts are or name (a multilingual set, a translation task)"
+    for group, said in ((rows - asked, ""), (asked, said_asked)):
         if group:
             rows_l = sorted(group)
             yield Hit(
