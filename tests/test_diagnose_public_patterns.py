@@ -241,7 +241,8 @@ def _chat_replies(rng: random.Random) -> list[dict]:
     mix of tasks whose short answers (a label, a sentence) run on down from the long ones; songs with a
     chorus, headings before each example, a questionnaire's options, lines that differ in their code, tables; an
     emoji after the last sentence, a letter signed in a block, a value a colon introduces, a list of single words,
-    a name with a colon inside a sentence, a chat transcript asked for as code."""
+    a name with a colon inside a sentence, a chat transcript asked for as code, '<br>' in a table's cells, and tags
+    a prompt asks about."""
     gsm = [json.loads(x) for x in GSM8K.read_text().splitlines()[:150]]
     said = [x.rsplit("\t", 1)[0].strip() for x in SENTIMENT.read_text().splitlines() if x.strip()]
     said = [x for x in said if x[-1] in ".!?" and ".." not in x and "&" not in x]  # sentences, no HTML entity
@@ -253,6 +254,12 @@ def _chat_replies(rng: random.Random) -> list[dict]:
         rows.append({"prompt": f"{rng.choice(said)} How would you reply?", "completion": reply})  # varied requests
     for k, reply in enumerate(STRUCTURED):
         rows.append({"prompt": f"Do task {k} as asked.", "completion": reply})
+    rows.append({"prompt": "Summarize the two players' careers in a table.",
+                 "completion": "Here is the table:\n\n| Player | Career |\n|---|---|\n| Derek Jeter | 20 seasons<br>5 "
+                               "titles |\n| Albert Pujols | 22 seasons<br>2 titles |"})  # fmt: skip
+    rows.append({"prompt": "Write the HTML syntax for adding an image to the page.",
+                 "completion": 'Use the <img> tag with a source and a description: <img src="cat.png" alt="A cat">. '
+                               "The alt text is read aloud by screen readers."})  # fmt: skip
     rng.shuffle(rows)
     return rows
 

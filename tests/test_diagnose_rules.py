@@ -786,8 +786,9 @@ def test_alpaca_keyed_rows_are_alpaca_text_unless_llamafactory_renders_them() ->
                                    raw=raw)  # fmt: skip
         ctx.tokenizer.chat_template = "{{ '<|im_start|>' + m['role'] }}<|im_end|>"
         ctx.setup.framework = framework or None
-        found[framework] = [f.code for f in run_rule(by_code["D112"], ctx)]
-    assert found == {"": ["D112"], "llamafactory": []}
+        found[framework] = [f"{f.code}: {f.message}" for f in run_rule(by_code["D112"], ctx)]
+    assert found["llamafactory"] == [] and len(found[""]) == 1
+    assert "are Alpaca rows (instruction/output), rendered with the Alpaca template" in found[""][0]
 
 
 def test_preference_pairs_are_named_as_such() -> None:

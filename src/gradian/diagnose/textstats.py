@@ -221,6 +221,12 @@ def sample(items: list, n: int = 5000) -> list:
     return items[:: max(1, len(items) // n)]
 
 
+def template_lines(prompts: list[str], min_share: float = 0.1) -> set[str]:
+    """Lines that at least ``min_share`` of the prompts (and 3) hold: a template's, not a prompt's own."""
+    lines = Counter(ln for p in prompts for ln in set(p.split("\n")))
+    return {ln for ln, c in lines.items() if c >= max(3, min_share * len(prompts))}
+
+
 def learned_markers(texts: list[str], min_share: float = 0.1, min_rows: int = 3) -> dict[str, int]:
     """Line markers that recur across rows: ``{marker: rows}`` for those in at least ``min_share`` of the rows."""
     c: Counter[str] = Counter()

@@ -569,8 +569,7 @@ def _repeated_requests(prompts: list[str], t: Params) -> bool:
     """Whether the prompts repeat their requests: at least ``request_share`` of them open (the first three words of
     their own lines; lines that 10% of them share are a template's) as ``opening_share`` of them or more do. Stories
     continued from a few openings do; a mix of instructions, whose answers may be a word or an essay, does not."""
-    lines = Counter(ln for p in prompts for ln in set(p.split("\n")))
-    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * len(prompts))}
+    template = ts.template_lines(prompts)
     opens = [" ".join(_TOKENS.findall(" ".join(ln for ln in p.split("\n") if ln not in template).lower())[:3])
              for p in prompts]  # fmt: skip
     count = Counter(opens)
@@ -845,9 +844,7 @@ def _asked_for(ctx: DiagnoseContext, rows: set[int], segs: dict[int, str], scrip
     for i, p, _ in ts.answers(ctx):
         if i in rows:
             prompts[i].append(p)
-    some = ts.sample(ts.answers(ctx))
-    lines = Counter(ln for _, p, _ in some for ln in set(p.split("\n")))
-    template = {ln for ln, c in lines.items() if c >= max(3, 0.1 * len(some))}  # the file's own (a template's)
+    template = ts.template_lines([p for _, p, _ in ts.sample(ts.answers(ctx))])
     out = set()
     for i in rows:
         prompt = "\n".join(ln for p in prompts[i] for ln in p.split("\n") if ln not in template)

@@ -563,12 +563,14 @@ def special_in_content(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
 )  # fmt: skip
 def template_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     fam_rows: dict[str, list[int]] = {}
+    keyed: set[int] = set()  # Alpaca-keyed rows (instruction/input/output), as opposed to Alpaca text
     lf = ctx.framework() == "llamafactory"  # LLaMA-Factory renders Alpaca-keyed rows with its own template
     for e in ctx.train:
         txt = e.text if e.text is not None else (e.prompt or "") if e.format != "alpaca" else None
         if e.format == "alpaca":
             if not lf:
                 fam_rows.setdefault("alpaca", []).append(e.index)
+                keyed.add(e.index)
             continue
         if not txt:
             continue
@@ -588,10 +590,15 @@ def template_mismatch(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         )
     elif model_fam:
         fam, rows = next(iter(fam_rows.items()))
+        as_keys = keyed.issuperset(rows)
+        what = ("are Alpaca rows (instruction/output), rendered with the Alpaca template," if as_keys
+                else f"use {fam} markers")  # fmt: skip
+        fix = ("Store rows as messages so the model's chat template renders them (LLaMA-Factory does so for Alpaca "
+               "rows)" if as_keys else "Store rows as messages; apply the model's chat template")  # fmt: skip
         if fam != model_fam:
-            yield Hit(f"{len(rows)} row(s) use {fam} markers but the tokenizer's chat template is {model_fam}",
+            yield Hit(f"{len(rows)} row(s) {what} but the tokenizer's chat template is {model_fam}",
                       evidence=rows_ev(rows, len(ctx.train), _tfile(ctx), data_family=fam, model_family=model_fam),
-                      fix=Fix(text="Store rows as messages; apply the model's chat template"))  # fmt: skip
+                      fix=Fix(text=fix))  # fmt: skip
 
 
 def _marker(ctx: DiagnoseContext) -> tuple[str | None, str | None]:
