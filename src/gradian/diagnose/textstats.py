@@ -110,9 +110,12 @@ def loop_run(units: list[str], max_period: int = 3) -> int:
     best = 1
     for p in range(1, max_period + 1):
         run = 0
-        for k in range(p, len(units)):
-            run = run + 1 if units[k] == units[k - p] else 0
-            if not run or sum(u.count(" ") + 1 for u in units[k - p + 1 : k + 1]) < 4:
+        for k, same in enumerate(map(str.__eq__, units[p:], units), start=p):
+            if not same:
+                run = 0
+                continue
+            run += 1
+            if sum(u.count(" ") + 1 for u in units[k - p + 1 : k + 1]) < 4:
                 continue
             start = k - run - p  # the unit before the run: the loop's first copy may end it, glued to what came before
             glued = p == 1 and start >= 0 and units[start].endswith(" " + units[k])
