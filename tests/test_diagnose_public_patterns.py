@@ -273,9 +273,13 @@ def test_chat_model_replies_are_text_and_planted_faults_are_caught(tmp_path: Pat
     assert [(f.code, f.severity.value) for f in fs if f.severity.value != "info"] == []
     worked = [i for i, r in enumerate(rows) if "The answer is" in r["completion"]]
     loop, cut, turn = worked[:4], worked[4:10], worked[10:13]
-    for i in loop:  # a generation loop: its last sentence again and again
+    for i in loop[:2]:  # a generation loop: its last sentence again and again
         last = rows[i]["completion"].rsplit("\n", 1)[-1]
         rows[i] = {**rows[i], "completion": rows[i]["completion"] + (" " + last) * 3}
+    for i in loop[2:]:  # the same sentence closing paragraph after paragraph
+        paras = rows[i]["completion"].split("\n")[:3]
+        said = " It also has a strong focus on privacy and security."
+        rows[i] = {**rows[i], "completion": "\n\n".join(x.rstrip(".") + "." + said for x in paras)}
     for i in cut:  # a max_tokens cut inside the reasoning
         words = rows[i]["completion"].split(" ")
         rows[i] = {**rows[i], "completion": " ".join(words[: max(6, len(words) // 2)]) + " and the"}

@@ -16,7 +16,7 @@ import pytest
 
 from gradian.diagnose.minhash import _WORD, _words, near_duplicate_pairs, normalize
 from gradian.diagnose.rules.dataset import _MARKER_PARTS, FAMILY_MARKERS, _family_of, _has_mojibake
-from gradian.diagnose.textstats import loop_measures, loop_run
+from gradian.diagnose.textstats import loop_measures, loop_run, paragraph_copies
 from gradian.gcpause import gc_paused
 
 PIECES = ["cat", "Sat", "the", "on", "mat.", "x_y", "3.14", "don't", "Über", "é", "ß", "日本語", "İstanbul", "ﬁne",
@@ -82,7 +82,7 @@ def _loop_measures_plain(text: str) -> tuple[int, float, float]:
     words = text.lower().split()
     units = [u.strip().lower() for u in re.split(r"(?<=[.!?。！？])\s+|\n+", text) if u and u.strip()]
     seen = Counter(units)
-    copies = loop_run(units) if len(seen) < len(units) else 1
+    copies = max(loop_run(units), paragraph_copies(text)) if len(seen) < len(units) else 1
     dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1) if units else 0.0
     grams = [" ".join(words[i : i + 10]) for i in range(len(words) - 9)]
     counts = Counter(grams)

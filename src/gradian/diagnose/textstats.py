@@ -123,10 +123,22 @@ def loop_run(units: list[str], max_period: int = 3) -> int:
     return best
 
 
+def paragraph_copies(text: str) -> int:
+    """The most copies of one sentence of 5+ words among the sentences of the text's paragraphs (lines of two
+    sentences or more): a reply that says the same sentence again and again, one paragraph after another. A line
+    that is a sentence on its own (a song's line, a list item, a heading) repeats by design."""
+    seen: Counter[str] = Counter()
+    for line in text.split("\n"):
+        sents = [x.strip().lower() for x in _SENT.split(line) if x.strip()]
+        if len(sents) > 1:
+            seen.update(x for x in sents if x.count(" ") >= 4 and x[-1] in TERMINAL)
+    return max(seen.values(), default=1)
+
+
 def loop_measures(text: str) -> tuple[int, float, float]:
     """The repetition measures the repetition rule uses, computed lean: the most back-to-back copies of a sentence
-    or a short cycle of them (:func:`loop_run`), the share of characters in repeated sentences/lines, and the share
-    of word characters in repeated 10-grams.
+    or a short cycle of them (:func:`loop_run`), or of one sentence across paragraphs (:func:`paragraph_copies`), the
+    share of characters in repeated sentences/lines, and the share of word characters in repeated 10-grams.
     A repeated 10-gram needs at least 10 repeated word occurrences and a repeated 3-gram, a repeated sentence at
     least one repeated word and a sentence end: rows without skip the work."""
     words = text.lower().split()
@@ -138,7 +150,7 @@ def loop_measures(text: str) -> tuple[int, float, float]:
         units = [u.strip().lower() for u in _SENT.split(text) if u and u.strip()]
         seen = Counter(units)
         if len(seen) < len(units):
-            copies = loop_run(units)
+            copies = max(loop_run(units), paragraph_copies(text))
             dup_sent = sum(len(u) for u in units if seen[u] > 1) / (sum(len(u) for u in units) or 1)
     n = 10
     if n_dup < n or len(set(zip(words, words[1:], words[2:], strict=False))) == len(words) - 2:

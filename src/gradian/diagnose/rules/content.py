@@ -294,15 +294,16 @@ def cut_completion(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     "D129", "repetition", "error", needs=("train",), cause="mechanical",
     thresholds={
         "sentence_copies": (3, "back-to-back copies of one sentence, or of a cycle of up to 3 sentences (4+ "
-                            "words), that make a loop; copies with other text between them (a song's chorus, a "
-                            "heading before each example) are not one"),
+                            "words), or copies of one sentence (5+ words) among paragraphs' sentences, that make a "
+                            "loop; lines of their own repeated apart (a song's chorus, a heading before each example) "
+                            "are not one"),
         "dup_sentence_share": (0.5, "share of a row's characters in repeated sentences/lines (Gopher: 0.30 for "
                                "lines; clean tinyshakespeare refrains reach 0.31)"),
         "dup_10gram_share": (0.6, "share of a row's word characters in repeated 10-grams (Gopher: 0.10 for long "
                              "documents; clean GSM8K answers reach 0.49)"),
     },
     summary="Degenerate repetition inside a row: one sentence (or a cycle of up to three) three or more times "
-    "back to back, or most of the row made of "
+    "back to back, or three times among its paragraphs' sentences, or most of the row made of "
     "repeated sentences or repeated 10-word spans (the Gopher / datatrove repetition measures); a row too short "
     "for those shares when it is one sentence or word, three or more times and nothing else ('Lily. Lily. Lily.'). "
     "Each assistant turn of a conversation is judged alone (replies may share sentences; a loop is inside one). "
