@@ -630,10 +630,10 @@ def _of_material(answer: str, material: set[str]) -> float:
     "stripped to a bare number in some rows, or stories cut after their first sentence): shorter than the lower "
     "quartile by a fixed factor, or a low outlier of the log lengths the file's own rows spread over, and made of "
     "the words the other answers use. The same kind of prompt: the same recurring markers, and a prompt length "
-    "within the outlier cut of the file's prompts. Either kind counts when they are a group (min_rows, min_share); "
-    "bare answers also when they stand apart, more of them than answers between them and the lower quartile's half "
-    "(a mix of tasks, where short answers run on down to one word, has no such gap); outliers only where the "
-    "prompts repeat a few requests (request_share), so that their answers' lengths can be compared at all.",
+    "within the outlier cut of the file's prompts. Either kind counts as a group (min_rows, min_share) where the "
+    "prompts repeat a few requests (request_share), so that their answers' lengths compare at all; bare answers also "
+    "count where they stand apart, more of them than answers between them and the lower quartile's half (a mix of "
+    "tasks, where short answers run on down to one word, has no such gap).",
     why="A join or export dropped the reasoning from some rows, or cut answers short: the model learns to answer "
     "without it, or to stop early, and those rows pull it toward bare or short answers.",
     example="GSM8K rows whose answer is just '#### 72' among rows with full worked solutions.",
