@@ -59,8 +59,8 @@ def _rows(rng: random.Random) -> list[dict]:
     return rows
 
 
-def _findings(path: Path) -> dict[str, set[int]]:
-    fs, _, _ = diagnose_full(train=path, select=RULES, settings=DiagnoseSettings())
+def _findings(path: Path, rules: list[str] = RULES) -> dict[str, set[int]]:
+    fs, _, _ = diagnose_full(train=path, select=rules, settings=DiagnoseSettings())
     return {f.code: set(f.evidence.get("rows", [])) for f in fs if f.severity.value != "info"}
 
 
@@ -269,8 +269,7 @@ def test_chat_model_replies_are_text_and_planted_faults_are_caught(tmp_path: Pat
     path = tmp_path / "replies.jsonl"
     write_jsonl(path, rows)
     rules = [*RULES, "D130"]
-    fs, _, _ = diagnose_full(train=path, select=rules, settings=DiagnoseSettings())
-    assert [(f.code, f.severity.value) for f in fs if f.severity.value != "info"] == []
+    assert _findings(path, rules) == {}
     worked = [i for i, r in enumerate(rows) if "The answer is" in r["completion"]]
     loop, cut, turn = worked[:4], worked[4:10], worked[10:13]
     for i in loop[:2]:  # a generation loop: its last sentence again and again
@@ -286,6 +285,5 @@ def test_chat_model_replies_are_text_and_planted_faults_are_caught(tmp_path: Pat
     for i in turn:  # the model went on to write the user's next turn
         rows[i] = {**rows[i], "completion": rows[i]["completion"] + "\nHuman: And what about next week?"}
     write_jsonl(path, rows)
-    fs, _, _ = diagnose_full(train=path, select=rules, settings=DiagnoseSettings())
-    found = {f.code: set(f.evidence.get("rows", [])) for f in fs if f.severity.value != "info"}
+    found = _findings(path, rules)
     assert found == {"D129": set(loop), "D128": set(cut), "D130": set(turn)}, found

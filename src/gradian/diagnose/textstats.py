@@ -228,7 +228,7 @@ _KNOWN_RE = re.compile(rf"{_KNOWN_TOKENS}|(?:^|(?<=\n))[ \t]*({_KNOWN_LABELS})")
 def known_markers(text: str) -> set[str]:
     """The known families' markers in ``text``: special tokens anywhere, role labels ('Human:', '### Response:')
     where they open a line."""
-    return {m.group(1) or m.group(0) for m in _KNOWN_RE.finditer(text)} if _KNOWN_RE.search(text) else set()
+    return {m.group(1) or m.group(0) for m in _KNOWN_RE.finditer(text)}
 
 
 def sample(items: list, n: int = 5000) -> list:

@@ -664,7 +664,6 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
         short_chars = chars[len(chars) // 4] / 2  # far shorter in tokens is far shorter in characters: a cheap screen
         full = [a for _, a in ts.sample(members) if len(_TOKENS.findall(a)) >= q25]  # the answers that set the norm
         material = _peer_words(full, t.material_df)
-        repeated = _repeated_requests([prompts[i] for i, _ in ts.sample(members)], t)
         bare, outliers, tail = [], [], 0
         for i, a in members:
             if len(a) > short_chars:
@@ -678,7 +677,9 @@ def short_answer(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
                 tail += w * t.min_factor <= q25  # short, not bare: the lengths between the bare and the norm
                 if w <= cut and w * t.min_factor <= q25:
                     outliers.append(i)
-        group = repeated and len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members))
+        group = len(bare) + len(outliers) >= max(t.min_rows, t.min_share * len(members)) and _repeated_requests(
+            [prompts[i] for i, _ in ts.sample(members)], t
+        )
         if group or len(bare) > tail:  # bare answers count where they stand apart, not as a tail's end
             rows += bare
         if group:
