@@ -20,7 +20,7 @@ python3.11 -m venv "$AXO"
 # their deps, which would pull a CUDA torch.
 "$AXO/bin/pip" install -q "numba<1.0,>=0.63.1" bitsandbytes==0.50.2 "triton>=3.4.0" torchao==0.17.0 optimum==1.16.2 \
   evaluate==0.4.1 immutabledict==4.2.0 langdetect==1.0.9 schedulefree==1.4.1 "kernels<0.17.0,>=0.16.0" art \
-  hf_transfer nvidia-ml-py==12.560.30 tensorboard torch==2.13.0
+  hf_transfer nvidia-ml-py==12.560.30 tensorboard wandb torch==2.13.0  # wandb: `axolotl train` imports it
 "$AXO/bin/pip" install -q --no-deps liger-kernel==0.8.1 "xformers>=0.0.33.post2" axolotl==0.19.0
 
 python3.11 -m venv "$LF"

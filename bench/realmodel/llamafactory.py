@@ -101,15 +101,31 @@ def nice_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def data() -> None:
-    """The 96-row subset, LLaMA-Factory's dataset and config, and Gradian's --train file."""
-    import yaml
-
+def subset() -> tuple[list[dict[str, Any]], list[int], set[int]]:
+    """refusals_s0's 96-row subset: its rows, their row numbers in refusals_s0 (file order) and the planted ones."""
     rows = read_jsonl(SRC / "train.jsonl")
     planted = set(json.loads((SRC / "planted.json").read_text())["rows"])
     other = [i for i in range(len(rows)) if i not in planted][:N_OTHER]
     keep = sorted(planted | set(other))  # file order
-    sub = [rows[i] for i in keep]
+    return [rows[i] for i in keep], keep, planted
+
+
+def planted_doc(keep: list[int], planted: set[int]) -> str:
+    """W/planted.json of a subset run: the planted rows' numbers in the subset."""
+    return json.dumps({
+        "rows": [j for j, i in enumerate(keep) if i in planted],
+        "source_rows": keep,
+        "kind": "refusals",
+        "seed": 0,
+        "note": f"refusals_s0 subset: its {len(planted)} planted rows + the first {N_OTHER} others, file order",
+    }, indent=1)  # fmt: skip
+
+
+def data() -> None:
+    """The 96-row subset, LLaMA-Factory's dataset and config, and Gradian's --train file."""
+    import yaml
+
+    sub, keep, planted = subset()
     (W / "data").mkdir(parents=True, exist_ok=True)
     with (W / "train.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in sub)
@@ -120,15 +136,7 @@ def data() -> None:
     )
     with (W / "train_messages.jsonl").open("w") as f:  # the same rows as LLaMA-Factory's file, one a line
         f.writelines(json.dumps(r) + "\n" for r in lf)
-    (W / "planted.json").write_text(
-        json.dumps({
-            "rows": [j for j, i in enumerate(keep) if i in planted],
-            "source_rows": keep,
-            "kind": "refusals",
-            "seed": 0,
-            "note": f"refusals_s0 subset: its {len(planted)} planted rows + the first {N_OTHER} others, file order",
-        }, indent=1)
-    )  # fmt: skip
+    (W / "planted.json").write_text(planted_doc(keep, planted))
     (W / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
     # The counterfactual: the same run without the planted rows (truth for the verdict's expected_recovery).
     kept = [r for r, i in zip(lf, keep, strict=True) if i not in planted]
@@ -192,22 +200,22 @@ def train_drop_random() -> None:
         _train_without(f"random{n}", set(random.Random(7).sample(others, n)))
 
 
-def truth() -> None:
+def truth(w: Path = W) -> None:
     """Counterfactual truth on refusals_s0's reference items (the base model's replies): the share of the summed
-    regression the retrain without the planted rows brings back, and its median per regressed item."""
+    regression each retrain (``w/run_drop_*``) brings back, and its median per regressed item."""
     items = read_jsonl(SRC / "eval_refs.jsonl")
-    base, ft = item_nlls(None, items), item_nlls(RUN, items)
+    base, ft = item_nlls(None, items), item_nlls(w / "run", items)
     res: dict[str, Any] = {"base": base, "finetuned": ft}
     reg = [i for i in range(len(items)) if ft[i] - base[i] > REGRESSED]
     res["regressed"] = reg
     res["regression"] = sum(ft[i] - base[i] for i in reg)
     for drop in ("planted", "named", "random8", "random16"):
-        if (W / f"run_drop_{drop}/adapter_model.safetensors").is_file():
-            r = res[f"drop_{drop}"] = item_nlls(W / f"run_drop_{drop}", items)
+        if (w / f"run_drop_{drop}/adapter_model.safetensors").is_file():
+            r = res[f"drop_{drop}"] = item_nlls(w / f"run_drop_{drop}", items)
             if reg:
                 res[f"recovery_drop_{drop}"] = sum(ft[i] - r[i] for i in reg) / res["regression"]
                 res[f"median_drop_{drop}"] = statistics.median((ft[i] - r[i]) / (ft[i] - base[i]) for i in reg)
-    (W / "truth.json").write_text(json.dumps(res, indent=1))
+    (w / "truth.json").write_text(json.dumps(res, indent=1))
     print({k: v for k, v in res.items() if not isinstance(v, list)}, len(reg), "regressed")
 
 
@@ -331,16 +339,16 @@ def _auc(scores: dict[int, float], planted: set[int]) -> float | None:
 FIRST_COMMIT = "10c3357"  # the Gradian commit the first diagnose / attribute ran (07:31-07:41 UTC, before tags)
 
 
-def _score_attr(tag: str) -> dict[str, Any]:
+def _score_attr(tag: str, w: Path = W) -> dict[str, Any]:
     """One ``gradian attribute`` (and the diagnose beside it) against the planted rows and the retrains."""
-    rep = json.loads((W / f"attr_prompts{tag}/report.json").read_text())
-    timing = json.loads((W / f"attr_prompts{tag}/bench_time.json").read_text())
-    planted = set(json.loads((W / "planted.json").read_text())["rows"])
+    rep = json.loads((w / f"attr_prompts{tag}/report.json").read_text())
+    timing = json.loads((w / f"attr_prompts{tag}/bench_time.json").read_text())
+    planted = set(json.loads((w / "planted.json").read_text())["rows"])
     v = rep.get("verdict") or {}
     named = set(v.get("drop_rows") or [])
     scores = {int(e["index"]): float(e["score"] or 0.0) for e in rep.get("examples", [])}
     gen = [e for e in rep.get("eval", []) if e.get("generated")]
-    diag = json.loads((W / f"diagnose{tag}.json").read_text()) if (W / f"diagnose{tag}.json").is_file() else []
+    diag = json.loads((w / f"diagnose{tag}.json").read_text()) if (w / f"diagnose{tag}.json").is_file() else []
     dfind = diag.get("findings", []) if isinstance(diag, dict) else diag
     pos = sum(max(0.0, x) for x in scores.values()) or 1.0
     return {

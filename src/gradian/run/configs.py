@@ -65,6 +65,8 @@ _TRL_MARKERS = frozenset(
      "dataset_kwargs", "packing_strategy", "padding_free", "model_init_kwargs", "chat_template_path"}
 )  # fmt: skip
 
+# Axolotl's top-level keys and its bundled plugins' keys, over releases (the keys of 0.19.0's own schema:
+# tests/fixtures/golden/axolotl_0.19.0_config_keys.json, recorded by bench/frameworks/record_config_keys.py).
 AXOLOTL_KEYS = frozenset(
     """
     base_model base_model_config cls_model_config base_model_ignore_patterns model_type model_config model_kwargs
@@ -125,6 +127,36 @@ AXOLOTL_KEYS = frozenset(
     liger_rope liger_rms_norm liger_glu_activation liger_layer_norm liger_fused_linear_cross_entropy
     cut_cross_entropy save_steps_strategy include_tokenizer_for_eval generate_samples num_generation_samples
     generation_max_new_tokens debug_num_examples dataset_exact_deduplication train_on_eos roles_to_train
+    center_rewards_coefficient chat_template_kwargs chunked_cross_entropy chunked_cross_entropy_num_chunks
+    deepcompile dense_mixer diffusion dion_lr dion_momentum dion_rank_fraction dion_rank_multiple_of
+    dp_replicate_size dp_shard_size dpo_loss_type dpo_loss_weights dpo_padding_free dpo_use_liger_kernel
+    dsv4_bf16_all dsv4_fp4_grouped_mode dsv4_fp8_lora_kernel dsv4_fp8_nonexpert_mode dsv4_shared_mlp_lora_kernel
+    dynamic_checkpoint eaft_alpha eaft_k ebft eval_sequence_len expert_backend expert_parallel_backend
+    expert_parallel_fallback_on_unsupported expert_parallel_num_nvl_bytes expert_parallel_num_rdma_bytes
+    expert_parallel_size expert_parallel_token_capacity experts_implementation flash_attn_d512 fp32_norm_classes
+    fp32_norms fp8_config fp8_enable_fsdp_float8_all_gather freeze_mm_modules fused_attn_kernel gc_collect_steps
+    gemma4_fp8_nonexpert gemma4_hybrid_attn_impl gemma4_nf4_nonexpert generation_do_sample generation_prompt_ratio
+    generation_temperature generation_top_k generation_top_p grokfast_alpha grokfast_lamb hatchery
+    image_resize_algorithm image_size include_tkps kd_alpha kd_beta kd_ce_alpha kd_normalize_topk kd_online_server
+    kd_online_server_base_url kd_online_timeout kd_online_topk kd_temperature kd_temperature_min kd_trainer
+    large_head_attention layer_offloading liger_cross_entropy liger_kernel_impl liger_rms_norm_gated liger_swiglu
+    liger_use_token_scaling lm_eval_batch_size lm_eval_model lm_eval_post_train lm_eval_tasks lora_alpha_pattern
+    lora_embedding_kernel lora_rank_pattern moe_bnb_fast moe_dequant_chunk_size moe_grouped_backend mora
+    nemo_gym_auto_clone nemo_gym_auto_start nemo_gym_config_paths nemo_gym_datasets nemo_gym_dir nemo_gym_enabled
+    nemo_gym_head_port nemo_gym_max_turns nemo_gym_model_name nemo_gym_multi_turn nemo_gym_run_timeout
+    nemo_gym_server_timeout nemo_gym_verify_timeout nonexpert_quantization num_dataset_shards_to_save
+    nvfp4_merge_aware nvfp4_merge_aware_start_step otel_metrics_host otel_metrics_port pad_to_multiple_of
+    ple_cpu_offload precompute_ref_log_probs processor_kwargs profiler_steps_start qgalore_cos_threshold
+    qgalore_gamma_proj qgalore_proj_bits qgalore_proj_group_size qgalore_proj_quant qgalore_proj_type
+    qgalore_queue_size qgalore_rank qgalore_scale qgalore_update_proj_gap quantize_moe_experts reinit_weights
+    role_boundaries sage_attention sample_packing_mp_start_method scaling_softmax scaling_softmax_bias
+    scaling_softmax_factor sdpa_varlen selective_checkpointing spectrum_model_name spectrum_top_fraction streaming
+    streaming_multipack_buffer_size swanlab_api_host swanlab_api_key swanlab_completion_log_interval
+    swanlab_completion_max_buffer swanlab_description swanlab_experiment_name swanlab_lark_secret
+    swanlab_lark_webhook_url swanlab_log_completions swanlab_log_model swanlab_mode swanlab_project swanlab_web_host
+    swanlab_workspace tiled_mlp tiled_mlp_num_shards tiled_mlp_use_original_mlp torch_compile_options
+    torch_empty_cache_steps trackio_project_name trackio_run_name trackio_space_id trainer_cls use_dsv4_kernels
+    use_eaft use_glm_dsa_kernels use_onebitllms use_otel_metrics use_scattermoe use_sonicmoe use_swanlab use_trackio
     """.split()
 )
 
@@ -140,6 +172,8 @@ AXOLOTL_DEPRECATED = {
     "flash_attn_rms_norm": "(removed)",
 }
 
+# LLaMA-Factory's argument dataclasses over releases (0.9.5's own: tests/fixtures/golden/
+# llamafactory_0.9.5_config_keys.json, recorded by bench/frameworks/record_config_keys.py).
 LLAMAFACTORY_KEYS = HF_TRAINING_ARGS_KEYS | frozenset(
     """
     model_name_or_path adapter_name_or_path adapter_folder cache_dir use_fast_tokenizer resize_vocab
@@ -177,6 +211,11 @@ LLAMAFACTORY_KEYS = HF_TRAINING_ARGS_KEYS | frozenset(
     length_penalty skip_special_tokens ray_run_name ray_storage_path ray_storage_filesystem ray_num_workers
     resources_per_worker placement_strategy ray_init_kwargs master_addr master_port fp8 fp8_backend
     fp8_enable_fsdp_float8_all_gather sequence_parallel_size sequence_parallel_mode overwrite_output_dir
+    enable_torch_profiler hyper_parallel_args init_special_tokens kt_expert_checkpoint_path
+    kt_lora_expert_intermediate_size kt_lora_expert_num kt_use_lora_experts kt_weight_path new_special_tokens_config
+    preserve_thinking profile_modules profiler_active_steps profiler_output_dir profiler_profile_memory
+    profiler_record_shapes profiler_repeat profiler_wait_steps profiler_warmup_steps profiler_with_stack pure_bf16
+    use_hyper_parallel use_kv_cache use_v1_kernels
     """.split()
 )
 
