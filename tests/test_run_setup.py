@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from gradian.run import discover, format_settings, load_setup
+from gradian.run.configs import read_config
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 
@@ -261,3 +263,29 @@ def test_bfd_packing_keeps_rows_whole(tmp_path: Path) -> None:
     setup = load_setup(discover(config=_trl_config(tmp_path, packing=True, max_length=64)))
     assert format_settings(setup).packing == "bfd"
     assert any("packing (bfd)" in n for n in setup.notes)
+
+
+def test_axolotl_run_dir_reads_the_config_its_model_card_holds(tmp_path: Path) -> None:
+    """Axolotl writes the YAML it trained with into the README.md it saves beside the adapter (the fixture's card was
+    written by the real ``axolotl train`` 0.19.0, its paths made relative): the run dir alone gives the setup, and an
+    error names the card's line as an editor numbers it."""
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "axolotl_card", run)
+    card = (run / "README.md").read_text("utf-8").splitlines()
+    setup = load_setup(discover(run=run))
+    assert setup.framework == "axolotl"
+    assert setup.max_length == 256 and setup.sources["max_length"] == "README.md: sequence_len"
+    line = next(i for i, text in enumerate(card, 1) if text.startswith("sequence_len:"))
+    assert read_config(run / "README.md").where("sequence_len") == f"README.md line {line}: sequence_len"
+    assert setup.learning_rate == 5e-4 and setup.num_epochs == 2.0 and setup.lora_r == 16
+    assert setup.unknown_keys == []
+    settings = format_settings(setup)
+    assert settings.trainer == "axolotl" and settings.assistant_only and settings.drop_long  # chat_template rows
+
+
+def test_a_model_card_without_an_axolotl_config_is_no_config(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "axolotl_card", run)
+    (run / "README.md").write_text("---\nlibrary_name: peft\n---\n# my-lora\n\n- PEFT 0.20.0\n", "utf-8")
+    setup = load_setup(discover(run=run))
+    assert setup.framework is None and setup.max_length is None

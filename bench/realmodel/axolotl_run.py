@@ -17,9 +17,10 @@ Commands (from the repo root; the Axolotl venv is built by the Axolotl section o
     python bench/realmodel/axolotl_run.py train-drop        # retrains without the planted / 16 random rows
     .venv/bin/python bench/realmodel/axolotl_run.py truth score   # bench/results/realmodel_axolotl.json
 
-where W = bench/work/realmodel/axo_refusals_s0; Gradian runs as a user types it::
+where W = bench/work/realmodel/axo_refusals_s0; Gradian runs as a user types it, the YAML and the train file read
+from the model card Axolotl wrote into W/run::
 
-    gradian attribute --run W/run --config W/config.yaml --base examples/smollm2/model --train W/train.jsonl \
+    gradian attribute --run W/run --base examples/smollm2/model \
         --eval bench/work/realmodel/refusals_s0/eval_prompts.jsonl --out W/attr_prompts
 """
 
@@ -110,7 +111,7 @@ def train(config: str = "config.yaml", tag: str = "train") -> None:
     """``axolotl train config.yaml`` in its own venv, timed (CPU: no GPU visible)."""
     env = {**nice_env(), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1",
            "PATH": f"{VENV_AXO / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
-    cmd = ["nice", "-n", "19", str(VENV_AXO / "bin/axolotl"), "train", str(W / config)]
+    cmd = ["nice", "-n", os.environ.get("BENCH_NICE", "19"), str(VENV_AXO / "bin/axolotl"), "train", str(W / config)]
     t0 = time.time()
     got = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=W)
     (W / f"{tag}.log").write_text(got.stdout + got.stderr)
@@ -140,29 +141,32 @@ def axo_tokens() -> None:
 
 
 def tokens() -> None:
-    """``gradian tokens --format json`` with the run dir and the YAML against Axolotl's rows (W/tokens_compare.json).
-    Axolotl shuffles the rows it trains on; each of its rows is matched to Gradian's by its token ids."""
+    """``gradian tokens --format json`` against Axolotl's rows (W/tokens_compare.json): with the run dir alone (the
+    YAML Axolotl wrote into its model card) and with ``--config``. Each of Axolotl's rows is matched to Gradian's by
+    its token ids (Axolotl may reorder rows)."""
     axo = json.loads((W / "axo_tokens.json").read_text())
-    res = _gradian(["tokens", "--run", str(RUN), "--config", str(W / "config.yaml"), "--base", str(MODEL),
-                    "--train", str(W / "train.jsonl"), "--format", "json"], W / "tokens.log")  # fmt: skip
-    got = json.loads(res["stdout"])["rows"] if res["rc"] == 0 else []
-    by_ids = {tuple(g["input_ids"]): g for g in got}
-    matched = [(by_ids.get(tuple(r["input_ids"])), r) for r in axo]
-    out = {
-        "rc": res["rc"], "gradian_rows": len(got), "axolotl_rows": len(axo),
-        "input_ids_equal": sum(g is not None for g, _ in matched),
-        "labels_equal": sum(g is not None and g["labels"] == r["labels"] for g, r in matched),
-        "n_loss_gradian": sum(t != -100 for g in got for t in g["labels"]),
-        "n_loss_axolotl": sum(t != -100 for r in axo for t in r["labels"]),
-        "decisions": got[0].get("decisions") if got else None,
-    }  # fmt: skip
+    out: dict[str, Any] = {}
+    for key, extra in (("run dir", []), ("--config", ["--config", str(W / "config.yaml")])):
+        res = _gradian(["tokens", "--run", str(RUN), *extra, "--base", str(MODEL), "--train", str(W / "train.jsonl"),
+                        "--format", "json"], W / f"tokens_{key.strip('-').replace(' ', '_')}.log")  # fmt: skip
+        got = json.loads(res["stdout"])["rows"] if res["rc"] == 0 else []
+        by_ids = {tuple(g["input_ids"]): g for g in got}
+        matched = [(by_ids.get(tuple(r["input_ids"])), r) for r in axo]
+        out[key] = {
+            "rc": res["rc"], "gradian_rows": len(got), "axolotl_rows": len(axo),
+            "input_ids_equal": sum(g is not None for g, _ in matched),
+            "labels_equal": sum(g is not None and g["labels"] == r["labels"] for g, r in matched),
+            "n_loss_gradian": sum(t != -100 for g in got for t in g["labels"]),
+            "n_loss_axolotl": sum(t != -100 for r in axo for t in r["labels"]),
+            "decisions": got[0].get("decisions") if got else None,
+        }  # fmt: skip
     (W / "tokens_compare.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1)[:3000])
 
 
 def diagnose() -> None:
-    """``gradian diagnose`` on the run with its YAML: W/diagnose.{log,json}."""
-    base = ["diagnose", "--run", str(RUN), "--config", str(W / "config.yaml"), "--base", str(MODEL)]
+    """``gradian diagnose --run`` (the YAML and the train file from the model card): W/diagnose.{log,json}."""
+    base = ["diagnose", "--run", str(RUN), "--base", str(MODEL)]
     res = _gradian(base, W / "diagnose.log")
     json_res = _gradian([*base, "--format", "json"], W / "diagnose_json.log")
     if json_res["rc"] in (0, 1, 2):
@@ -171,11 +175,12 @@ def diagnose() -> None:
 
 
 def attribute() -> None:
-    """``gradian attribute`` from the eval prompts: W/attr_prompts."""
+    """``gradian attribute --run`` from the eval prompts (the config and the train file from the model card):
+    W/attr_prompts."""
     out = W / "attr_prompts"
     commit = _commit()
-    args = ["attribute", "--run", str(RUN), "--config", str(W / "config.yaml"), "--base", str(MODEL), "--train",
-            str(W / "train.jsonl"), "--eval", str(SRC / "eval_prompts.jsonl"), "--out", str(out)]  # fmt: skip
+    args = ["attribute", "--run", str(RUN), "--base", str(MODEL), "--eval", str(SRC / "eval_prompts.jsonl"),
+            "--out", str(out)]  # fmt: skip
     res = _gradian(args, W / "attr_prompts.log")
     out.mkdir(exist_ok=True)
     (out / "bench_time.json").write_text(json.dumps({"seconds": res["seconds"], "rc": res["rc"], "commit": commit}))

@@ -6,6 +6,7 @@ top-level key so that an error can name it. Nothing here interprets values; :mod
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,15 +348,53 @@ def _yaml_key_lines(text: str) -> dict[str, int]:
     return lines
 
 
+# Axolotl writes the YAML it trained with into the model card it saves beside the adapter (axolotl/train.py,
+# setup_model_card): a "See axolotl config" block holding its version line and a ```yaml fence.
+_CARD_YAML = re.compile(r"<summary>See axolotl config</summary>.*?^```yaml\n(.*?)^```", re.S | re.M)
+
+
+def card_yaml(text: str) -> tuple[str, int] | None:
+    """The Axolotl YAML a model card (README.md) embeds, and how many lines of the card come before it."""
+    m = _CARD_YAML.search(text)
+    return (m.group(1), text.count("\n", 0, m.start(1))) if m else None
+
+
+def is_model_card(path: Path) -> bool:
+    return path.suffix.lower() == ".md"
+
+
+def peek_yaml(path: Path) -> Any:
+    """A YAML config's parsed content (a model card's embedded Axolotl YAML), or None where it cannot be read: for
+    looking before :func:`read_config`, which reports the errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if is_model_card(path):
+            text = (card_yaml(text) or ("", 0))[0]
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return None
+
+
 def read_yaml_config(path: Path, framework: str | None = None) -> ConfigFile:
-    """An Axolotl or LLaMA-Factory YAML (or a TrainingArguments YAML)."""
-    text = read_text(path)
+    """An Axolotl or LLaMA-Factory YAML (or a TrainingArguments YAML), or the Axolotl YAML of a model card (its lines
+    numbered as the card's)."""
+    text, offset = read_text(path), 0
+    if is_model_card(path):
+        got = card_yaml(text)
+        if got is None:
+            raise GradianError(
+                "no Axolotl config in this model card (no 'See axolotl config' block)",
+                where=str(path),
+                fix="pass the YAML you trained with",
+            )
+        text, offset = got
+        framework = framework or "axolotl"
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        at = f" at line {mark.line + 1 + offset} column {mark.column + 1}" if mark is not None else ""
         raise GradianError(
             f"YAML syntax error{at}: {problem}",
             where=str(path),
@@ -373,7 +412,8 @@ def read_yaml_config(path: Path, framework: str | None = None) -> ConfigFile:
     kind = {"axolotl": "axolotl_yaml", "llamafactory": "llamafactory_yaml"}.get(fw, "hf_json")
     if kind == "hf_json":
         fw = hf_framework(data)
-    return ConfigFile(path=path, kind=kind, framework=fw, data=data, key_lines=_yaml_key_lines(text))
+    lines = {k: line + offset for k, line in _yaml_key_lines(text).items()}
+    return ConfigFile(path=path, kind=kind, framework=fw, data=data, key_lines=lines)
 
 
 def read_training_args_bin_config(path: Path) -> ConfigFile:
@@ -406,14 +446,15 @@ def read_config(path: str | Path) -> ConfigFile:
         return ConfigFile(path=path, kind="tensorboard_args", framework=hf_framework(tb.args), data=tb.args)
     if suffix == ".bin":
         return read_training_args_bin_config(path)
-    if suffix in (".yml", ".yaml"):
+    if suffix in (".yml", ".yaml", ".md"):
         return read_yaml_config(path)
     if suffix == ".json":
         return read_json_config(path)
     raise GradianError(
         f"unknown config type {suffix or '(no extension)'}",
         where=str(path),
-        fix="pass a .json (TrainingArguments / SFTConfig), .yaml (Axolotl / LLaMA-Factory) or training_args.bin",
+        fix="pass a .json (TrainingArguments / SFTConfig), .yaml (Axolotl / LLaMA-Factory), training_args.bin or the "
+        "README.md Axolotl wrote",
     )
 
 

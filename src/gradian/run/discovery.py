@@ -15,7 +15,15 @@ from typing import Any
 import yaml
 
 from gradian.errors import GradianError
-from gradian.run.configs import is_candidate_json, load_json_file, looks_like_hf_args, yaml_framework
+from gradian.run.configs import (
+    card_yaml,
+    is_candidate_json,
+    is_model_card,
+    load_json_file,
+    looks_like_hf_args,
+    peek_yaml,
+    yaml_framework,
+)
 from gradian.run.types import RunArtifacts
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -102,7 +110,8 @@ def _tensorboard_files(folder: Path) -> list[Path]:
 
 
 def _config_candidates(folder: Path, notes: list[str]) -> list[Path]:
-    """Config files directly in ``folder``, in ascending precedence: training_args.bin, JSON dumps, YAML."""
+    """Config files directly in ``folder``, in ascending precedence: training_args.bin, JSON dumps, the Axolotl YAML
+    of the model card, YAML."""
     found: list[Path] = []
     if (folder / "training_args.bin").is_file():
         found.append(folder / "training_args.bin")
@@ -116,6 +125,13 @@ def _config_candidates(folder: Path, notes: list[str]) -> list[Path]:
             continue
         if isinstance(data, dict) and (looks_like_hf_args(data) or looks_like_hf_args(data.get("args") or {})):
             found.append(path)
+    card = folder / "README.md"
+    if card.is_file() and card.stat().st_size <= 1_000_000:
+        try:
+            if card_yaml(card.read_text(encoding="utf-8")) is not None:
+                found.append(card)
+        except (UnicodeDecodeError, OSError):
+            pass
     for path in sorted([*folder.glob("*.yml"), *folder.glob("*.yaml")]):
         if path.stat().st_size > 1_000_000:
             continue
@@ -131,14 +147,10 @@ def _config_candidates(folder: Path, notes: list[str]) -> list[Path]:
 
 def _peek_base(config_files: list[Path]) -> tuple[str | None, str | None]:
     for path in reversed(config_files):
-        if path.suffix.lower() not in (".yml", ".yaml", ".json"):
+        if path.suffix.lower() not in (".yml", ".yaml", ".json", ".md"):
             continue
         try:
-            data = (
-                yaml.safe_load(path.read_text(encoding="utf-8"))
-                if path.suffix.lower() != ".json"
-                else load_json_file(path)
-            )
+            data = load_json_file(path) if path.suffix.lower() == ".json" else peek_yaml(path)
         except Exception:  # noqa: BLE001 - peeking only; load_setup reports errors
             continue
         if isinstance(data, dict):
@@ -153,12 +165,9 @@ def _dataset_file(config_files: list[Path], split: str) -> Path | None:
     (dataset / eval_dataset, found in dataset_dir's dataset_info.json), when it exists."""
     key = "datasets" if split == "train" else "test_datasets"
     for path in reversed(config_files):
-        if path.suffix.lower() not in (".yml", ".yaml"):
+        if path.suffix.lower() not in (".yml", ".yaml") and not is_model_card(path):
             continue
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except Exception:  # noqa: BLE001
-            continue
+        data = peek_yaml(path)
         lf = _llamafactory_dataset_file(data, path, split) if isinstance(data, dict) else None
         if lf is not None:
             return lf
