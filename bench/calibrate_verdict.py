@@ -499,9 +499,11 @@ def ceiling_table(rows: list[dict]) -> str:
     """Per kind, on the runs whose planted rows explain the regression: how many the verdict passes, and how many some
     cut of its ranking passes (:func:`best_cut`, chosen knowing the answer). A verdict past the ceiling used what
     the ranking does not hold (a diagnose finding's rows); a run under it, where the cut passes and the verdict does
-    not, is the verdict's own miss (named per kind, counted over all faults). Where the look-alike retrains ran
-    (:func:`lookalike_per_row`), how much harm the rows the planted ones imitate carry: near 1, no ranking that follows
-    the harm can cut the planted rows out. The controls: runs, and how many name no rows."""
+    not, is the verdict's own miss (named per kind, counted over all faults). Where the look-alike retrains ran on
+    these runs (:func:`lookalike_per_row`; the column is left out where none did), how much harm the rows the planted
+    ones imitate carry: near 1, no ranking that follows the harm can cut the planted rows out. The controls: runs,
+    and how many name no rows."""
+    looked = any(r.get("lookalike_per_row") is not None for r in rows)
 
     def line(name: str, runs: list[dict], own: Callable[[list[dict]], str]) -> str:
         ex = [r for r in runs if r.get("explained")]
@@ -509,26 +511,29 @@ def ceiling_table(rows: list[dict]) -> str:
         past = sum(r["pass"] and not r.get("cut_can_pass") for r in ex)
         under = [r for r in cut if not r["pass"]]
         look = [x for r in ex if (x := r.get("lookalike_per_row")) is not None]
-        la = f"{np.median(look):.2f} ({len(look)})" if look else "–"
+        la = f" {np.median(look):.2f} ({len(look)}) |" if look else " – |"
         return (
-            f"| {name} | {len(runs)} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own(under)} "
-            f"| {la} |"
+            f"| {name} | {len(runs)} | {len(ex)} | {sum(r['pass'] for r in ex)} | {len(cut)} | {past} | {own(under)} |"
+            + (la if looked else "")
         )
 
     faults = [r for r in rows if r["expected"] != "none"]
     ctl = [r for r in rows if r["expected"] == "none"]
-    out = [
-        "| kind | runs | explained | verdict passes | a cut of the ranking passes | verdict passes, no cut does "
-        "| a cut passes, the verdict does not | a look-alike's harm per row, over a planted row's, in retrains "
-        "net of dropping other rows (median, runs) |",
-        "|---|---:|---:|---:|---:|---:|---|---:|",
-    ]
+    head = ("| kind | runs | explained | verdict passes | a cut of the ranking passes | verdict passes, no cut does "
+            "| a cut passes, the verdict does not |")  # fmt: skip
+    rule = "|---|---:|---:|---:|---:|---:|---|"
+    if looked:
+        head += (" a look-alike's harm per row, over a planted row's, in retrains net of dropping other rows (median, "
+                 "runs) |")  # fmt: skip
+        rule += "---:|"
+    out = [head, rule]
     for kind in sorted({r["kind"] for r in faults}):
         out.append(
             line(kind, [r for r in faults if r["kind"] == kind], lambda u: ", ".join(r["name"] for r in u) or "–")
         )
     out.append(line("all faults", faults, lambda u: str(len(u))))
-    out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – | – |")
+    out.append(f"| controls (no rows named) | {len(ctl)} | – | {sum(r['pass'] for r in ctl)} | – | – | – |"
+               + (" – |" if looked else ""))  # fmt: skip
     return "\n".join(out) + "\n"
 
 

@@ -56,6 +56,14 @@ def _passes(name: str, controls: bool = False) -> str:
     return f"{sum(bool(r['pass']) for r in runs)} of {len(runs)}"
 
 
+def _all_runs(controls: bool = False) -> str:
+    """Passes over the suite and every held-out set (each set's file of the current build)."""
+    runs = [r for name in ("verdict_suite_91.json", *(now for _, now, _ in HELDOUT if now)) for r in _json(name)]
+    if controls:
+        runs = [r for r in runs if r["kind"] in CONTROLS or r.get("expected") == "none"]
+    return f"{sum(bool(r['pass']) for r in runs)} of {len(runs)}"
+
+
 def _verify_suite(which: str) -> str:
     runs = [r for r in _json("verdict_suite_verify.json") if r.get("verify_judged_bar") is not None]
     if which == "verify":
@@ -83,7 +91,11 @@ HELDOUT = (
     ("faults, 160-item eval sets", "verdict_wide_faults.json", None),
     ("controls, 240-item eval sets", "verdict_wide_controls.json", "verdict_wide_controls_blind.json"),
     ("pronoun flip beside copy-paste loops", "verdict_pronoun_loops.json", "verdict_pronoun_loops_blind.json"),
-    ("pronoun flip beside copy-paste loops, second set", None, "verdict_pronoun_loops2_blind.json"),
+    (
+        "pronoun flip beside copy-paste loops, second set",
+        "verdict_pronoun_loops2.json",
+        "verdict_pronoun_loops2_blind.json",
+    ),
     ("three other LoRA set-ups", "verdict_setups.json", "verdict_setups_blind.json"),
     ("1,200-row training sets", "verdict_large.json", "verdict_large_blind.json"),
     ("2,500-row training sets", "verdict_larger.json", None),
@@ -177,18 +189,13 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     "recovery_slope": ("expected_recovery.md", lambda: _recovery_fit("slope")),
     "recovery_runs": ("expected_recovery.md", lambda: _recovery_fit("runs")),
     "recovery_within": ("expected_recovery.md", lambda: _recovery_fit("within 0.25")),
-    "t_expected_recovery": ("expected_recovery.md", lambda: _md_table("expected_recovery.md", 0)),
     "t_realmodel_summary": ("realmodel_suite_summary.md", lambda: _md_table("realmodel_suite_summary.md", 0)),
     "t_realmodel_projdim": ("realmodel_projdim.md", lambda: _md_table("realmodel_projdim.md", 0)),
     "t_realmodel_kronfluence": ("realmodel_kronfluence.md", lambda: _md_table("realmodel_kronfluence.md", 0)),
-    "lf_auc": ("realmodel_llamafactory.json", lambda: f"{_lf()['auc']:.3f}"),
-    "lf_kind": ("realmodel_llamafactory.json", lambda: f"{_lf()['verdict']}, cause {_lf()['cause']}"),
-    "lf_share": ("realmodel_llamafactory.json", lambda: f"{_lf()['planted_pos_share']:.0%}"),
-    "lf_truth": (
-        "realmodel_llamafactory.json",
-        lambda: f"{_json('realmodel_llamafactory.json')['truth']['recovery_drop_planted']:.2f}",
-    ),
+    "t_framework_runs": ("realmodel_llamafactory.json, realmodel_axolotl.json", lambda: _framework_runs_table()),
     "suite_pass": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json")),
+    "all_pass": ("verdict_suite_91.json, verdict_heldout*.json", lambda: _all_runs()),
+    "all_controls": ("verdict_suite_91.json, verdict_heldout*.json", lambda: _all_runs(controls=True)),
     "suite_controls": ("verdict_suite_91.json", lambda: _passes("verdict_suite_91.json", controls=True)),
     "heldout6_blind": ("verdict_heldout26_blind.json", lambda: _passes("verdict_heldout26_blind.json")),
     "verify_suite": ("verdict_suite_verify.json", lambda: _verify_suite("verify")),
@@ -263,9 +270,20 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
 }
 
 
-def _lf() -> dict:
-    """The LLaMA-Factory run's attribution at the newest commit it was measured at."""
-    return _json("realmodel_llamafactory.json")["attributions"]["_head"]
+def _framework_runs_table() -> str:
+    """The refusal case trained by LLaMA-Factory and by Axolotl: the attribution (LLaMA-Factory's at the newest
+    commit it was measured at) against the retrain without the planted rows."""
+    lines = ["| trainer | planted rows' harm share | AUC | verdict | retrain without them | without random rows |",
+             "|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    for name, res, attr, rand in (
+        ("LLaMA-Factory 0.9.5", "realmodel_llamafactory.json", lambda d: d["attributions"]["_head"], "random16"),
+        ("Axolotl 0.19.0", "realmodel_axolotl.json", lambda d: d["attribution"], "random16"),
+    ):
+        d = _json(res)
+        a, t = attr(d), d["truth"]
+        lines.append(f"| {name} | {a['planted_pos_share']:.0%} | {a['auc']:.3f} | {a['verdict']}, {a['cause']} | "
+                     f"{t['recovery_drop_planted']:.2f} | {t[f'recovery_drop_{rand}']:.2f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def _diagnose_caught() -> str:
