@@ -22,7 +22,9 @@ class RunInputs(Options):
     train: str | Path | None = option(None, "Training data file (JSONL/JSON/CSV/Parquet).")
     eval: str | Path | None = option(None, "Eval items (prompt/completion) to check for regressions.")
     tokenizer: str | Path | None = option(None, "Tokenizer dir (default: adapter, then base).")
-    config: str | Path | None = option(None, "Training config (TRL/HF JSON, Axolotl/LLaMA-Factory YAML).")
+    config: str | Path | None = option(
+        None, "Training config (TRL/HF JSON, Axolotl/LLaMA-Factory YAML, or the README.md Axolotl writes)."
+    )
     logs: str | Path | None = option(None, "Trainer logs (trainer_state.json, trainer_log.jsonl, TensorBoard events).")
 
     def any_given(self) -> bool:
