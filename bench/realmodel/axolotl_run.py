@@ -8,7 +8,7 @@ refusals_s0's 40 benign prompts (prompts only). Truth: the same config retrained
 without as many random math rows, scored as the suite scores it (``llamafactory.truth``).
 
 Commands (from the repo root; the Axolotl venv is built by the Axolotl section of bench/frameworks/make_venvs.sh at
-/work/venv-axo)::
+/work/venv-axo; training and Gradian run under ``nice -n $BENCH_NICE``, 19 unless set, ``OMP_NUM_THREADS=1``)::
 
     python bench/realmodel/axolotl_run.py data              # W/train.jsonl, W/planted.json, W/config.yaml
     python bench/realmodel/axolotl_run.py train             # axolotl train W/config.yaml -> W/run
