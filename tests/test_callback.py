@@ -77,6 +77,21 @@ def test_a_record_left_by_an_earlier_training_is_not_used(tmp_path) -> None:
     assert any("not the one the record ended with" in n for n in res.notes)
 
 
+def test_a_corrupted_record_is_not_used(tmp_path) -> None:
+    """A recorded shard whose bytes changed after training: the checksum read with the shard catches it, and
+    attribute computes its pass and says why instead of scoring with bad gradients."""
+    from callback_train import train
+
+    run = train(tmp_path / "run", True, epochs=1, rows=16, batch=4)
+    shard = next((run / "gradian-record" / "grads").rglob("shard_*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-8:] = bytes(8 - b % 8 for b in data[-8:])  # the last float of the last tensor, flipped
+    shard.write_bytes(bytes(data))
+    res = _attribute(run, tmp_path / "out", query="all")
+    assert res.settings["gradient_source"] == "pass"
+    assert any("not used" in n and "checksum" in n for n in res.notes), res.notes
+
+
 @pytest.mark.slow
 def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
     """Two gloo ranks each record the rows they trained on; attribute in one process maps both stores to the file's

@@ -11,6 +11,7 @@ from typing import Any
 from gradian.attribute.result import AdapterState
 from gradian.attribute.source import Stats
 from gradian.dist import Dist
+from gradian.errors import GradianError
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,17 @@ def _from_record(p: GradientPass, rec: Path) -> tuple[TrainingGradients | None, 
     from gradian.attribute.recorded import open_record
 
     src, skipped, note = open_record(rec, p.blocks, p.run_key, p.train_fx, p.dist, cache_bytes())
+    stats = None
+    if src is not None:
+        try:
+            stats = src.stats()  # reads every shard of this rank, checking its checksum
+        except GradianError as err:
+            src, note = None, f"recorded gradients in {rec} not used: {err.message}"
     if not p.dist.all_reduce_number(int(src is None)) == 0:  # every rank uses the record, or none does
         return None, note
-    assert src is not None
+    assert src is not None and stats is not None
     settings = {"gradient_source": "callback", "store": str(rec), "train_rows_computed": 0}
-    return TrainingGradients(src, src.stats().all_reduced(p.dist), skipped, [note], settings), note
+    return TrainingGradients(src, stats.all_reduced(p.dist), skipped, [note], settings), note
 
 
 def _in_memory(p: GradientPass, ps: Any, mine: list[int]) -> TrainingGradients:

@@ -137,7 +137,8 @@ def open_record(rec: Path, blocks: Sequence[Any], run_key: dict[str, Any], train
     shards: list[tuple[Any, int, list[int], list[int], list[tuple[int, str]]]] = []
     taken: set[str] = set()
     for key in m["stores"]:
-        store = GradientStore(rec / "grads", key, _meta(rec / "grads" / key))
+        # read_shard checks each shard's checksum on the bytes it loads; hashing them on open too read them twice
+        store = GradientStore(rec / "grads", key, _meta(rec / "grads" / key), hash_on_open=False)
         if not store.complete:
             return None, [], f"recorded gradients in {store.dir} not used: the record is incomplete"
         for i in store.shards:

@@ -114,9 +114,13 @@ class GradientStore:
     writing their own shards into one folder): ``meta.json`` is the same for every writer, and each shard's
     completion record is its own sidecar ``shard_NNNNN.json`` (sha256, rows, skipped rows), written after the shard.
 
-    ``shards``: the shards this process will use (default all); only they are checked on open."""
+    ``shards``: the shards this process will use (default all); only they are checked on open. ``hash_on_open``:
+    whether opening reads every shard to check its checksum (so a bad one is recomputed); a reader that reads every
+    shard anyway passes False and relies on :meth:`read_shard`'s check of the same bytes."""
 
-    def __init__(self, root: str | Path, key: str, meta: dict[str, Any], shards: list[int] | None = None):
+    def __init__(self, root: str | Path, key: str, meta: dict[str, Any], shards: list[int] | None = None,
+                 hash_on_open: bool = True):  # fmt: skip
+        self.hash_on_open = hash_on_open
         self.dir = Path(root) / key
         self.key = key
         self.meta_path = self.dir / "meta.json"
@@ -199,7 +203,7 @@ class GradientStore:
             return "no checksum recorded"
         if not path.is_file():
             return "file missing"
-        if sha256_file(path) != want:
+        if self.hash_on_open and sha256_file(path) != want:
             return "checksum mismatch (corrupted or truncated)"
         return None
 
@@ -270,7 +274,7 @@ class GradientStore:
         rec = self.records.get(i) or {}
         if hashlib.sha256(data).hexdigest() != rec.get("sha256"):
             raise GradianError(
-                f"gradient store shard {i} changed on disk while in use (checksum mismatch)",
+                f"gradient store shard {i} does not match its checksum (changed or corrupted on disk)",
                 where=str(path),
                 fix=f"delete {self.dir} and rerun",
             )
