@@ -56,11 +56,16 @@ def _passes(name: str, controls: bool = False) -> str:
     return f"{sum(bool(r['pass']) for r in runs)} of {len(runs)}"
 
 
+def _is_control(run: dict) -> bool:
+    """A run with no row to blame: a control kind, or any run whose expected cause is none (labelled-file controls)."""
+    return run["kind"] in CONTROLS or run.get("expected") == "none"
+
+
 def _all_runs(controls: bool = False) -> str:
     """Passes over the suite and every held-out set (each set's file of the current build)."""
     runs = [r for name in ("verdict_suite_91.json", *(now for _, now, _ in HELDOUT if now)) for r in _json(name)]
     if controls:
-        runs = [r for r in runs if r["kind"] in CONTROLS or r.get("expected") == "none"]
+        runs = [r for r in runs if _is_control(r)]
     return f"{sum(bool(r['pass']) for r in runs)} of {len(runs)}"
 
 
@@ -118,7 +123,7 @@ def _heldout_table() -> str:
     lines = ["| set | runs | pass, scored blind | pass | controls silent |", "|---|---:|---:|---:|---:|"]
     for label, now, blind in HELDOUT:
         runs = _json(now or blind)
-        ctl = [r for r in runs if r["kind"] in CONTROLS or r.get("expected") == "none"]
+        ctl = [r for r in runs if _is_control(r)]
         b = _passes(blind) if blind else "–"
         c = f"{sum(bool(r['pass']) for r in ctl)} of {len(ctl)}" if ctl else "–"
         lines.append(f"| {label} | {len(runs)} | {b} | {_passes(now) if now else '–'} | {c} |")
@@ -275,14 +280,14 @@ def _framework_runs_table() -> str:
     commit it was measured at) against the retrain without the planted rows."""
     lines = ["| trainer | planted rows' harm share | AUC | verdict | retrain without them | without random rows |",
              "|---|---:|---:|---|---:|---:|"]  # fmt: skip
-    for name, res, attr, rand in (
-        ("LLaMA-Factory 0.9.5", "realmodel_llamafactory.json", lambda d: d["attributions"]["_head"], "random16"),
-        ("Axolotl 0.19.0", "realmodel_axolotl.json", lambda d: d["attribution"], "random16"),
+    for name, res, attr in (
+        ("LLaMA-Factory 0.9.5", "realmodel_llamafactory.json", lambda d: d["attributions"]["_head"]),
+        ("Axolotl 0.19.0", "realmodel_axolotl.json", lambda d: d["attribution"]),
     ):
         d = _json(res)
         a, t = attr(d), d["truth"]
         lines.append(f"| {name} | {a['planted_pos_share']:.0%} | {a['auc']:.3f} | {a['verdict']}, {a['cause']} | "
-                     f"{t['recovery_drop_planted']:.2f} | {t[f'recovery_drop_{rand}']:.2f} |")  # fmt: skip
+                     f"{t['recovery_drop_planted']:.2f} | {t['recovery_drop_random16']:.2f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

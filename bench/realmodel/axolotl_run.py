@@ -29,9 +29,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +39,7 @@ RUN = W / "run"
 VENV_AXO = Path(os.environ.get("VENV_AXO", "/work/venv-axo"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import llamafactory as lf  # noqa: E402  (the LLaMA-Factory run's subset, truth and scoring)
-from llamafactory import MODEL, RESULTS, SRC, _auc, _commit, _gradian, nice_env, read_jsonl  # noqa: E402
+from llamafactory import MODEL, RESULTS, SRC, _auc, _gradian, nice_env, read_jsonl  # noqa: E402
 
 CONFIG = {
     "base_model": str(ROOT / "examples/smollm2/model"),
@@ -111,12 +109,7 @@ def train(config: str = "config.yaml", tag: str = "train") -> None:
     """``axolotl train config.yaml`` in its own venv, timed (CPU: no GPU visible)."""
     env = {**nice_env(), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "AXOLOTL_DO_NOT_TRACK": "1",
            "PATH": f"{VENV_AXO / 'bin'}:{os.environ['PATH']}"}  # fmt: skip
-    cmd = ["nice", "-n", os.environ.get("BENCH_NICE", "19"), str(VENV_AXO / "bin/axolotl"), "train", str(W / config)]
-    t0 = time.time()
-    got = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=W)
-    (W / f"{tag}.log").write_text(got.stdout + got.stderr)
-    (W / f"{tag}_time.json").write_text(json.dumps({"seconds": time.time() - t0, "rc": got.returncode}))
-    print(tag, "rc", got.returncode, f"{time.time() - t0:.0f}s")
+    lf.run_trainer(lf.niced(str(VENV_AXO / "bin/axolotl"), "train", str(W / config)), env, W, tag, cwd=W)
 
 
 def train_drop() -> None:
@@ -166,25 +159,13 @@ def tokens() -> None:
 
 def diagnose() -> None:
     """``gradian diagnose --run`` (the YAML and the train file from the model card): W/diagnose.{log,json}."""
-    base = ["diagnose", "--run", str(RUN), "--base", str(MODEL)]
-    res = _gradian(base, W / "diagnose.log")
-    json_res = _gradian([*base, "--format", "json"], W / "diagnose_json.log")
-    if json_res["rc"] in (0, 1, 2):
-        (W / "diagnose.json").write_text(json_res["stdout"])
-    print("diagnose rc", res["rc"], f"{res['seconds']:.0f}s")
+    lf.run_diagnose(W, ["--run", str(RUN), "--base", str(MODEL)])
 
 
 def attribute() -> None:
     """``gradian attribute --run`` from the eval prompts (the config and the train file from the model card):
     W/attr_prompts."""
-    out = W / "attr_prompts"
-    commit = _commit()
-    args = ["attribute", "--run", str(RUN), "--base", str(MODEL), "--eval", str(SRC / "eval_prompts.jsonl"),
-            "--out", str(out)]  # fmt: skip
-    res = _gradian(args, W / "attr_prompts.log")
-    out.mkdir(exist_ok=True)
-    (out / "bench_time.json").write_text(json.dumps({"seconds": res["seconds"], "rc": res["rc"], "commit": commit}))
-    print("attribute rc", res["rc"], f"{res['seconds']:.0f}s")
+    lf.run_attribute(W, ["--run", str(RUN), "--base", str(MODEL), "--eval", str(SRC / "eval_prompts.jsonl")])
 
 
 def truth() -> None:

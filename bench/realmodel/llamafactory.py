@@ -149,16 +149,26 @@ def data() -> None:
     print(f"{len(sub)} rows, planted at", [j for j, i in enumerate(keep) if i in planted])
 
 
+def niced(*cmd: str) -> list[str]:
+    """``cmd`` under ``nice -n $BENCH_NICE`` (19 unless set)."""
+    return ["nice", "-n", os.environ.get("BENCH_NICE", "19"), *cmd]
+
+
+def run_trainer(cmd: list[str], env: dict[str, str], w: Path, tag: str, cwd: Path | None = None) -> None:
+    """A trainer's command (run in ``cwd``), timed: its output in w/<tag>.log, seconds and exit code in
+    w/<tag>_time.json."""
+    t0 = time.time()
+    got = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
+    (w / f"{tag}.log").write_text(got.stdout + got.stderr)
+    (w / f"{tag}_time.json").write_text(json.dumps({"seconds": time.time() - t0, "rc": got.returncode}))
+    print(tag, "rc", got.returncode, f"{time.time() - t0:.0f}s")
+
+
 def train(config: str = "config.yaml", tag: str = "train") -> None:
     """``llamafactory-cli train config.yaml`` in its own venv (torchaudio stubbed), timed."""
     env = {**nice_env(), "PYTHONPATH": str(ROOT / "bench/frameworks/stubs"), "HF_HUB_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": "", "DISABLE_VERSION_CHECK": "1"}  # fmt: skip
-    cmd = ["nice", "-n", "19", str(VENV_LF / "bin/llamafactory-cli"), "train", str(W / config)]
-    t0 = time.time()
-    got = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    (W / f"{tag}.log").write_text(got.stdout + got.stderr)
-    (W / f"{tag}_time.json").write_text(json.dumps({"seconds": time.time() - t0, "rc": got.returncode}))
-    print(tag, "rc", got.returncode, f"{time.time() - t0:.0f}s")
+    run_trainer(niced(str(VENV_LF / "bin/llamafactory-cli"), "train", str(W / config)), env, W, tag)
 
 
 def train_drop() -> None:
@@ -241,7 +251,7 @@ def lf_tokens() -> None:
 
 
 def _gradian(args: list[str], log: Path) -> dict[str, Any]:
-    cmd = ["nice", "-n", os.environ.get("BENCH_NICE", "19"), str(GRADIAN), *args]
+    cmd = niced(str(GRADIAN), *args)
     t0 = time.time()
     got = subprocess.run(cmd, env=nice_env(), capture_output=True, text=True)
     log.write_text(f"$ {' '.join(cmd)}\n" + got.stdout + got.stderr)
@@ -301,31 +311,40 @@ def _commit() -> str:
     return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
-def diagnose(tag: str = "") -> None:
-    """``gradian diagnose`` on the run: W/diagnose<tag>.{log,json}."""
-    base = ["diagnose", "--run", str(RUN), "--train", str(W / "train.jsonl"), "--base", str(MODEL)]
-    res = _gradian(base, W / f"diagnose{tag}.log")
-    json_res = _gradian([*base, "--format", "json"], W / f"diagnose{tag}_json.log")
+def run_diagnose(w: Path, args: list[str], tag: str = "") -> None:
+    """``gradian diagnose ARGS`` (text and JSON): w/diagnose<tag>.{log,json} and its seconds and commit."""
+    base = ["diagnose", *args]
+    res = _gradian(base, w / f"diagnose{tag}.log")
+    json_res = _gradian([*base, "--format", "json"], w / f"diagnose{tag}_json.log")
     if json_res["rc"] in (0, 1, 2):
-        (W / f"diagnose{tag}.json").write_text(json_res["stdout"])
-    (W / f"diagnose{tag}_time.json").write_text(
+        (w / f"diagnose{tag}.json").write_text(json_res["stdout"])
+    (w / f"diagnose{tag}_time.json").write_text(
         json.dumps({"seconds": res["seconds"], "rc": res["rc"], "commit": _commit()})
     )
     print("diagnose rc", res["rc"], f"{res['seconds']:.0f}s")
 
 
-def attribute(tag: str = "") -> None:
-    """``gradian attribute`` from the eval prompts: W/attr_prompts<tag>."""
-    out = W / f"attr_prompts{tag}"
+def run_attribute(w: Path, args: list[str], tag: str = "") -> None:
+    """``gradian attribute ARGS --out w/attr_prompts<tag>``, its seconds and the commit before and after."""
+    out = w / f"attr_prompts{tag}"
     commit = _commit()
-    args = ["attribute", "--run", str(RUN), "--base", str(MODEL), "--train", str(W / "train.jsonl"),
-            "--eval", str(SRC / "eval_prompts.jsonl"), "--out", str(out)]  # fmt: skip
-    res = _gradian(args, W / f"attr_prompts{tag}.log")
+    res = _gradian(["attribute", *args, "--out", str(out)], w / f"attr_prompts{tag}.log")
     out.mkdir(exist_ok=True)
     (out / "bench_time.json").write_text(
         json.dumps({"seconds": res["seconds"], "rc": res["rc"], "commit": commit, "commit_after": _commit()})
     )
     print("attribute rc", res["rc"], f"{res['seconds']:.0f}s")
+
+
+def diagnose(tag: str = "") -> None:
+    """``gradian diagnose`` on the run: W/diagnose<tag>.{log,json}."""
+    run_diagnose(W, ["--run", str(RUN), "--train", str(W / "train.jsonl"), "--base", str(MODEL)], tag)
+
+
+def attribute(tag: str = "") -> None:
+    """``gradian attribute`` from the eval prompts: W/attr_prompts<tag>."""
+    run_attribute(W, ["--run", str(RUN), "--base", str(MODEL), "--train", str(W / "train.jsonl"),
+                      "--eval", str(SRC / "eval_prompts.jsonl")], tag)  # fmt: skip
 
 
 def _auc(scores: dict[int, float], planted: set[int]) -> float | None:
