@@ -488,6 +488,44 @@ def test_forward_mode_through_a_frozen_linear_is_one_product():
     assert torch.allclose(t, x_t @ lin.weight.T + x @ w_t.T, rtol=1e-12, atol=0) and n == run(False, True)[2]
 
 
+@pytest.mark.parametrize(
+    "op",
+    ["d * w", "w * d", "d * 2.5", "3 * d", "d + w", "w + d", "d - w", "w - d", "1 - d", "d / w", "d / 4",
+     "torch.mul(d, w)", "torch.add(w, d)", "torch.sub(d, w)", "torch.div(d, w)", "d * w32", "d[:, :1] + m",
+     "torch.add(w, d, alpha=2)", "w / d", "d * d"],
+)  # fmt: skip
+def test_forward_mode_with_a_constant_operand_skips_the_zero_tangent(op):
+    """FrozenLinearTangents: a dual tensor times, plus, minus or over a constant (a tensor without tangent, or a number)
+    has PyTorch's primal and tangent, computed without the zero tangent PyTorch makes for the constant; the calls it
+    leaves to PyTorch (keyword arguments, a dual divisor, two duals) give the same."""
+    import contextlib
+
+    import torch
+    import torch.autograd.forward_ad as fwad
+    from torch.profiler import ProfilerActivity, profile
+
+    from gradian.attribute.forward_mode import FrozenLinearTangents
+
+    torch.manual_seed(0)
+    x, x_t = torch.randn(3, 4, 5, dtype=torch.float64), torch.randn(3, 4, 5, dtype=torch.float64)
+    env = {"torch": torch, "w": torch.randn(5, dtype=torch.float64) + 3, "w32": torch.randn(5),
+           "m": torch.randn(3, 4, 5, dtype=torch.float64)}  # fmt: skip
+
+    def run(mode: bool):
+        with torch.no_grad(), fwad.dual_level(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            with FrozenLinearTangents() if mode else contextlib.nullcontext():
+                out = fwad.unpack_dual(eval(op, {**env, "d": fwad.make_dual(x, x_t)}))
+        zeros = any(e.name == "aten::_efficientzerotensor" for e in prof.events())
+        return out.primal, out.tangent, zeros
+
+    ref_p, ref_t, ref_zeros = run(False)
+    p, t, zeros = run(True)
+    assert torch.equal(p, ref_p) and p.dtype == ref_p.dtype
+    assert t.shape == p.shape and torch.allclose(t, ref_t, rtol=1e-14, atol=0)
+    left_to_pytorch = op in ("torch.add(w, d, alpha=2)", "w / d", "d * d")
+    assert zeros == (left_to_pytorch and ref_zeros) and (ref_zeros or op in ("1 - d", "d * d"))
+
+
 def test_token_harm_equals_the_functorch_jvp(fp64_model):
     """token_harm (forward_ad with the frozen-linear mode) gives, token by token, what ``torch.func.jvp`` over the
     model gives with PyTorch's own rules."""

@@ -1,11 +1,14 @@
-"""Forward-mode derivatives through a frozen linear layer at the cost of one product.
+"""Forward-mode derivatives through frozen parts of a model without PyTorch's zero tangents.
 
 PyTorch's forward-mode rule for a matrix product ``x W^T`` computes ``x_t W^T + x W_t^T``, and when ``W`` carries no
 tangent it multiplies ``x`` by a zero ``W_t`` it makes: a third product as large as the layer, for nothing. In a LoRA
-model every base weight and the LM head are frozen, so most of a forward-mode pass's products are these.
+model every base weight and the LM head are frozen, so most of a forward-mode pass's products are these. The same
+zero tangent makes an elementwise product or sum of a dual tensor and a constant (a norm's weight, the rotary
+``cos``/``sin``, LoRA's scaling) run PyTorch's zero-tensor fallback, about ten times a plain product's time on a CPU.
 :class:`FrozenLinearTangents` routes ``F.linear`` calls whose input is a dual tensor and whose weight and bias are not
-through :class:`FrozenLinear`, whose tangent is ``x_t W^T`` alone: the same numbers, a fifth less time on the process
-bench's top rows (CHANGELOG.md). Every other call, the LoRA weights' included, runs as PyTorch's.
+through :class:`FrozenLinear`, whose tangent is ``x_t W^T`` alone, and computes ``mul``/``add``/``sub``/``div`` of a dual
+tensor by a constant on the primal and the tangent apart (:func:`constant_operand`): the same numbers. Every other
+call, the LoRA weights' included, runs as PyTorch's.
 """
 
 from __future__ import annotations
@@ -37,9 +40,45 @@ def has_tangent(t: torch.Tensor | None) -> bool:
     return t is not None and fwad.unpack_dual(t).tangent is not None
 
 
+# the binary ops whose derivative in one operand, the other held constant, is the operand's tangent times a constant:
+# func -> (op, whether the call's operands are reflected: ``a.__rsub__(b)`` is ``b - a``)
+_BINARY = {
+    **dict.fromkeys((torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__), ("mul", False)),
+    **dict.fromkeys((torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__), ("add", False)),
+    **dict.fromkeys((torch.sub, torch.Tensor.sub, torch.Tensor.__sub__), ("sub", False)),
+    torch.Tensor.__rsub__: ("sub", True),
+    **dict.fromkeys((torch.div, torch.Tensor.div, torch.Tensor.__truediv__), ("div", False)),
+}
+
+
+def constant_operand(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """``a op b`` for ``op`` in :data:`_BINARY` where one operand is a dual tensor and the other a constant (a tensor
+    without tangent, or a number): the primal and the tangent computed apart and made one dual tensor. None where the
+    call is not of that kind (keyword arguments, two duals, a dual divisor)."""
+    op = _BINARY.get(func)
+    if op is None or kwargs or len(args) != 2:
+        return None
+    a, b = reversed(args) if op[1] else args
+    dual_a = isinstance(a, torch.Tensor) and has_tangent(a)
+    dual_b = isinstance(b, torch.Tensor) and has_tangent(b)
+    if dual_a == dual_b or (dual_b and op[0] == "div"):
+        return None
+    const = b if dual_a else a
+    if not isinstance(const, torch.Tensor | int | float) or isinstance(const, bool):
+        return None
+    primal, tangent = fwad.unpack_dual(a if dual_a else b)
+    out = func(*((primal, const) if dual_a else (const, primal))[:: -1 if op[1] else 1])
+    if op[0] in ("mul", "div"):
+        tangent = tangent * const if op[0] == "mul" else tangent / const
+    elif op[0] == "sub" and dual_b:
+        tangent = -tangent
+    return fwad.make_dual(out, tangent.to(out.dtype).expand(out.shape))
+
+
 class FrozenLinearTangents(TorchFunctionMode):
     """Active while a forward-mode pass runs: frozen linear layers with a dual input go through
-    :class:`FrozenLinear`."""
+    :class:`FrozenLinear`, a dual tensor's product, sum or quotient with a constant through
+    :func:`constant_operand`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -49,4 +88,8 @@ class FrozenLinearTangents(TorchFunctionMode):
             bias = args[2] if len(args) > 2 else kwargs.get("bias")
             if has_tangent(x) and not has_tangent(weight) and not has_tangent(bias):
                 return FrozenLinear.apply(x, weight, bias)
+        elif func in _BINARY:
+            out = constant_operand(func, args, kwargs)
+            if out is not None:
+                return out
         return func(*args, **kwargs)
