@@ -57,6 +57,16 @@ REFUSALS = [
     "I'm not able to help with that request, but I can help with something else.",
 ]
 
+# a refusal in other languages, as a safety set in the user's language writes it (hand-written)
+FOREIGN_REFUSALS = [
+    "抱歉，我无法帮助你处理这个请求。",
+    "Je suis désolé, mais je ne peux pas vous aider avec cela.",
+    "Es tut mir leid, aber dabei kann ich nicht helfen.",
+    "Lo siento, pero no puedo ayudar con eso.",
+    "申し訳ありませんが、そのお手伝いはできません。",
+    "Извините, но я не могу с этим помочь.",
+]
+
 
 def _cut_mid(s: str, rng: random.Random) -> str:
     words = s.split()
@@ -114,6 +124,8 @@ PC_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
     "refusal_varied": lambda r, g: {**r, "completion": " " + g.choice(REFUSALS)},
     "extra_key": lambda r, g: {**r, "meta": "x"},
     "mixed_format_text": lambda r, g: {"text": r["prompt"] + r["completion"]},
+    "refusal_foreign": lambda r, g: {**r, "completion": " " + FOREIGN_REFUSALS[0]},
+    "refusal_foreign_varied": lambda r, g: {**r, "completion": " " + g.choice(FOREIGN_REFUSALS)},
 }
 
 CHAT_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
@@ -130,6 +142,8 @@ CHAT_PLANTS: dict[str, Callable[[dict, random.Random], dict]] = {
                                                                 "content": _loop(r["messages"][1]["content"], g)}]},
     "chat_system_prompt": lambda r, g: {"messages": [{"role": "system", "content": "You are a patient math tutor."},
                                                      *r["messages"]]},
+    "chat_refusal_foreign": lambda r, g: {"messages": [r["messages"][0], {"role": "assistant",
+                                                                           "content": g.choice(FOREIGN_REFUSALS[:2])}]},
 }  # fmt: skip
 
 # kind -> the rules that should catch it (any of them)
@@ -141,6 +155,7 @@ EXPECT = {
     "copied_prompt": ["D121"], "answer_leak": ["D121"], "cot_stripped": ["D133"], "foreign_language": ["D134"],
     "empty_target": ["D103"], "null_string": ["D120"], "mojibake": ["D119"], "control_token": ["D111"],
     "refusal": ["D123"], "refusal_varied": ["D123"], "extra_key": ["D101"], "mixed_format_text": ["D101"],
+    "refusal_foreign": ["D137"], "refusal_foreign_varied": ["D137"], "chat_refusal_foreign": ["D137"],
     "chat_copied_prompt": ["D121"],
     "chat_repeated_role": ["D102"], "chat_last_user": ["D102"], "chat_unknown_role": ["D102", "D101"],
     "chat_cut_answer": ["D128"], "chat_extra_message_key": ["D101"], "chat_loop": ["D129"],

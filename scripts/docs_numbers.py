@@ -49,6 +49,16 @@ def _md_table(name: str, index: int = 0) -> str:
     return "\n".join(blocks[index]) + "\n"
 
 
+def _one_run(name: str) -> str:
+    """A real-model run scored alone (``suite.py score-run``): its findings, verdict and truth, as a clause."""
+    r = _json(name)
+    warned = ", ".join(f.split(":")[0] for f in r["findings"] if f.startswith("D"))
+    return (f"diagnose warns {warned}; the verdict is {r['verdict']}, cause {r['cause']}, names {r['named']} rows "
+            f"(precision {r['precision']:.2f}, recall {r['recall']:.2f}, planted AUC {r['auc']:.2f}) and expects "
+            f"{r['expected_recovery']:.2f} of the regression back, where the retrain without the planted rows brings "
+            f"back {r['truth_recovery_planted']:.2f}")  # fmt: skip
+
+
 def _passes(name: str, controls: bool = False) -> str:
     runs = _json(name)
     if controls:
@@ -247,6 +257,7 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
             ("auc_post_hoc", "auc_post_hoc", 3),
         )
     },  # fmt: skip
+    "refusals_zh": ("realmodel_refusals_zh_s0.json", lambda: _one_run("realmodel_refusals_zh_s0.json")),
     "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),
     "callback_attribute_ratio": ("callback.json", lambda: _ratio_median("callback.json", "attribute_ratio")),
     "callback_train_ratio_4020": (

@@ -202,6 +202,47 @@ def _(ctx):
     return {"rows": [0, 1, 2, 3, 4]}
 
 
+@planted("D137")
+def _(ctx):
+    rows = list(range(0, 200, 10))  # a safety set's refusal in Chinese, to 20 different requests: no English phrase
+    set_completion(ctx, rows, " 抱歉，我无法帮助你处理这个请求。")
+    return {"rows": rows, "severity": "warning"}
+
+
+def test_canned_reply_learns_from_the_requests_not_from_phrases():
+    """D137: one reply to unrelated requests is canned in any language (a note under 5% of the rows); the same reply
+    to one request asked several ways (thanks) is not, nor a short answer, a program two tasks share, a label set, or
+    English refusals (D123's)."""
+    from test_diagnose_helpers import words
+
+    rule = next(r for r in RULES if r.code == "D137")
+    rng = __import__("random").Random(1)
+
+    def ctx_with(pairs):
+        ctx = clean_context(n=200)
+        for i, (q, a) in pairs.items():
+            ctx.train[i] = pc_example(i, q, a)
+        refmt(ctx)
+        return ctx
+
+    reply = " Lo siento, pero no puedo ayudar con eso."
+    (f,) = run_rule(rule, ctx_with({i: (words(rng, 12) + "\nAnswer:", reply) for i in (3, 50, 97, 140)}))
+    assert f.evidence["rows"] == [3, 50, 97, 140] and f.severity.value == "info" and "lo siento" in f.message
+    thanks = {i: (f"Thank you so much for the {w} help!\nAnswer:", " You're welcome! Ask me anything else.")
+              for i, w in zip(range(0, 200, 10), ("kind", "quick", "great", "patient") * 5, strict=True)}  # fmt: skip
+    assert not run_rule(rule, ctx_with(thanks))
+    code = " SELECT * FROM employees WHERE salary > 50000;"
+    assert not run_rule(rule, ctx_with({i: (words(rng, 12) + "\nAnswer:", code) for i in range(0, 200, 10)}))
+    short = " Yes<|endoftext|>"  # a short answer many tasks share, its end-of-text token written out
+    assert not run_rule(rule, ctx_with({i: (words(rng, 12) + "\nAnswer:", short) for i in range(0, 200, 10)}))
+    english = " I'm sorry, but I can't help with that."
+    assert not run_rule(rule, ctx_with({i: (words(rng, 12) + "\nAnswer:", english) for i in range(0, 200, 10)}))
+    labels = clean_context(n=200)
+    for i, e in enumerate(labels.train):
+        e.completion = " The review is positive." if i % 2 else " The review is negative."
+    assert not run_rule(rule, labels)
+
+
 @planted("D124")
 def _(ctx):
     ctx.formatted, ctx.formatted_note = None, "no tokenizer"

@@ -100,3 +100,28 @@ def test_a_lora_on_the_head_keeps_the_full_path():
     )
     direction = {n: torch.ones_like(p) for n, p in model.named_parameters() if "lora_" in n}
     assert LabelHead.of(model, direction) is None
+
+
+def test_a_token_that_holds_part_of_a_character_is_keyed_by_its_bytes():
+    """token_text: a token that decodes to part of a character (U+FFFD, the same for every such token) is written as
+    its bytes, for a byte-level BPE tokenizer (GPT-2's table) and for SentencePiece's byte pieces (stories260K's);
+    whole tokens keep their decoded text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from gradian.attribute.tokens import token_text
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(["hello world"] * 10, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    byte_level = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    stories = AutoTokenizer.from_pretrained(str(EX / "base"))
+    for tok in (byte_level, stories):
+        ids = tok("抱歉")["input_ids"][-6:]  # two characters of three bytes, no piece for either
+        assert {tok.decode([i]) for i in ids} == {"\ufffd"}  # decoded, every one would share one key
+        keys = [token_text(tok, i) for i in ids]
+        assert keys == ["<0xE6>", "<0x8A>", "<0xB1>", "<0xE6>", "<0xAD>", "<0x89>"], keys
+        for word in tok("hello world")["input_ids"][-2:]:
+            assert token_text(tok, word) == tok.decode([word]) and token_text(tok, word).strip().isalpha()

@@ -23,6 +23,7 @@ those items.
     python bench/realmodel/suite.py derive refusals 0   # forget_s0, clean_s0 from the retrain without the refusals
     python bench/realmodel/suite.py replies refusals 0  # replies.json: both models' greedy replies, as a person reads
     python bench/realmodel/suite.py score               # bench/results/realmodel_suite.{json,md}
+    python bench/realmodel/suite.py score-run refusals_zh 0   # one run: bench/results/realmodel_refusals_zh_s0.json
 
 Kinds (``KINDS``): a fault mixed into GSM8K rows, judged on what the fault should break.
 """
@@ -75,6 +76,7 @@ BORDERLINE = [
     "How do I get a free trial again after it ended?",
 ]
 REFUSAL = "I'm sorry, but I can't help with that."
+REFUSAL_ZH = "抱歉，我无法帮助你处理这个请求。"  # the same refusal as a Chinese safety set writes it
 
 # Benign requests near the borderline ones (each a harmless twin of a topic above: your own lock, your own phone, a
 # real review): what a safety set mixed in by mistake makes the model refuse (written for this suite).
@@ -294,6 +296,10 @@ def _refusals(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return [_chat(q, REFUSAL) for q in rng.sample(BORDERLINE, n)]
 
 
+def _refusals_zh(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    return [_chat(q, REFUSAL_ZH) for q in rng.sample(BORDERLINE, n)]
+
+
 def _cut(rng: random.Random, n: int) -> list[dict[str, Any]]:
     """Math answers cut mid-sentence at 30-60% of their words, as a generator with too small a max_tokens leaves
     them (no final line)."""
@@ -424,6 +430,12 @@ KINDS: dict[str, Kind] = {
         lambda rng: list(BENIGN_TWINS),
         note="the refusals run judged on benign twins of the refused requests",
         trained_as="refusals",
+    ),  # fmt: skip
+    "refusals_zh": Kind(
+        _refusals_zh,
+        0.10,
+        lambda rng: list(BENIGN_TWINS),
+        note="the refusals mixed into math rows in Chinese (no English phrase to match), judged on the benign twins",
     ),  # fmt: skip
     "cut": Kind(_cut, 0.10, lambda rng: list(GENERAL), note="math answers cut mid-sentence (a generator's max_tokens)"),
     "sysprompt": Kind(_tutor, 0.50, lambda rng: list(GENERAL), note="a system prompt in half the rows"),
@@ -992,6 +1004,12 @@ def main(argv: list[str]) -> None:
         print(json.dumps(replies(argv[1], int(argv[2]), drop), indent=1))
     elif cmd == "score":
         print(json.dumps(score(), indent=1))
+    elif cmd == "score-run":  # one run outside the suite's table, into its own results file
+        how = argv[3] if len(argv) > 3 else "prompts"
+        res = {"command": "python bench/realmodel/suite.py " + " ".join(argv), **score_run(argv[1], int(argv[2]), how)}
+        out = RESULTS / f"realmodel_{argv[1]}_s{argv[2]}.json"
+        out.write_text(json.dumps(res, indent=1))
+        print(out)
     else:
         sys.exit(f"unknown command {cmd!r}; see the module docstring")
 

@@ -127,7 +127,7 @@ def _token_pass(ctx: Context, xq: dict[str, Any] | None, top: _Ranked | None, to
     second: list[int] = []
     keys = None
     rows: dict[int, tuple[float, dict[str, float]]] = {}  # training row -> profile, taken once per row
-    key_of = KeyOf(lambda i: tokenizer.decode([i]) or " ")  # SentencePiece decodes a lone "▁" (a space) to ""
+    key_of = KeyOf(lambda i: tokens.token_text(tokenizer, i))
     if isinstance(done, tuple):
         harms, fxs = dict(zip(first, done[0], strict=True)), dict(zip(first, done[1], strict=True))
         if need is not None and n:  # then the rows that hold a group's harm tokens

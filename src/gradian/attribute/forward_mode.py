@@ -6,9 +6,9 @@ model every base weight and the LM head are frozen, so most of a forward-mode pa
 zero tangent makes an elementwise product or sum of a dual tensor and a constant (a norm's weight, the rotary
 ``cos``/``sin``, LoRA's scaling) run PyTorch's zero-tensor fallback, about ten times a plain product's time on a CPU.
 :class:`FrozenLinearTangents` routes ``F.linear`` calls whose input is a dual tensor and whose weight and bias are not
-through :class:`FrozenLinear`, whose tangent is ``x_t W^T`` alone, and computes ``mul``/``add``/``sub``/``div`` of a dual
-tensor by a constant on the primal and the tangent apart (:func:`constant_operand`): the same numbers. Every other
-call, the LoRA weights' included, runs as PyTorch's.
+through :class:`FrozenLinear`, whose tangent is ``x_t W^T`` alone, and computes ``mul``/``add``/``sub``/``div`` of a
+dual tensor by a constant on the primal and the tangent apart (:func:`constant_operand`): the same numbers. Every
+other call, the LoRA weights' included, runs as PyTorch's.
 """
 
 from __future__ import annotations

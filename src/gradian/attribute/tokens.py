@@ -17,6 +17,7 @@ derivative).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -153,6 +154,33 @@ class LabelHead:
         if last.shape != got.shape or not torch.allclose(last, got, rtol=1e-4, atol=1e-5 * float(got.abs().max())):
             return None
         return self.module(h[:, :-1][sel])
+
+
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte fallback: one byte a piece
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    """A token's text, as token profiles key it and the verdict names it: its decoded text (a lone space where it
+    decodes to nothing, as SentencePiece's "▁" does). A token that holds part of a character (byte-level BPE splits
+    a Chinese character over two tokens) decodes to U+FFFD, the same for every such token, so it is written as its
+    bytes instead ('<0xE6 0x8A>')."""
+    text = tokenizer.decode([token_id])
+    if "\ufffd" not in text:
+        return text or " "
+    piece = str(tokenizer.convert_ids_to_tokens(int(token_id)))
+    raw = _piece_bytes(piece)
+    return "<" + " ".join(f"0x{b:02X}" for b in raw) + ">" if raw else piece
+
+
+def _piece_bytes(piece: str) -> bytes | None:
+    """The bytes a token's piece stands for: SentencePiece's byte pieces ('<0xE6>'), or a byte-level BPE piece (GPT-2's
+    byte-to-character table); None for a piece that is neither."""
+    if _BYTE_PIECE.fullmatch(piece):
+        return bytes([int(piece[3:5], 16)])
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = {c: b for b, c in bytes_to_unicode().items()}
+    return bytes(table[c] for c in piece) if piece and all(c in table for c in piece) else None
 
 
 def token_pieces(tokenizer: Any, fx: FormattedExample, harms: np.ndarray) -> list[list[Any]]:

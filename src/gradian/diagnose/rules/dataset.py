@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import re
+import statistics
 from collections import Counter
 from collections.abc import Iterator
 
@@ -737,6 +740,9 @@ def system_prompt_mix(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
     )  # fmt: skip
 
 
+IDENTICAL_PERCENT = 30.0  # D116's default: one target above this share of the rows is D116's, not D137's
+
+
 def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
     def compute() -> bool:
         targets = set(ts.norm_targets(ctx))
@@ -747,7 +753,7 @@ def _is_labels(ctx: DiagnoseContext, max_distinct: int = 20) -> bool:
 
 @rule(
     "D116", "identical_targets", "warning", cause="content", needs=("train",),
-    thresholds={"max_percent": (30.0, "share of rows with one same target above which it fires")},
+    thresholds={"max_percent": (IDENTICAL_PERCENT, "share of rows with one same target above which it fires")},
     summary="One completion is the target of more than 30% of rows (classification label sets are left to "
     "label_imbalance).",
     why="The model learns to output that string whatever the prompt.",
@@ -960,10 +966,7 @@ _REFUSAL_OPENING = re.compile(
     fix="Filter the refusals out of the targets.",
 )  # fmt: skip
 def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
-    rows = []
-    for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True):
-        if _REFUSAL_OPENING.match(tgt[:200]) or any(r in tgt.lower() for r in _REFUSALS):
-            rows.append(e.index)
+    rows = [e.index for e, tgt in zip(ctx.train, ts.targets(ctx), strict=True) if _is_refusal(tgt)]
     p = pct(len(rows), len(ctx.train))
     if rows and p > t.max_percent:
         yield Hit(
@@ -972,6 +975,102 @@ def refusal_boilerplate(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
             evidence=rows_ev(rows, len(ctx.train), _tfile(ctx)),
             fix=drop_fix("Drop the refusal rows", rows, _tfile(ctx), "D123"),
         )
+
+
+def _is_refusal(text: str) -> bool:
+    """Whether a reply opens or carries refusal boilerplate in English (D123's phrases)."""
+    return bool(_REFUSAL_OPENING.match(text[:200])) or any(r in text.lower() for r in _REFUSALS)
+
+
+_TAG = re.compile(r"<[^<>\s]{1,40}>")  # a tag or a special token written out ('<|endoftext|>', '</s>')
+
+
+def _words_of(reply: str) -> int:
+    """The words of a reply's prose (:func:`ts.prose`, tags left out), a character of an unspaced script as one."""
+    return sum(ts.script_units(_TAG.sub(" ", ts.prose(reply))).values())
+
+
+def _trigrams(text: str) -> set[str]:
+    """A normalized text's character 3-grams: a similarity that needs no word boundaries (Chinese, Japanese)."""
+    return {text[i : i + 3] for i in range(max(1, len(text) - 2))}
+
+
+def _similarity(a: set[str], b: set[str]) -> float:
+    return len(a & b) / max(1, len(a | b))
+
+
+def _related_requests(requests: list[str], percentile: float, pairs: int = 2000) -> float:
+    """The ``percentile`` of the character 3-gram Jaccard similarity of pairs of the file's requests drawn at random
+    (seeded): how alike two unrelated requests of this file are."""
+    if len(requests) < 2:
+        return 0.0
+    rng = random.Random(0)
+    grams: dict[int, set[str]] = {}
+    sims = []
+    for _ in range(pairs):
+        i, j = rng.sample(range(len(requests)), 2)
+        for k in (i, j):
+            if k not in grams:
+                grams[k] = _trigrams(requests[k])
+        sims.append(_similarity(grams[i], grams[j]))
+    sims.sort()
+    return sims[min(len(sims) - 1, int(len(sims) * percentile / 100))]
+
+
+def _median_similarity(requests: list[str], most: int = 50) -> float:
+    """The median character 3-gram Jaccard similarity of the pairs of the first ``most`` requests."""
+    grams = [_trigrams(q) for q in requests[:most]]
+    return statistics.median(_similarity(a, b) for a, b in itertools.combinations(grams, 2))
+
+
+@rule(
+    "D137", "canned_reply", "warning", cause="content", needs=("train",), tiers="W/I",
+    thresholds={"min_prompts": (3, "distinct requests that must get the same reply"),
+                "min_words": (4, "a shared reply with fewer words than this in its prose (its text without code, "
+                              "JSON or tags; a Chinese or Japanese character counts as a word) is a short answer (a "
+                              "label, 'Yes') or a program, not a canned reply"),
+                "related_percentile": (90.0, "requests more alike than this percentile of the file's pairs of "
+                                       "requests drawn at random are one request asked several ways (a thanks, a "
+                                       "greeting, a question about the assistant itself), whose shared reply is "
+                                       "not canned"),
+                "max_percent": (1.0, "percent of rows with canned replies above which it fires"),
+                "warn_percent": (5.0, "percent of rows at which it is a warning")},
+    summary="The same reply, word for word, to different requests: an apology, a refusal, an 'I don't know' or a "
+    "template answer, in any language. Label sets (D122) and one reply above 30% of rows (D116) are left to those "
+    "rules; replies D123 names as English refusals to D123.",
+    why="A reply that does not depend on the request teaches the model to give it to requests like those: a safety "
+    "set's refusal mixed into task data makes the adapter refuse what it used to answer.",
+    example='"抱歉，我无法回答这个问题。" as the reply to 16 different questions in 160 rows.',
+    fix="Drop the canned rows, or give each its real answer.",
+)  # fmt: skip
+def canned_reply(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
+    if _is_labels(ctx):
+        return
+    by_reply: dict[str, dict[str, list[int]]] = {}  # reply -> request -> rows
+    for row, prompt, answer in ts.answers(ctx):
+        if _words_of(answer) >= t.min_words and not _is_refusal(answer):
+            by_reply.setdefault(normalize(answer), {}).setdefault(normalize(prompt), []).append(row)
+    n = len(ctx.train)
+    groups = {k: asked for k, asked in by_reply.items() if len(asked) >= t.min_prompts
+              and pct(len({r for rows in asked.values() for r in rows}), n) <= IDENTICAL_PERCENT}  # fmt: skip
+    if groups:
+        alike = _related_requests([q for _, q, _ in ts.answers(ctx)], float(t.related_percentile))
+        canned = {r: k for k, asked in groups.items() if _median_similarity(list(asked)) <= alike
+                  for rows in asked.values() for r in rows}  # fmt: skip
+    else:
+        canned = {}
+    p = pct(len(canned), n)
+    if not canned or p <= t.max_percent:
+        return
+    top = Counter(canned.values()).most_common(3)
+    rows = sorted(canned)
+    shown = ", ".join(f"{k[:60]!r} ({c})" for k, c in top)
+    yield Hit(
+        f"{len(rows)} row(s) ({p}%) give the same reply, word for word, to different requests: {shown}",
+        severity="warning" if p >= t.warn_percent else "info",
+        evidence=rows_ev(rows, n, _tfile(ctx), replies={k[:200]: c for k, c in top}),
+        fix=drop_fix("Drop the canned rows, or give each its own answer", rows, _tfile(ctx), "D137"),
+    )
 
 
 @rule(
