@@ -303,6 +303,24 @@ def test_a_group_a_carrying_finding_describes_needs_no_share_bar(seed):
     assert decide(ev_of(S, [{**REFUSALS, "severity": "info"}])).kind == "spread"
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_content_finding_on_the_very_rows_of_a_mechanical_one_does_not_displace_it(seed):
+    """Truncation (D106) and canned replies (D137) flag the same 40 rows that carry the harm: neither is narrower, so
+    the mechanical group stays (its fix is a setting) with the content finding among what its rows share (the
+    content finding took the harm when equal rows counted as narrower)."""
+    S = harm_matrix(seed=seed)
+    S[:, PLANTED] += 0.35
+    cut = {"code": "D106", "name": "truncation", "severity": "warning", "cause": "mechanical",
+           "evidence": {"rows": PLANTED, "key": "max_length"}}  # fmt: skip
+    canned = {"code": "D137", "name": "canned_reply", "severity": "warning", "cause": "content",
+              "evidence": {"rows": PLANTED}}  # fmt: skip
+    d = decide(ev_of(S, [cut, canned]))
+    assert d.cause == "mechanical" and sorted(d.drop_rows) == PLANTED
+    assert [t.finding["code"] for t in d.harmful] == ["D106", "D137"]
+    d = decide(ev_of(S, [{**cut, "cause": "content"}, canned]))  # two content findings: a content group
+    assert d.cause == "content" and sorted(d.drop_rows) == PLANTED
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_spread_harm_leans_on_a_warnings_rows_that_carry_more_than_their_share(seed):
     """40 rows a warning flags add a little harm to every item (0.25, a sixth of the noise's spread): no row stands
