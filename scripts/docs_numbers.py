@@ -268,6 +268,14 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "callback_rows4020.json",
         lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
     ),
+    "callback_train_ratio_4020_rerun": (
+        "callback_rows4020_rerun.json",
+        lambda: _ratio_median("callback_rows4020_rerun.json", "training_ratio"),
+    ),
+    "callback_attribute_ratio_4020_rerun": (
+        "callback_rows4020_rerun.json",
+        lambda: _ratio_median("callback_rows4020_rerun.json", "attribute_ratio"),
+    ),
     "callback_train_ratio_smollm2": (
         "callback_smollm2.json",
         lambda: _ratio_median("callback_smollm2.json", "training_ratio"),
