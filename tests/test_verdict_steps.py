@@ -305,9 +305,10 @@ def test_a_group_a_carrying_finding_describes_needs_no_share_bar(seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_content_finding_on_the_very_rows_of_a_mechanical_one_does_not_displace_it(seed):
-    """Truncation (D106) and canned replies (D137) flag the same 40 rows that carry the harm: neither is narrower, so
-    the mechanical group stays (its fix is a setting) with the content finding among what its rows share (the
-    content finding took the harm when equal rows counted as narrower)."""
+    """Truncation (D106) and canned replies (D137) flag the same 40 rows that carry the harm: truncation's fix is a
+    setting (its evidence names max_length), so its group stays, the content finding among what its rows share (the
+    content finding took the harm when equal rows counted as narrower). A mechanical finding inferred from the text
+    (D133 short answers) on the refusals' very rows yields to D123: they are refusals."""
     S = harm_matrix(seed=seed)
     S[:, PLANTED] += 0.35
     cut = {"code": "D106", "name": "truncation", "severity": "warning", "cause": "mechanical",
@@ -317,8 +318,11 @@ def test_a_content_finding_on_the_very_rows_of_a_mechanical_one_does_not_displac
     d = decide(ev_of(S, [cut, canned]))
     assert d.cause == "mechanical" and sorted(d.drop_rows) == PLANTED
     assert [t.finding["code"] for t in d.harmful] == ["D106", "D137"]
-    d = decide(ev_of(S, [{**cut, "cause": "content"}, canned]))  # two content findings: a content group
+    short = {"code": "D133", "name": "short_answer", "severity": "warning", "cause": "mechanical",
+             "evidence": {"rows": PLANTED}}  # fmt: skip
+    d = decide(ev_of(S, [short, REFUSALS]))  # an inferred mechanical finding on the refusals' rows: they are refusals
     assert d.cause == "content" and sorted(d.drop_rows) == PLANTED
+    assert [t.finding["code"] for t in d.harmful] == ["D123"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

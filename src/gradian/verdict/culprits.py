@@ -459,17 +459,18 @@ def _explained_by_narrower(
 ) -> bool:  # fmt: skip
     """Whether a carrying mechanical finding's harm is a narrower carrying content finding's: one that flags no more
     rows, at least ``flag_share`` of them among ``t``'s, while ``t``'s other rows do not carry the harm on their own
-    (refusals are short answers too: "short answer" carries the harm only through the refusals). A content finding
-    on the very rows of the mechanical one is not narrower: both describe the same rows, and the mechanical finding's
-    fix (cut rows: a longer max_length) stays the cause, the content finding what the rows share. Two mechanical
-    findings on the same rows describe one defect (loops cut by truncation): they are grouped together instead."""
+    (refusals are short answers too: "short answer" carries the harm only through the refusals; on the same rows
+    the content finding still says what they are). A mechanical finding whose fix is a training setting (its
+    evidence names the key: rows cut at max_length) yields only to a strictly narrower one: on the very same rows
+    the setting stays the cause, the content finding what the rows share. Two mechanical findings on the same rows
+    describe one defect (loops cut by truncation): they are grouped together instead."""
     if finding_cause(t.finding) != "mechanical":
         return False
     for n in found:
         inner = int((n.flagged & t.flagged).sum())
         if n is t or finding_cause(n.finding) != "content" or n.flagged.sum() > t.flagged.sum():
             continue
-        if np.array_equal(n.flagged, t.flagged):
+        if (t.finding.get("evidence") or {}).get("key") and np.array_equal(n.flagged, t.flagged):
             continue
         if inner < policy.flag_share * n.flagged.sum():
             continue
