@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from gradian.verdict.forgetting import SAMPLE_ROWS, _jaccard, far_cut, forgetting, nearest, words
+from gradian.diagnose.minhash import set_jaccard
+from gradian.verdict.forgetting import SAMPLE_ROWS, far_cut, forgetting, nearest, words
 from gradian.verdict.recovery import expected_recovery, harm_share
 from realsets import gsm8k, stories
 
@@ -26,11 +27,11 @@ def test_the_word_index_gives_each_pair_its_jaccard_similarity(texts):
     train, near, far = texts
     sets = [words(t) for t in list(train.values())[: SAMPLE_ROWS + 50]] + [frozenset(), words(near[0])]
     for item in [words(t) for t in near[:5] + far[:5]] + [frozenset(), sets[3]]:
-        assert nearest(item, sets) == max(_jaccard(item, b) for b in sets)
+        assert nearest(item, sets) == max(set_jaccard(item, b) for b in sets)
     rng = random.Random(0)  # far_cut's own sampling, written out pair by pair
     idx = list(range(len(sets)))
     probe = rng.sample(idx, SAMPLE_ROWS) if len(idx) > SAMPLE_ROWS else idx
-    sims = sorted(max((_jaccard(sets[i], sets[j]) for j in idx if j != i), default=0.0) for i in probe)
+    sims = sorted(max((set_jaccard(sets[i], sets[j]) for j in idx if j != i), default=0.0) for i in probe)
     assert far_cut(sets, 0.1) == sims[int(0.1 * len(sims))] and 0 < sims[int(0.1 * len(sims))] < 1
 
 

@@ -8,7 +8,9 @@ import re
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,11 @@ _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 def normalize(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def set_jaccard(a: AbstractSet[Any], b: AbstractSet[Any]) -> float:
+    """``|a & b| / |a | b|``; 0 where either set is empty."""
+    return len(a & b) / max(1, len(a | b))
 
 
 # ASCII bytes that are not \w (letters, digits, underscore) -> space: for an ASCII text, splitting on whitespace
@@ -122,8 +129,7 @@ def near_duplicate_pairs(
             sets[i] = set(sh[offsets[i] : offsets[i + 1]].tolist())
         if j not in sets:
             sets[j] = set(sh[offsets[j] : offsets[j + 1]].tolist())
-        si, sj = sets[i], sets[j]
-        jac = len(si & sj) / max(1, len(si | sj))
+        jac = set_jaccard(sets[i], sets[j])
         if jac >= threshold:
             out.append((i, j, round(jac, 3)))
     return out

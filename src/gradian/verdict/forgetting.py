@@ -74,10 +74,6 @@ def words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text))
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
-
-
 class _Pool:
     """Word sets to compare against, indexed by word: one set's Jaccard similarity to every set of the pool is a
     count of shared words per pool set (``np.bincount`` over the sets that hold each of its words)."""
@@ -91,7 +87,7 @@ class _Pool:
         self.sizes = np.array([len(s) for s in sets], dtype=np.int64)
 
     def similarities(self, a: frozenset[str]) -> np.ndarray:
-        """``_jaccard(a, b)`` for every set ``b`` of the pool (0 where either is empty)."""
+        """:func:`gradian.diagnose.minhash.set_jaccard` of ``a`` and every set ``b`` of the pool."""
         n = len(self.sizes)
         parts = [self.held[w] for w in a if w in self.held]
         shared = np.bincount(np.concatenate(parts), minlength=n) if parts else np.zeros(n, dtype=np.int64)

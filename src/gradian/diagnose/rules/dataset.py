@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from gradian.data.types import Example
 from gradian.diagnose import textstats as ts
 from gradian.diagnose.context import DiagnoseContext
-from gradian.diagnose.minhash import near_duplicate_pairs, normalize
+from gradian.diagnose.minhash import near_duplicate_pairs, normalize, set_jaccard
 from gradian.diagnose.registry import Hit, Params, rule
 from gradian.diagnose.rules._util import drop_fix, pct, rows_ev
 from gradian.diagnose.types import Fix
@@ -995,10 +995,6 @@ def _trigrams(text: str) -> set[str]:
     return {text[i : i + 3] for i in range(max(1, len(text) - 2))}
 
 
-def _similarity(a: set[str], b: set[str]) -> float:
-    return len(a & b) / max(1, len(a | b))
-
-
 def _related_requests(requests: list[str], percentile: float, pairs: int = 2000) -> float:
     """The ``percentile`` of the character 3-gram Jaccard similarity of pairs of the file's requests drawn at random
     (seeded): how alike two unrelated requests of this file are."""
@@ -1012,15 +1008,15 @@ def _related_requests(requests: list[str], percentile: float, pairs: int = 2000)
         for k in (i, j):
             if k not in grams:
                 grams[k] = _trigrams(requests[k])
-        sims.append(_similarity(grams[i], grams[j]))
+        sims.append(set_jaccard(grams[i], grams[j]))
     sims.sort()
     return sims[min(len(sims) - 1, int(len(sims) * percentile / 100))]
 
 
-def _median_similarity(requests: list[str], most: int = 50) -> float:
+def _medianset_jaccard(requests: list[str], most: int = 50) -> float:
     """The median character 3-gram Jaccard similarity of the pairs of the first ``most`` requests."""
     grams = [_trigrams(q) for q in requests[:most]]
-    return statistics.median(_similarity(a, b) for a, b in itertools.combinations(grams, 2))
+    return statistics.median(set_jaccard(a, b) for a, b in itertools.combinations(grams, 2))
 
 
 @rule(
@@ -1055,7 +1051,7 @@ def canned_reply(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
               and pct(len({r for rows in asked.values() for r in rows}), n) <= IDENTICAL_PERCENT}  # fmt: skip
     if groups:
         alike = _related_requests([q for _, q, _ in ts.answers(ctx)], float(t.related_percentile))
-        canned = {r: k for k, asked in groups.items() if _median_similarity(list(asked)) <= alike
+        canned = {r: k for k, asked in groups.items() if _medianset_jaccard(list(asked)) <= alike
                   for rows in asked.values() for r in rows}  # fmt: skip
     else:
         canned = {}
