@@ -58,19 +58,21 @@ def constant_operand(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     op = _BINARY.get(func)
     if op is None or kwargs or len(args) != 2:
         return None
-    a, b = reversed(args) if op[1] else args
-    dual_a = isinstance(a, torch.Tensor) and has_tangent(a)
-    dual_b = isinstance(b, torch.Tensor) and has_tangent(b)
-    if dual_a == dual_b or (dual_b and op[0] == "div"):
+    duals = [isinstance(x, torch.Tensor) and has_tangent(x) for x in args]
+    if duals[0] == duals[1]:
         return None
-    const = b if dual_a else a
-    if not isinstance(const, torch.Tensor | int | float) or isinstance(const, bool):
+    k = duals.index(True)  # the dual argument
+    const = args[1 - k]
+    right = (k == 1) != op[1]  # the dual is the right-hand operand: b in a - b, a / b
+    if (op[0] == "div" and right) or not isinstance(const, torch.Tensor | int | float) or isinstance(const, bool):
         return None
-    primal, tangent = fwad.unpack_dual(a if dual_a else b)
-    out = func(*((primal, const) if dual_a else (const, primal))[:: -1 if op[1] else 1])
-    if op[0] in ("mul", "div"):
-        tangent = tangent * const if op[0] == "mul" else tangent / const
-    elif op[0] == "sub" and dual_b:
+    primal, tangent = fwad.unpack_dual(args[k])
+    out = func(*(primal if i == k else x for i, x in enumerate(args)))
+    if op[0] == "mul":
+        tangent = tangent * const
+    elif op[0] == "div":
+        tangent = tangent / const
+    elif op[0] == "sub" and right:
         tangent = -tangent
     return fwad.make_dual(out, tangent.to(out.dtype).expand(out.shape))
 

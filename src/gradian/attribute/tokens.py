@@ -17,6 +17,7 @@ derivative).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -177,10 +178,16 @@ def _piece_bytes(piece: str) -> bytes | None:
     byte-to-character table); None for a piece that is neither."""
     if _BYTE_PIECE.fullmatch(piece):
         return bytes([int(piece[3:5], 16)])
+    table = _byte_of_char()
+    return bytes(table[c] for c in piece) if piece and all(c in table for c in piece) else None
+
+
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level table, character -> byte (built once)."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    table = {c: b for b, c in bytes_to_unicode().items()}
-    return bytes(table[c] for c in piece) if piece and all(c in table for c in piece) else None
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def token_pieces(tokenizer: Any, fx: FormattedExample, harms: np.ndarray) -> list[list[Any]]:
