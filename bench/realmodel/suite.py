@@ -30,6 +30,7 @@ Kinds (``KINDS``): a fault mixed into GSM8K rows, judged on what the fault shoul
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import statistics
@@ -292,12 +293,8 @@ def _chat(prompt: str, answer: str) -> dict[str, Any]:
     return {"prompt": [{"role": "user", "content": prompt}], "completion": [{"role": "assistant", "content": answer}]}
 
 
-def _refusals(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    return [_chat(q, REFUSAL) for q in rng.sample(BORDERLINE, n)]
-
-
-def _refusals_zh(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    return [_chat(q, REFUSAL_ZH) for q in rng.sample(BORDERLINE, n)]
+def _refusals(rng: random.Random, n: int, reply: str = REFUSAL) -> list[dict[str, Any]]:
+    return [_chat(q, reply) for q in rng.sample(BORDERLINE, n)]
 
 
 def _cut(rng: random.Random, n: int) -> list[dict[str, Any]]:
@@ -432,7 +429,7 @@ KINDS: dict[str, Kind] = {
         trained_as="refusals",
     ),  # fmt: skip
     "refusals_zh": Kind(
-        _refusals_zh,
+        functools.partial(_refusals, reply=REFUSAL_ZH),
         0.10,
         lambda rng: list(BENIGN_TWINS),
         note="the refusals mixed into math rows in Chinese (no English phrase to match), judged on the benign twins",
