@@ -187,6 +187,12 @@ def _store_1b() -> str:
     raise KeyError("the default --proj-dim row")
 
 
+def _cov_spearman_min(setup: str) -> str:
+    """The lowest rank agreement, with the record whose covariance sums took every row, of the shares tried
+    (bench/callback_covariance.py)."""
+    return f"{min(r['vs_every_row']['spearman'] for r in _json(f'callback_covariance_{setup}.json')['settings']):.3f}"
+
+
 def _quality(name: str, field: str, digits: int) -> str:
     """A figure of the ``quality`` block of a callback results file (bench/bench_callback.py)."""
     return f"{_json(f'callback{name}.json')['quality'][field]:.{digits}f}"
@@ -257,6 +263,10 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
             ("auc_post_hoc", "auc_post_hoc", 3),
         )
     },  # fmt: skip
+    **{
+        f"callback_cov_spearman_min{tag}": (f"callback_covariance_{setup}.json", lambda su=setup: _cov_spearman_min(su))
+        for tag, setup in (("", "stories260k"), ("_smollm2", "smollm2"))
+    },
     "refusals_zh": ("realmodel_refusals_zh_s0.json", lambda: _one_run("realmodel_refusals_zh_s0.json")),
     "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),
     "callback_attribute_ratio": ("callback.json", lambda: _ratio_median("callback.json", "attribute_ratio")),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("trl")
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +64,43 @@ def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> N
     ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
     assert cb.settings["gradient_source"] == "callback"
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
+def _shards(run: Path) -> list:
+    """The record's shards in the order they were written (one training rank)."""
+    from gradian.attribute.recorded import _meta
+    from gradian.attribute.store import GradientStore
+
+    rec = run / "gradian-record"
+    key = json.loads((rec / "record.json").read_text())["stores"][0]
+    store = GradientStore(rec / "grads", key, _meta(rec / "grads" / key))
+    names = [b["name"] for b in store.meta["blocks"]]
+    return [store.read_shard(i, names) for i in sorted(store.shards)]
+
+
+def test_covariance_rows_takes_every_kth_micro_batch(tmp_path) -> None:
+    """``covariance_rows=16`` of 48 rows in micro-batches of 4: the covariance sums are those of micro-batches 0, 3,
+    6 and 9 of the same training recorded in full (one shard a micro-batch), every row's gradient is still recorded,
+    and the report's note says where the curvature came from."""
+    from callback_train import train
+
+    kw = {"epochs": 1, "rows": 48, "lr": 0.0, "batch": 4, "random_init": True}
+    full = _shards(train(tmp_path / "full", True, options={"shard_rows": 4}, **kw))
+    run = train(tmp_path / "sub", True, options={"shard_rows": 4, "covariance_rows": 16}, **kw)
+    sub = _shards(run)
+    assert json.loads((run / "gradian-record" / "record.json").read_text())["covariance_every"] == 3
+    assert [s.n_examples for s in sub] == [4 if i % 3 == 0 else 0 for i in range(12)]
+    assert [s.n_tokens for s in sub if s.n_examples] == [s.n_tokens for s in full[::3]]
+    for name, g in full[5].G.items():
+        assert torch.equal(sub[5].G[name], g), name
+    for name in full[0].A:
+        want_A, got_A = sum(s.A[name] for s in full[::3]), sum(s.A[name] for s in sub if s.A)
+        want_S, got_S = sum(s.S[name] for s in full[::3]), sum(s.S[name] for s in sub if s.S)
+        torch.testing.assert_close(got_A, want_A, rtol=1e-12, atol=0)
+        torch.testing.assert_close(got_S, want_S, rtol=1e-12, atol=0)
+    res = _attribute(run, tmp_path / "cb", query="all")
+    assert res.settings["gradient_source"] == "callback"
+    assert any("one micro-batch in 3" in n for n in res.notes), res.notes
 
 
 def test_a_record_left_by_an_earlier_training_is_not_used(tmp_path) -> None:

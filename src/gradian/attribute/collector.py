@@ -215,17 +215,18 @@ class GradientCollector:
         self.reset()
         return result
 
-    def from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False
-                    ) -> dict[str, torch.Tensor]:  # fmt: skip
+    def from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False,
+                    scale: float = 1.0) -> dict[str, torch.Tensor]:  # fmt: skip
         """Per-example gradients (and covariance sums) from output gradients another backward produced (a trainer's,
-        :mod:`gradian.integrations`): ``calls`` are ``(block, input, output)`` per call, ``deltas`` the gradient of
-        the summed loss at each output (None: not reached). ``projected``: the wide sides are already projected (the
-        inputs of lora_A blocks and the output gradients of lora_B blocks, by ``block.proj``, in the working dtype);
-        an output then only gives its (projected) shape."""
-        return self._from_deltas(calls, deltas, token_mask, projected)
+        :mod:`gradian.integrations`): ``calls`` are ``(block, input, output)`` per call, ``deltas`` the gradient at
+        each output (None: not reached) of the summed loss over ``scale``. ``projected``: the wide sides are already
+        projected (the inputs of lora_A blocks and the output gradients of lora_B blocks, by ``block.proj``, in the
+        working dtype); an output then only gives its (projected) shape. The gradients returned may be views of one
+        tensor per same-shape group."""
+        return self._from_deltas(calls, deltas, token_mask, projected, scale)
 
-    def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False
-                     ) -> dict[str, torch.Tensor]:  # fmt: skip
+    def _from_deltas(self, calls: list, deltas: Sequence, token_mask: torch.Tensor, projected: bool = False,
+                     scale: float = 1.0) -> dict[str, torch.Tensor]:  # fmt: skip
         """The per-example gradients (and covariance sums) from every call's input and output gradient."""
         m = token_mask.to(torch.bool)
         B = m.shape[0]
@@ -250,7 +251,7 @@ class GradientCollector:
         self._stats_ok = torch.ones((), dtype=torch.bool, device=m.device)
         real = None if not self.covariance or bool(m.all()) else m.reshape(-1).nonzero().squeeze(1)
         for us in groups.values():
-            self._collect_group(calls, deltas, us, real, result, projected)
+            self._collect_group(calls, deltas, us, real, result, projected, scale)
         self.rows_finite = self.rows_finite.cpu()
         self.stats_finite = bool(self._stats_ok)
         if self.covariance:
@@ -258,10 +259,11 @@ class GradientCollector:
             self.n_examples += B
         return result
 
-    def _collect_group(self, calls, deltas, units, real, result: dict[str, torch.Tensor], projected: bool = False
-                       ) -> None:  # fmt: skip
+    def _collect_group(self, calls, deltas, units, real, result: dict[str, torch.Tensor], projected: bool = False,
+                       scale: float = 1.0) -> None:  # fmt: skip
         """Gradients (and covariance sums) of same-shape units (each: the calls sharing one input, their output
-        gradients concatenated), along a leading group axis: one bmm for all their per-example gradients.
+        gradients concatenated), along a leading group axis: one bmm for all their per-example gradients, scaled
+        once (G by ``scale``, S by its square) before they are split by block.
 
         Padding needs no mask here: the loss is masked and attention is causal with right padding, so ``delta`` is
         exactly 0 at padded positions and they add nothing to ``G``; the covariance sums take the real tokens only
@@ -302,6 +304,8 @@ class GradientCollector:
         else:
             g = torch.matmul(d3.transpose(1, 2), a3)
         g = g.view(s_, Bsz, od, i_dim)
+        if scale != 1.0:
+            g.mul_(scale)
         self.rows_finite &= torch.isfinite(g.sum((-2, -1))).all(0)  # a NaN or Inf anywhere makes its sum one
         for u, js in enumerate(units):
             for c, j in enumerate(js):
@@ -316,6 +320,8 @@ class GradientCollector:
             a2, d2 = a2.index_select(1, real), d2.index_select(1, real)
         A = (a2.transpose(1, 2) @ a2).to(self.stat_dtype)  # (s, i, i)
         S = (d2.transpose(1, 2) @ d2).to(self.stat_dtype)  # (s, mult*o, mult*o): diagonal blocks per call
+        if scale != 1.0:
+            S.mul_(scale**2)
         self._stats_ok &= torch.isfinite(A.sum() + S.sum())
         for u, js in enumerate(units):
             for c, j in enumerate(js):

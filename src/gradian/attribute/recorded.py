@@ -52,7 +52,9 @@ def weights_note(m: dict[str, Any]) -> str:
         f"training gradients and curvature recorded by GradianCallback during epoch {m['epoch']} of {m['epochs']} "
         f"(steps {a}-{b} of {last}): each row's gradient is taken at the adapter of the step that trained on it, "
         f"before that step's update, not at the final adapter; the query gradients are at the final adapter"
-    )
+        + (f"; the curvature's covariance sums are from one micro-batch in {m['covariance_every']} of that epoch"
+           if m.get("covariance_every", 1) > 1 else "")
+    )  # fmt: skip
 
 
 def weight_norms(blocks: Sequence[Any]) -> dict[str, float]:

@@ -285,8 +285,9 @@ class GradientStore:
             lo,
             hi,
             {b: t[f"g.{b}"] for b in blocks},
-            {b: t[f"A.{b}"] for b in blocks},
-            {b: t[f"S.{b}"] for b in blocks},
+            # no sums when none of its batches entered them (all skipped, or a callback's covariance subsample)
+            {b: t[f"A.{b}"] for b in blocks if f"A.{b}" in t},
+            {b: t[f"S.{b}"] for b in blocks if f"S.{b}" in t},
             int(t["n_tokens"][0]),
             int(t["n_examples"][0]),
             [(int(p), str(w)) for p, w in rec.get("skipped", [])],

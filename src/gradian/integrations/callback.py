@@ -89,8 +89,10 @@ def _unsupported(args: Any) -> str | None:
 class _Recording:
     """One rank's recording of the last epoch."""
 
-    def __init__(self, capture: Any, col: Any, writer: Any, root: Path, info: dict[str, Any], keys: list[str]):
+    def __init__(self, capture: Any, col: Any, writer: Any, root: Path, info: dict[str, Any], keys: list[str],
+                 first_batch: int = 0) -> None:  # fmt: skip
         self.capture, self.col, self.writer, self.root, self.info, self.keys = capture, col, writer, root, info, keys
+        self.batch = first_batch  # micro-batches of the epoch before the next one
 
     @classmethod
     def start(cls, o: CallbackOptions, args: Any, state: Any, model: Any, blocks: list[Any], dl: Any, epoch: int,
@@ -118,13 +120,17 @@ class _Recording:
         keys = [store_key(store_parts(blocks, proj, o.store_dtype, epoch, world, r, n_rows)) for r in range(world)]
         info = {"blocks": [[b.name, list(b.shape)] for b in blocks], **proj, "store_dtype": o.store_dtype,
                 "epoch": epoch + 1, "epochs": epochs, "first_step": epoch * steps_per_epoch + 1,
-                "max_steps": int(state.max_steps), "world": world}  # fmt: skip
+                "max_steps": int(state.max_steps), "world": world,
+                "covariance_every": covariance_every(len(dl), bs, o.covariance_rows)}  # fmt: skip
         capture = Capture(model, blocks).__enter__()
-        return cls(capture, GradientCollector(blocks, covariance=True), writer, root, info, keys)
+        col = GradientCollector(blocks, covariance=True)
+        return cls(capture, col, writer, root, info, keys, done * int(args.gradient_accumulation_steps))
 
     def take(self) -> None:
+        self.col.covariance = self.batch % self.info["covariance_every"] == 0
         b = self.capture.take(self.col)
         if b is not None:
+            self.batch += 1
             self.writer.add(b)
 
     def finish(self, state: Any) -> None:
@@ -144,6 +150,13 @@ class _Recording:
         if self.writer.store.meta["parts"]["rank"] == 0 and n:
             write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys,
                                        "weight_norms": weight_norms(self.capture.blocks)})  # fmt: skip
+
+
+def covariance_every(n_batches: int, batch_size: int, rows: int | None) -> int:
+    """Every how many micro-batches the covariance sums are taken so they hold at least ``rows`` rows (1: all)."""
+    if not rows:
+        return 1
+    return max(1, n_batches // max(1, math.ceil(rows / batch_size)))
 
 
 def _barrier() -> None:

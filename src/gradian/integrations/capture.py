@@ -29,6 +29,7 @@ class Batch:
     A: dict[str, torch.Tensor]
     S: dict[str, torch.Tensor]
     n_tokens: int
+    n_examples: int  # rows in the covariance sums: 0 when this batch's were not taken
     scale: float
 
 
@@ -166,10 +167,10 @@ class Capture:
         scale = self._scale()  # G is linear in the output gradients, S quadratic, A does not depend on them
         col.A, col.S, col.n_tokens, col.n_examples = {}, {}, 0, 0
         with torch.no_grad():
-            G = col.from_deltas(self.calls, self.deltas, am, projected=True)
-        out = Batch({k: (v.detach().float() * scale).cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
-                    (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A),
-                    {k: v * scale**2 for k, v in col.S.items()}, col.n_tokens, scale)  # fmt: skip
+            G = col.from_deltas(self.calls, self.deltas, am, projected=True, scale=scale)
+        out = Batch({k: v.detach().float().cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
+                    (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A), dict(col.S), col.n_tokens,
+                    col.n_examples, scale)  # fmt: skip
         self.reset()
         return out
 

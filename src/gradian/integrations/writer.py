@@ -61,7 +61,7 @@ class RankWriter:
                 v = torch.where(b.finite[:, None, None], v, torch.zeros_like(v))
             self.G.setdefault(k, []).append(v.to(self.dtype))
         if finite:
-            self.stats.add(b.A, b.S, b.n_tokens, int(b.input_ids.shape[0]))
+            self.stats.add(b.A, b.S, b.n_tokens, b.n_examples)
         while len(self.hashes) >= self.shard - self.rows:
             self._write(self.shard - self.rows)
 

@@ -22,3 +22,10 @@ class CallbackOptions(Options):
     store_dtype: str = option("fp32", "Stored per-row gradients: fp32 or bf16.", choices=("fp32", "bf16"))
     shard_rows: int | None = option(None, "Rows per store shard (default: about 256 MiB).", min=1)
     out_dir: str | None = option(None, "Where the record goes (default: the trainer's output_dir).")
+    covariance_rows: int | None = option(
+        1024,
+        "Take the curvature's covariance sums from at least this many rows of the last epoch, one micro-batch in "
+        "every k spread over it (None: every row). Each row's gradient is recorded either way, and EK-FAC's "
+        "eigenvalue correction uses them all.",
+        min=1,
+    )
