@@ -123,6 +123,12 @@ def _ratio_median(name: str, key: str) -> str:
     return f"{_json(name)[key]['cpu_s']['median']:.2f}"
 
 
+def _ratio_range(name: str, key: str) -> str:
+    """The lowest and highest of a bench_callback result's per-pair CPU ratios."""
+    reps = _json(name)[key]["cpu_s"]["reps"]
+    return f"{min(reps):.2f} to {max(reps):.2f}"
+
+
 def _capture_share(name: str) -> str:
     """The callback's work on a step (take, with the covariance sums) over a bare forward+backward."""
     med = _json(name)["median_ms"]
@@ -278,13 +284,9 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "callback_rows4020.json",
         lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
     ),
-    "callback_train_ratio_4020_rerun": (
-        "callback_rows4020_rerun.json",
-        lambda: _ratio_median("callback_rows4020_rerun.json", "training_ratio"),
-    ),
-    "callback_attribute_ratio_4020_rerun": (
-        "callback_rows4020_rerun.json",
-        lambda: _ratio_median("callback_rows4020_rerun.json", "attribute_ratio"),
+    "callback_train_ratio_4020_range": (
+        "callback_rows4020.json",
+        lambda: _ratio_range("callback_rows4020.json", "training_ratio"),
     ),
     "callback_train_ratio_smollm2": (
         "callback_smollm2.json",
