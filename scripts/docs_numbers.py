@@ -288,6 +288,10 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "callback_rows4020.json",
         lambda: _ratio_range("callback_rows4020.json", "training_ratio"),
     ),
+    "callback_train_ratio_smollm2_range": (
+        "callback_smollm2.json",
+        lambda: _ratio_range("callback_smollm2.json", "training_ratio"),
+    ),
     "callback_train_ratio_smollm2": (
         "callback_smollm2.json",
         lambda: _ratio_median("callback_smollm2.json", "training_ratio"),

@@ -78,8 +78,8 @@ def render() -> str:
             flags = " ".join(f"`{d}`" for d in decls_of(f))
             lines.append(f"| {flags} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
         lines.append("")
-    lines += ["## GradianCallback", "", "`GradianCallback(**kwargs)` ([recording while training](../how-to/callback.md)).",
-              "", "| keyword | default | meaning |", "|---|---|---|"]  # fmt: skip
+    what = "`GradianCallback(**kwargs)` ([recording while training](../how-to/callback.md))."
+    lines += ["## GradianCallback", "", what, "", "| keyword | default | meaning |", "|---|---|---|"]
     for f in dataclasses.fields(CallbackOptions):
         lines.append(f"| `{f.name}` | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
     lines.append("")
