@@ -15,6 +15,7 @@ from gradian.errors import GradianError
 from gradian.options import (
     DEFAULTS,
     AttributeOptions,
+    CallbackOptions,
     DiagnoseOptions,
     OptionError,
     RunInputs,
@@ -130,6 +131,9 @@ def test_no_command_types_an_option_default():
         (lambda: VerifyOptions(k=0), "--k 0 is below 1. Fix: pass --k 1 or more."),
         (lambda: AttributeOptions(top="ten"), "--top 'ten' is not a number. Fix: pass --top 0 or more."),
         (lambda: AttributeOptions().replace(methd="kfac"), "unknown attribute option 'methd'. Fix: use one of"),
+        # GradianCallback's options are Python keyword arguments, named as the user wrote them
+        (lambda: CallbackOptions(covariance_rows=0), "covariance_rows=0 is below 1. Fix: pass covariance_rows=1 or"),
+        (lambda: CallbackOptions(store_dtype="fp16"), "unknown store_dtype='fp16'. Fix: use fp32 or bf16."),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_option_and_the_fix(make, line):

@@ -47,23 +47,29 @@ class Options:
 
     name: ClassVar[str] = "options"
     panel: ClassVar[str | None] = None  # the --help panel its flags are listed under (None: the command's own)
+    keywords: ClassVar[bool] = False  # given as Python keyword arguments (errors say ``name=value``), not flags
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             choices = f.metadata.get("choices")
             if choices is not None and value is not None and value not in choices:
-                raise OptionError(f"unknown {flag_of(f)} {value!r}", fix=f"use {words(tuple(choices))}")
+                raise OptionError(f"unknown {self._spelled(f, value)}", fix=f"use {words(tuple(choices))}")
             least = f.metadata.get("min")
+            fix = f"pass {self._spelled(f, least)} or more"
             if (
                 least is not None
                 and value is not None
                 and (isinstance(value, bool) or not isinstance(value, int | float))
             ):
-                raise OptionError(f"{flag_of(f)} {value!r} is not a number", fix=f"pass {flag_of(f)} {least} or more")
+                raise OptionError(f"{self._spelled(f, value)} is not a number", fix=fix)
             if least is not None and value is not None and value < least:
-                raise OptionError(f"{flag_of(f)} {value} is below {least}", fix=f"pass {flag_of(f)} {least} or more")
+                raise OptionError(f"{self._spelled(f, value)} is below {least}", fix=fix)
         self._check()
+
+    def _spelled(self, f: dataclasses.Field, value: Any) -> str:
+        """How the user wrote the option: ``--name value`` on the command line, ``name=value`` in Python."""
+        return f"{f.name}={value!r}" if self.keywords else f"{flag_of(f)} {value!r}"
 
     def _check(self) -> None:
         """Rules between fields (one line each)."""

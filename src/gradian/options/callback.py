@@ -14,6 +14,7 @@ class CallbackOptions(Options):
     will use (its defaults: ``proj_dim`` by the adapter's size, ``proj_seed`` 0), or attribute computes the pass."""
 
     name: ClassVar[str] = "callback"
+    keywords: ClassVar[bool] = True
 
     proj_dim: int | None = option(
         None, "Random projection of each block's wide side (0 = exact; default: auto).", min=0
