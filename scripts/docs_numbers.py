@@ -284,6 +284,7 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
         "callback_rows4020.json",
         lambda: _ratio_median("callback_rows4020.json", "attribute_ratio"),
     ),
+    "callback_train_ratio_range": ("callback.json", lambda: _ratio_range("callback.json", "training_ratio")),
     "callback_train_ratio_4020_range": (
         "callback_rows4020.json",
         lambda: _ratio_range("callback_rows4020.json", "training_ratio"),
