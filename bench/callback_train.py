@@ -133,9 +133,11 @@ def main() -> None:
     ap.add_argument("--accum", type=int, default=1)
     ap.add_argument("--random-init", action="store_true", help="lora_B drawn at random too")
     ap.add_argument("--repeat", type=int, default=1, help="the rows this many times, each copy's prompts numbered")
+    ap.add_argument("--covariance-rows", type=int, default=None, help="the callback's (default: its own default)")
     a = ap.parse_args()
+    opts = {"covariance_rows": a.covariance_rows} if a.covariance_rows else None
     train(a.out, a.callback, a.epochs, a.rows, a.seed, lr=a.lr, batch=a.batch, accum=a.accum,
-          random_init=a.random_init, repeat=a.repeat, setup=a.setup)  # fmt: skip
+          random_init=a.random_init, repeat=a.repeat, options=opts, setup=a.setup)  # fmt: skip
     import torch.distributed as td
 
     if td.is_available() and td.is_initialized():  # under torchrun: leave no gloo thread for the exit to kill

@@ -66,13 +66,13 @@ def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> N
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
 
 
-def _shards(run: Path) -> list:
-    """The record's shards in the order they were written (one training rank)."""
+def _shards(run: Path, rank: int = 0) -> list:
+    """One training rank's recorded shards in the order they were written."""
     from gradian.attribute.recorded import _meta
     from gradian.attribute.store import GradientStore
 
     rec = run / "gradian-record"
-    key = json.loads((rec / "record.json").read_text())["stores"][0]
+    key = json.loads((rec / "record.json").read_text())["stores"][rank]
     store = GradientStore(rec / "grads", key, _meta(rec / "grads" / key))
     names = [b["name"] for b in store.meta["blocks"]]
     return [store.read_shard(i, names) for i in sorted(store.shards)]
@@ -151,6 +151,14 @@ def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
     ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
     assert cb.settings["gradient_source"] == "callback"
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    # covariance sums from a share: each rank counts its own 3 micro-batches and takes the first of every 3
+    sub = tmp_path / "sub"
+    proc = subprocess.run([*argv[:5], str(sub), *argv[6:], "--covariance-rows", "4"], env=env, capture_output=True,
+                          text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((sub / "gradian-record" / "record.json").read_text())["covariance_every"] == 3
+    assert [sum(sh.n_examples for sh in _shards(sub, rank)) for rank in (0, 1)] == [4, 4]
+    assert _attribute(sub, tmp_path / "sub-out", query="all").settings["gradient_source"] == "callback"
 
 
 @pytest.mark.slow
