@@ -56,14 +56,12 @@ class Options:
             if choices is not None and value is not None and value not in choices:
                 raise OptionError(f"unknown {self._spelled(f, value)}", fix=f"use {words(tuple(choices))}")
             least = f.metadata.get("min")
+            if least is None or value is None:
+                continue
             fix = f"pass {self._spelled(f, least)} or more"
-            if (
-                least is not None
-                and value is not None
-                and (isinstance(value, bool) or not isinstance(value, int | float))
-            ):
+            if isinstance(value, bool) or not isinstance(value, int | float):
                 raise OptionError(f"{self._spelled(f, value)} is not a number", fix=fix)
-            if least is not None and value is not None and value < least:
+            if value < least:
                 raise OptionError(f"{self._spelled(f, value)} is below {least}", fix=fix)
         self._check()
 

@@ -1013,7 +1013,7 @@ def _related_requests(requests: list[str], percentile: float, pairs: int = 2000)
     return sims[min(len(sims) - 1, int(len(sims) * percentile / 100))]
 
 
-def _medianset_jaccard(requests: list[str], most: int = 50) -> float:
+def _median_similarity(requests: list[str], most: int = 50) -> float:
     """The median character 3-gram Jaccard similarity of the pairs of the first ``most`` requests."""
     grams = [_trigrams(q) for q in requests[:most]]
     return statistics.median(set_jaccard(a, b) for a, b in itertools.combinations(grams, 2))
@@ -1051,7 +1051,7 @@ def canned_reply(ctx: DiagnoseContext, t: Params) -> Iterator[Hit]:
               and pct(len({r for rows in asked.values() for r in rows}), n) <= IDENTICAL_PERCENT}  # fmt: skip
     if groups:
         alike = _related_requests([q for _, q, _ in ts.answers(ctx)], float(t.related_percentile))
-        canned = {r: k for k, asked in groups.items() if _medianset_jaccard(list(asked)) <= alike
+        canned = {r: k for k, asked in groups.items() if _median_similarity(list(asked)) <= alike
                   for rows in asked.values() for r in rows}  # fmt: skip
     else:
         canned = {}
