@@ -51,13 +51,15 @@ def planted_rows(setup: str) -> list[int]:
 def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = None, seed: int = 0, *,
           lr: float | None = None, batch: int = 8, accum: int = 1, random_init: bool = False, repeat: int = 1,
           save_steps: int | None = None, crash_at: int | None = None, resume: bool = False,
-          options: dict | None = None, setup: str = "stories260k") -> Path:  # fmt: skip
+          options: dict | None = None, setup: str = "stories260k", sft: dict | None = None,
+          lora_dropout: float = 0.0, trainer_kw: dict | None = None) -> Path:  # fmt: skip
     """Train into ``out`` (the adapter, trainer_state.json, train.jsonl and eval.jsonl beside it). ``random_init``:
     lora_B drawn at random too (with ``lr=0`` the adapter then never moves but changes the model). ``repeat``: the
     rows that many times, copy k's prompts prefixed with ``k.`` so no two rows are the same (for timing only).
     ``save_steps``: a checkpoint every that many steps; ``crash_at``: raise at that step (an interrupted run);
     ``resume``: go on from the last checkpoint; ``options``: the callback's (``gradian.options.CallbackOptions``);
-    ``setup``: a :data:`SETUPS` key (its model, files, rank, learning rate unless ``lr`` is given, max_length)."""
+    ``setup``: a :data:`SETUPS` key (its model, files, rank, learning rate unless ``lr`` is given, max_length).
+    ``sft``: more ``SFTConfig`` fields (a loss, NEFTune noise); ``trainer_kw``: more ``SFTTrainer`` arguments."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -79,9 +81,9 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
         output_dir=str(out), learning_rate=lr, num_train_epochs=epochs, per_device_train_batch_size=batch,
         gradient_accumulation_steps=accum, max_length=su.max_length, completion_only_loss=True, logging_steps=5,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, report_to=[], seed=seed,
-        use_cpu=True, bf16=False, dataloader_num_workers=0,
+        **{"use_cpu": True, "bf16": False, "dataloader_num_workers": 0, **(sft or {})},
     )  # fmt: skip
-    lora = LoraConfig(r=su.rank, lora_alpha=2 * su.rank, lora_dropout=0.0, target_modules="all-linear",
+    lora = LoraConfig(r=su.rank, lora_alpha=2 * su.rank, lora_dropout=lora_dropout, target_modules="all-linear",
                       task_type="CAUSAL_LM", init_lora_weights=not random_init)  # fmt: skip
     callbacks = []
     if callback:
@@ -93,10 +95,63 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(str(su.base)), args=cfg, train_dataset=Dataset.from_list(data),
         processing_class=AutoTokenizer.from_pretrained(str(su.base)), peft_config=lora, callbacks=callbacks,
+        **(trainer_kw or {}),
     )  # fmt: skip
     trainer.train(resume_from_checkpoint=resume or None)
     trainer.save_model(str(out))
     trainer.state.save_to_json(str(out / "trainer_state.json"))
+    return out
+
+
+def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, row_weights: bool = False) -> Path:
+    """The bundled example through the plain transformers ``Trainer`` with the callback, learning rate 0 and a random
+    adapter: rows tokenized as attribute formats them (``input_ids`` and ``labels``), the model's own loss (full
+    logits). ``row_weights``: a ``compute_loss`` that weighs each row's token loss by its position in the batch (a
+    loss the recorded gradients must not be taken from)."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from gradian.attribute.engine import collate
+    from gradian.data import FormatSettings, format_examples, load_examples
+    from gradian.data.tokenizer import load_tokenizer
+    from gradian.integrations import GradianCallback
+
+    su = SETUPS["stories260k"]
+    torch.manual_seed(0)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "train.jsonl").write_text("".join(su.train.read_text("utf-8").splitlines(True)[:rows]), "utf-8")
+    shutil.copy(su.eval, out / "eval.jsonl")
+    tok = load_tokenizer(str(su.base))
+    fs = FormatSettings()
+    fs.add_eos = False  # as a tokenizer call does (attribute assumes it of a plain Trainer run)
+    fxs = format_examples(load_examples(out / "train.jsonl"), tok, fs)
+    data = Dataset.from_list([{"i": i} for i in range(len(fxs))])
+
+    def collate_rows(items: list[dict]) -> dict:
+        ids, am, lm = collate([fxs[x["i"]] for x in items], tok.pad_token_id or 0)
+        return {"input_ids": ids, "attention_mask": am, "labels": ids.masked_fill(~lm, -100)}
+
+    class RowWeighted(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            logits = model(**inputs).logits.float()
+            labels = inputs["labels"][:, 1:]
+            tok_loss = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), labels, reduction="none")
+            w = torch.linspace(0.5, 1.5, len(labels))[:, None]
+            return (tok_loss * w).sum() / (labels != -100).sum()
+
+    model = AutoModelForCausalLM.from_pretrained(str(su.base))
+    model = get_peft_model(model, LoraConfig(r=su.rank, lora_alpha=2 * su.rank, target_modules="all-linear",
+                                             init_lora_weights=False))  # fmt: skip
+    args = TrainingArguments(output_dir=str(out), learning_rate=0.0, num_train_epochs=epochs,
+                             per_device_train_batch_size=batch, remove_unused_columns=False, report_to=[],
+                             save_strategy="no", use_cpu=True, seed=0)  # fmt: skip
+    trainer = (RowWeighted if row_weights else Trainer)(
+        model=model, args=args, train_dataset=data, data_collator=collate_rows, callbacks=[GradianCallback()]
+    )
+    trainer.train()
+    trainer.save_model(str(out))
     return out
 
 

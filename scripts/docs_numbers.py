@@ -199,6 +199,15 @@ def _cov_spearman_min(setup: str) -> str:
     return f"{min(r['vs_every_row']['spearman'] for r in _json(f'callback_covariance_{setup}.json')['settings']):.3f}"
 
 
+def _noise(setup: str, what: str) -> str:
+    """Over the noisy trainings (LoRA dropout, NEFTune) of bench/callback_noise.py: the lowest rank agreement of the
+    recorded ranking with the post-hoc one (``spearman``) or the largest planted-AUC gap between them (``auc_gap``)."""
+    rows = [r for r in _json(f"callback_noise_{setup}.json")["settings"] if r["setting"] != "none"]
+    if what == "spearman":
+        return f"{min(r['spearman'] for r in rows):.2f}"
+    return f"{max(abs(r['auc_callback'] - r['auc_post_hoc']) for r in rows):.3f}"
+
+
 def _quality(name: str, field: str, digits: int) -> str:
     """A figure of the ``quality`` block of a callback results file (bench/bench_callback.py)."""
     return f"{_json(f'callback{name}.json')['quality'][field]:.{digits}f}"
@@ -272,6 +281,11 @@ SOURCES: dict[str, tuple[str, Callable[[], str]]] = {
     **{
         f"callback_cov_spearman_min{tag}": (f"callback_covariance_{setup}.json", lambda su=setup: _cov_spearman_min(su))
         for tag, setup in (("", "stories260k"), ("_smollm2", "smollm2"))
+    },
+    **{
+        f"callback_noise_{what}{tag}": (f"callback_noise_{setup}.json", lambda su=setup, w=what: _noise(su, w))
+        for tag, setup in (("", "stories260k"), ("_smollm2", "smollm2"))
+        for what in ("spearman", "auc_gap")
     },
     "refusals_zh": ("realmodel_refusals_zh_s0.json", lambda: _one_run("realmodel_refusals_zh_s0.json")),
     "callback_train_ratio": ("callback.json", lambda: _ratio_median("callback.json", "training_ratio")),

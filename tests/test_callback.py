@@ -103,6 +103,70 @@ def test_covariance_rows_takes_every_kth_micro_batch(tmp_path) -> None:
     assert any("one micro-batch in 3" in n for n in res.notes), res.notes
 
 
+def test_the_plain_transformers_trainer_records_the_pass_at_fixed_weights(tmp_path) -> None:
+    """The plain transformers ``Trainer`` (the user's own tokenization, the model's own loss over full logits, where
+    the loss's constant is read off the logits' gradient): at learning rate 0 the record scores as the pass."""
+    from callback_train import train_plain
+
+    run = train_plain(tmp_path / "run")
+    cb = _attribute(run, tmp_path / "cb", query="all")
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
+    assert cb.settings["gradient_source"] == "callback", cb.notes
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
+def test_a_record_says_which_training_noise_its_gradients_carry(tmp_path) -> None:
+    """LoRA dropout and NEFTune noise are in the forward the trainer backpropagates: the record keeps the rows (the
+    rankings agree, bench/results/callback_noise_*.md), saves the noise and the report's note names it."""
+    from callback_train import train
+
+    run = train(tmp_path / "run", True, epochs=1, rows=16, batch=4, lora_dropout=0.1,
+                sft={"neftune_noise_alpha": 5.0})  # fmt: skip
+    rec = json.loads((run / "gradian-record" / "record.json").read_text())
+    assert rec["training_noise"] == {"lora_dropout": 0.1, "neftune_noise_alpha": 5.0}
+    res = _attribute(run, tmp_path / "out", query="all")
+    assert res.settings["gradient_source"] == "callback"
+    assert any("training forward's noise (LoRA dropout 0.1, NEFTune noise alpha 5)" in n for n in res.notes), res.notes
+
+
+def _rows_weighted(tmp_path: Path) -> Path:
+    from callback_train import train_plain
+
+    return train_plain(tmp_path / "run", row_weights=True)
+
+
+def _dft(tmp_path: Path) -> Path:
+    from callback_train import train
+
+    return train(tmp_path / "run", True, epochs=1, rows=16, batch=4, sft={"loss_type": "dft"})
+
+
+def _own_loss(tmp_path: Path) -> Path:
+    from callback_train import train
+
+    def loss(outputs, labels, num_items_in_batch=None):
+        return outputs.logits.float().logsumexp(-1).mean()
+
+    return train(tmp_path / "run", True, epochs=1, rows=16, batch=4, trainer_kw={"compute_loss_func": loss})
+
+
+@pytest.mark.parametrize(("trained", "says"), [
+    (_rows_weighted, "is not the summed token cross-entropy times one constant"),
+    (_dft, "loss_type='dft'"),
+    (_own_loss, "was never called with `labels`"),
+], ids=["rows-weighted-compute_loss", "trl-dft", "trl-compute_loss_func"])  # fmt: skip
+def test_a_loss_other_than_the_token_cross_entropy_leaves_no_record(tmp_path, caplog, trained, says) -> None:
+    """A trainer whose loss is not the summed token cross-entropy times one constant (rows weighed in its own
+    ``compute_loss``, TRL's DFT, a ``compute_loss_func`` that calls the model without labels): the callback warns
+    and leaves no record, so attribute computes its pass instead of scoring gradients of another loss."""
+    with caplog.at_level("WARNING", logger="gradian"):
+        run = trained(tmp_path)
+    assert any(says in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert not (run / "gradian-record" / "record.json").exists()
+    assert not list((run / "gradian-record").rglob("*.safetensors"))
+    assert _attribute(run, tmp_path / "out", query="all").settings["gradient_source"] == "pass"
+
+
 def test_a_record_left_by_an_earlier_training_is_not_used(tmp_path) -> None:
     """Trained again into the same folder without the callback: the old record matches the rows but not the
     adapter, so attribute computes its pass and says why."""
@@ -226,7 +290,7 @@ def test_capture_reads_the_trainers_backward_as_the_collector_does(proj_dim) -> 
             for b, a, o in cap.calls:
                 assert 0 in o.stride() and (b.kind != "A" or a.shape[-1] == proj_dim), b.name
         got = cap.take(GradientCollector(blocks, covariance=True))
-    assert got is not None
+    assert got is not None and got.misfit < 1e-5  # the model's own loss (fp32 inside): the summed token loss
     model.zero_grad()
     with GradientCollector(blocks, covariance=True) as col:
         logits = model(input_ids=ids, attention_mask=am).logits

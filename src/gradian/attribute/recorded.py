@@ -54,7 +54,15 @@ def weights_note(m: dict[str, Any]) -> str:
         f"before that step's update, not at the final adapter; the query gradients are at the final adapter"
         + (f"; the curvature's covariance sums are from one micro-batch in {m['covariance_every']} of that epoch"
            if m.get("covariance_every", 1) > 1 else "")
+        + (f"; the recorded gradients carry the training forward's noise ({_noise_words(noise)}), which the pass "
+           "leaves out"
+           if (noise := m.get("training_noise")) else "")
     )  # fmt: skip
+
+
+def _noise_words(noise: dict[str, float]) -> str:
+    names = {"lora_dropout": "LoRA dropout", "neftune_noise_alpha": "NEFTune noise alpha"}
+    return ", ".join(f"{names.get(k, k)} {v:g}" for k, v in noise.items())
 
 
 def weight_norms(blocks: Sequence[Any]) -> dict[str, float]:

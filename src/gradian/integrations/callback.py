@@ -14,6 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from gradian.integrations.capture import MISFIT_MAX
 from gradian.options import CallbackOptions
 
 log = logging.getLogger("gradian")
@@ -83,6 +84,8 @@ def _unsupported(args: Any) -> str | None:
     """Why a run's batches do not hold one row per sequence with per-row gradients to read, or None."""
     if getattr(args, "packing", False) or getattr(args, "padding_free", False):
         return "packed or padding-free batches hold several rows in one sequence"
+    if getattr(args, "loss_type", "nll") == "dft" or (getattr(args, "label_smoothing_factor", 0) or 0) > 0:
+        return "the loss is not the summed token cross-entropy (loss_type='dft' or label_smoothing_factor > 0)"
     return None
 
 
@@ -93,6 +96,7 @@ class _Recording:
                  first_batch: int = 0) -> None:  # fmt: skip
         self.capture, self.col, self.writer, self.root, self.info, self.keys = capture, col, writer, root, info, keys
         self.batch = first_batch  # micro-batches of the epoch before the next one
+        self.misfit: float | None = None  # set when a micro-batch's loss was not the one recorded gradients assume
 
     @classmethod
     def start(cls, o: CallbackOptions, args: Any, state: Any, model: Any, blocks: list[Any], dl: Any, epoch: int,
@@ -121,17 +125,25 @@ class _Recording:
         info = {"blocks": [[b.name, list(b.shape)] for b in blocks], **proj, "store_dtype": o.store_dtype,
                 "epoch": epoch + 1, "epochs": epochs, "first_step": epoch * steps_per_epoch + 1,
                 "max_steps": int(state.max_steps), "world": world,
-                "covariance_every": covariance_every(len(dl), bs, o.covariance_rows)}  # fmt: skip
+                "covariance_every": covariance_every(len(dl), bs, o.covariance_rows),
+                "training_noise": training_noise(model, args)}  # fmt: skip
         capture = Capture(model, blocks).__enter__()
         col = GradientCollector(blocks, covariance=True)
         return cls(capture, col, writer, root, info, keys, done * int(args.gradient_accumulation_steps))
 
     def take(self) -> None:
+        if self.misfit is not None:
+            return
         self.col.covariance = self.batch % self.info["covariance_every"] == 0
         b = self.capture.take(self.col)
-        if b is not None:
-            self.batch += 1
-            self.writer.add(b)
+        if b is None:
+            return
+        if b.misfit > MISFIT_MAX:  # a custom loss: these gradients are not the ones attribute scores
+            self.misfit = b.misfit
+            self.capture.__exit__(None, None, None)
+            return
+        self.batch += 1
+        self.writer.add(b)
 
     def finish(self, state: Any) -> None:
         from gradian.attribute.recorded import weight_norms
@@ -139,6 +151,15 @@ class _Recording:
 
         self.take()
         self.capture.__exit__(None, None, None)
+        if self.misfit is not None:
+            log.warning(
+                "GradianCallback records nothing: the trainer's loss is not the summed token cross-entropy times one "
+                "constant (its gradient at the model's output is %.2f off; a custom loss?); `gradian attribute` will "
+                "compute the pass",
+                self.misfit,
+            )
+            self.writer.discard()
+            return
         if self.capture.missed:
             log.warning(
                 "GradianCallback: %d micro-batch(es) had no LoRA gradient to read (reentrant gradient "
@@ -146,10 +167,24 @@ class _Recording:
                 self.capture.missed,
             )
         n = self.writer.finish()
+        if not n and not self.capture.missed:
+            log.warning(
+                "GradianCallback recorded no rows: the model was never called with `labels` while training (a loss "
+                "computed outside the model, e.g. compute_loss_func); `gradian attribute` will compute the pass"
+            )
         _barrier()
         if self.writer.store.meta["parts"]["rank"] == 0 and n:
             write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys,
                                        "weight_norms": weight_norms(self.capture.blocks)})  # fmt: skip
+
+
+def training_noise(model: Any, args: Any) -> dict[str, float]:
+    """The training forward's noise the recorded gradients carry and the post-hoc pass leaves out (eval mode): the
+    adapter's LoRA dropout and TRL's / transformers' NEFTune noise, where set."""
+    cfg = getattr(model, "peft_config", {}).get(getattr(model, "active_adapter", "default"))
+    noise = {"lora_dropout": float(getattr(cfg, "lora_dropout", 0.0) or 0.0),
+             "neftune_noise_alpha": float(getattr(args, "neftune_noise_alpha", None) or 0.0)}  # fmt: skip
+    return {k: v for k, v in noise.items() if v > 0}
 
 
 def covariance_every(n_batches: int, batch_size: int, rows: int | None) -> int:

@@ -31,9 +31,11 @@ class Batch:
     n_tokens: int
     n_examples: int  # rows in the covariance sums: 0 when this batch's were not taken
     scale: float
+    misfit: float  # how far the output gradient is from the summed token cross-entropy's times ``scale`` (relative)
 
 
-PROBE_TOKENS = 16  # label positions of one row whose logits and their gradient give the loss's constant
+PROBE_TOKENS = 16  # label positions of a probed row (two rows) whose logits and gradient give the loss's constant
+MISFIT_MAX = 0.05  # above: the trainer's loss is not the summed token cross-entropy times a constant
 
 
 class Capture:
@@ -52,7 +54,7 @@ class Capture:
         self.deltas: list[torch.Tensor | None] = []
         self.batch: dict[str, torch.Tensor] | None = None
         self.logits: torch.Tensor | None = None  # at the probed positions; None with a fused head (log-probabilities)
-        self._probe: tuple[int, torch.Tensor] | None = None
+        self._probe: tuple[torch.Tensor, torch.Tensor] | None = None
         self.dlogits: torch.Tensor | None = None  # the gradient at the output: logits' or log-probabilities'
 
     def __enter__(self) -> Capture:
@@ -93,16 +95,18 @@ class Capture:
             self.logits = self._probed(logits)  # a few positions, not the batch's logits
             logits.register_hook(self._set_dlogits)
 
-    def _probe_at(self) -> tuple[int, torch.Tensor] | None:
-        """The first ``PROBE_TOKENS`` label positions of the first row with labels (the logits there give the
-        loss's constant, :meth:`_scale`), or None when no row has a label."""
+    def _probe_at(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The first ``PROBE_TOKENS`` label positions of the first and of the last row with labels, as (rows,
+        positions) index pairs (the logits there give the loss's constant and its misfit, :meth:`_scale`; two rows,
+        so a loss that weighs rows differently shows), or None when no row has a label."""
         assert self.batch is not None
         valid = self.batch["labels"][:, 1:] != -100
         rows = valid.any(1).nonzero().flatten()
         if not len(rows):
             return None
-        b = int(rows[0])
-        return b, valid[b].nonzero().flatten()[:PROBE_TOKENS]
+        picked = [valid[int(b)].nonzero().flatten()[:PROBE_TOKENS] for b in rows[[0, -1]].unique()]
+        bs = [torch.full_like(t, int(b)) for b, t in zip(rows[[0, -1]].unique(), picked, strict=True)]
+        return torch.cat(bs), torch.cat(picked)
 
     def _set_dlogits(self, g: torch.Tensor) -> None:
         # full logits: their gradient at the probed positions only
@@ -110,7 +114,7 @@ class Capture:
 
     def _probed(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` (rows x length x vocabulary) at the probed positions, a copy (none when nothing is probed)."""
-        b, t = self._probe or (0, torch.zeros(0, dtype=torch.long))
+        b, t = self._probe or (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         return x.detach()[b, t].clone()
 
     def _on_block(self, b: Block, inp: tuple, out: torch.Tensor) -> None:
@@ -164,27 +168,35 @@ class Capture:
             self.reset()
             return None
         bt, am = self.batch, self.batch["attention_mask"].bool()
-        scale = self._scale()  # G is linear in the output gradients, S quadratic, A does not depend on them
+        scale, misfit = self._scale()  # G is linear in the output gradients, S quadratic, A does not depend on them
         col.A, col.S, col.n_tokens, col.n_examples = {}, {}, 0, 0
         with torch.no_grad():
             G = col.from_deltas(self.calls, self.deltas, am, projected=True, scale=scale)
         out = Batch({k: v.detach().float().cpu() for k, v in G.items()}, bt["input_ids"].cpu(), am.cpu(),
                     (bt["labels"] != -100).cpu(), col.rows_finite.cpu(), dict(col.A), dict(col.S), col.n_tokens,
-                    col.n_examples, scale)  # fmt: skip
+                    col.n_examples, scale, misfit)  # fmt: skip
         self.reset()
         return out
 
-    def _scale(self) -> float:
-        """The constant the trainer's loss is the summed token loss times (see the module docstring)."""
+    def _scale(self) -> tuple[float, float]:
+        """The constant the trainer's loss is the summed token loss times (see the module docstring), and the misfit:
+        the relative distance between the output gradient and the summed token cross-entropy's times that constant
+        (0 up to rounding; far from 0 when the loss is another: label smoothing, DFT, a custom loss)."""
         assert self.dlogits is not None and self.batch is not None
         if self.logits is None:  # d loss / d log p(label) = -constant at every label token
             d = self.dlogits[self.dlogits != 0].double()
-            return -1.0 / float(d.mean()) if d.numel() else 1.0
+            if not d.numel():
+                return 1.0, 0.0
+            mean = float(d.mean())
+            return -1.0 / mean, float((d - mean).norm() / (abs(mean) * d.numel() ** 0.5))
         if self._probe is None:
-            return 1.0
+            return 1.0, 0.0
         b, t = self._probe
         p = torch.softmax(self.logits.double(), -1)
         p[torch.arange(len(t)), self.batch["labels"][b, t + 1]] -= 1
         d = self.dlogits.double()
         den = float((d * d).sum())
-        return float((p * d).sum()) / den if den > 0 else 1.0
+        if den <= 0:
+            return 1.0, 0.0
+        scale = float((p * d).sum()) / den
+        return scale, float((p - scale * d).norm() / p.norm())

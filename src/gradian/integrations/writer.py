@@ -78,6 +78,13 @@ class RankWriter:
         self.next_row, self.rows = self.next_row + self.rows + n, 0
         # rows carried over have no covariance sums of their own: shards are whole batches, so none are
 
+    def discard(self) -> None:
+        """Drop this rank's store (shards written, rows buffered): the gradients are not the ones to record."""
+        import shutil
+
+        self._clear()
+        shutil.rmtree(self.store.dir, ignore_errors=True)
+
     @property
     def _pending(self) -> Path:
         return self.store.dir / "pending.safetensors"
