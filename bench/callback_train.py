@@ -103,15 +103,17 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
     return out
 
 
-def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, row_weights: bool = False) -> Path:
+def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, row_weights: bool = False,
+                flatten: bool = False) -> Path:  # fmt: skip
     """The bundled example through the plain transformers ``Trainer`` with the callback, learning rate 0 and a random
     adapter: rows tokenized as attribute formats them (``input_ids`` and ``labels``), the model's own loss (full
     logits). ``row_weights``: a ``compute_loss`` that weighs each row's token loss by its position in the batch (a
-    loss the recorded gradients must not be taken from)."""
+    loss the recorded gradients must not be taken from); ``flatten``: transformers' ``DataCollatorWithFlattening``
+    (each batch's rows packed into one sequence, position ids restarting at each row)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, DataCollatorWithFlattening, Trainer, TrainingArguments
 
     from gradian.attribute.engine import collate
     from gradian.data import FormatSettings, format_examples, load_examples
@@ -133,6 +135,14 @@ def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, 
         ids, am, lm = collate([fxs[x["i"]] for x in items], tok.pad_token_id or 0)
         return {"input_ids": ids, "attention_mask": am, "labels": ids.masked_fill(~lm, -100)}
 
+    def flatten_rows(items: list[dict]) -> dict:
+        rows = [fxs[x["i"]] for x in items]
+        return DataCollatorWithFlattening()([
+            {"input_ids": list(f.input_ids),
+             "labels": [t if m else -100 for t, m in zip(f.input_ids, f.loss_mask, strict=True)]}
+            for f in rows
+        ])  # fmt: skip
+
     class RowWeighted(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             logits = model(**inputs).logits.float()
@@ -148,8 +158,9 @@ def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, 
                              per_device_train_batch_size=batch, remove_unused_columns=False, report_to=[],
                              save_strategy="no", use_cpu=True, seed=0)  # fmt: skip
     trainer = (RowWeighted if row_weights else Trainer)(
-        model=model, args=args, train_dataset=data, data_collator=collate_rows, callbacks=[GradianCallback()]
-    )
+        model=model, args=args, train_dataset=data, data_collator=flatten_rows if flatten else collate_rows,
+        callbacks=[GradianCallback()],
+    )  # fmt: skip
     trainer.train()
     trainer.save_model(str(out))
     return out

@@ -150,15 +150,33 @@ def _own_loss(tmp_path: Path) -> Path:
     return train(tmp_path / "run", True, epochs=1, rows=16, batch=4, trainer_kw={"compute_loss_func": loss})
 
 
+def _flattened(tmp_path: Path) -> Path:
+    from callback_train import train_plain
+
+    return train_plain(tmp_path / "run", flatten=True)
+
+
+def _reentrant(tmp_path: Path) -> Path:
+    from callback_train import train
+
+    sft = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}}
+    return train(tmp_path / "run", True, epochs=1, rows=16, batch=4, sft=sft)
+
+
 @pytest.mark.parametrize(("trained", "says"), [
     (_rows_weighted, "is not the summed token cross-entropy times one constant"),
     (_dft, "loss_type='dft'"),
     (_own_loss, "was never called with `labels`"),
-], ids=["rows-weighted-compute_loss", "trl-dft", "trl-compute_loss_func"])  # fmt: skip
-def test_a_loss_other_than_the_token_cross_entropy_leaves_no_record(tmp_path, caplog, trained, says) -> None:
+    (_flattened, "6 micro-batch(es) were packed"),
+    (_reentrant, "4 micro-batch(es) had no LoRA gradient to read"),
+], ids=["rows-weighted-compute_loss", "trl-dft", "trl-compute_loss_func", "flattening-collator",
+        "reentrant-checkpointing"])  # fmt: skip
+def test_a_training_whose_gradients_are_not_the_passs_leaves_no_record(tmp_path, caplog, trained, says) -> None:
     """A trainer whose loss is not the summed token cross-entropy times one constant (rows weighed in its own
-    ``compute_loss``, TRL's DFT, a ``compute_loss_func`` that calls the model without labels): the callback warns
-    and leaves no record, so attribute computes its pass instead of scoring gradients of another loss."""
+    ``compute_loss``, TRL's DFT, a ``compute_loss_func`` that calls the model without labels), whose batches pack
+    several rows into one sequence (transformers' ``DataCollatorWithFlattening``: seen in the position ids), or
+    whose backward gives no LoRA gradient to read (reentrant checkpointing): the callback warns and leaves no record,
+    so attribute computes its pass instead of scoring other gradients."""
     with caplog.at_level("WARNING", logger="gradian"):
         run = trained(tmp_path)
     assert any(says in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]

@@ -82,7 +82,7 @@ class GradianCallback(TrainerCallback):
 
 def _unsupported(args: Any) -> str | None:
     """Why a run's batches do not hold one row per sequence with per-row gradients to read, or None."""
-    if getattr(args, "packing", False) or getattr(args, "padding_free", False):
+    if any(getattr(args, k, False) for k in ("packing", "padding_free", "sample_packing")):  # TRL's, Axolotl's
         return "packed or padding-free batches hold several rows in one sequence"
     if getattr(args, "loss_type", "nll") == "dft" or (getattr(args, "label_smoothing_factor", 0) or 0) > 0:
         return "the loss is not the summed token cross-entropy (loss_type='dft' or label_smoothing_factor > 0)"
@@ -151,23 +151,14 @@ class _Recording:
 
         self.take()
         self.capture.__exit__(None, None, None)
-        if self.misfit is not None:
-            log.warning(
-                "GradianCallback records nothing: the trainer's loss is not the summed token cross-entropy times one "
-                "constant (its gradient at the model's output is %.2f off; a custom loss?); `gradian attribute` will "
-                "compute the pass",
-                self.misfit,
-            )
+        why = self._unusable()
+        if why:
+            log.warning("GradianCallback records nothing: %s; `gradian attribute` will compute the pass", why)
             self.writer.discard()
+            _barrier()
             return
-        if self.capture.missed:
-            log.warning(
-                "GradianCallback: %d micro-batch(es) had no LoRA gradient to read (reentrant gradient "
-                "checkpointing?); `gradian attribute` will compute the pass",
-                self.capture.missed,
-            )
         n = self.writer.finish()
-        if not n and not self.capture.missed:
+        if not n:
             log.warning(
                 "GradianCallback recorded no rows: the model was never called with `labels` while training (a loss "
                 "computed outside the model, e.g. compute_loss_func); `gradian attribute` will compute the pass"
@@ -176,6 +167,21 @@ class _Recording:
         if self.writer.store.meta["parts"]["rank"] == 0 and n:
             write_manifest(self.root, {**self.info, "last_step": int(state.global_step), "stores": self.keys,
                                        "weight_norms": weight_norms(self.capture.blocks)})  # fmt: skip
+
+    def _unusable(self) -> str | None:
+        """Why this rank's recorded rows are not the gradients attribute would score, or None."""
+        c = self.capture
+        if self.misfit is not None:
+            return (f"the trainer's loss is not the summed token cross-entropy times one constant (its gradient at "
+                    f"the model's output is {self.misfit:.2f} off: a custom loss?)")  # fmt: skip
+        if c.packed:
+            return f"{c.packed} micro-batch(es) were packed (several rows in one sequence)"
+        if c.missed:
+            return f"{c.missed} micro-batch(es) had no LoRA gradient to read (reentrant gradient checkpointing?)"
+        if c.headless:
+            return (f"{c.headless} micro-batch(es) gave no logits to read the loss from (a fused loss kernel such as "
+                    f"Liger's fused linear cross-entropy)")  # fmt: skip
+        return None
 
 
 def training_noise(model: Any, args: Any) -> dict[str, float]:

@@ -38,6 +38,17 @@ PROBE_TOKENS = 16  # label positions of a probed row (two rows) whose logits and
 MISFIT_MAX = 0.05  # above: the trainer's loss is not the summed token cross-entropy times a constant
 
 
+def packed(attention_mask: torch.Tensor, position_ids: Any) -> bool:
+    """Whether a batch holds several rows in one sequence: position ids that restart inside a row (TRL's
+    padding-free batches, transformers' ``DataCollatorWithFlattening``, Axolotl's sample packing) or an attention
+    mask numbering each row's segments (LLaMA-Factory's neat packing)."""
+    if attention_mask.numel() and int(attention_mask.max()) > 1:
+        return True
+    if isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[1] > 1:
+        return bool((position_ids[:, 1:] < position_ids[:, :-1]).any())
+    return False
+
+
 class Capture:
     """Hooks on a PEFT model while recording; :meth:`take` returns the last micro-batch once its backward ran."""
 
@@ -46,6 +57,8 @@ class Capture:
         self.handles: list[Any] = []
         self._projs: dict[tuple, torch.Tensor] = {}
         self.missed = 0  # micro-batches whose backward reached no LoRA output the forward hooks saw
+        self.headless = 0  # micro-batches whose output gave no logits or log-probabilities (a fused loss kernel)
+        self.packed = 0  # micro-batches with several rows in one sequence (position ids restart inside a row)
         self.reset()
 
     def reset(self) -> None:
@@ -82,6 +95,9 @@ class Capture:
             ids = args[0]
         if isinstance(ids, torch.Tensor) and isinstance(labels, torch.Tensor):
             am = torch.ones_like(ids) if am is None else am
+            if packed(am, kwargs.get("position_ids")):
+                self.packed += 1
+                return
             self.batch = {"input_ids": ids.detach(), "attention_mask": am.detach(), "labels": labels.detach()}
 
     def _on_output(self, module: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
@@ -164,6 +180,8 @@ class Capture:
         """The last micro-batch's rows once its backward ran (None when there is none), and forget it."""
         if self.batch is not None and self.dlogits is not None and not self.calls:
             self.missed += 1  # reentrant gradient checkpointing: the LoRA outputs seen had no gradient
+        if self.batch is not None and self.dlogits is None:
+            self.headless += 1  # e.g. Liger's fused linear cross-entropy: the loss without the logits
         if self.batch is None or self.dlogits is None or not self.calls:
             self.reset()
             return None
