@@ -104,12 +104,14 @@ def train(out: Path, callback: bool, epochs: float = 4.0, rows: int | None = Non
 
 
 def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, row_weights: bool = False,
-                flatten: bool = False) -> Path:  # fmt: skip
+                packing: str | None = None) -> Path:  # fmt: skip
     """The bundled example through the plain transformers ``Trainer`` with the callback, learning rate 0 and a random
     adapter: rows tokenized as attribute formats them (``input_ids`` and ``labels``), the model's own loss (full
     logits). ``row_weights``: a ``compute_loss`` that weighs each row's token loss by its position in the batch (a
-    loss the recorded gradients must not be taken from); ``flatten``: transformers' ``DataCollatorWithFlattening``
-    (each batch's rows packed into one sequence, position ids restarting at each row)."""
+    loss the recorded gradients must not be taken from). ``packing``: each batch's rows in one sequence, by
+    transformers' ``DataCollatorWithFlattening`` (``"flatten"``: position ids restarting at each row) or with a
+    block-diagonal 4D attention mask as LLaMA-Factory's neat packing makes it (``"4d"``: 0 where a token may attend,
+    the dtype's lowest value elsewhere)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
@@ -137,11 +139,17 @@ def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, 
 
     def flatten_rows(items: list[dict]) -> dict:
         rows = [fxs[x["i"]] for x in items]
-        return DataCollatorWithFlattening()([
+        flat = DataCollatorWithFlattening()([
             {"input_ids": list(f.input_ids),
              "labels": [t if m else -100 for t, m in zip(f.input_ids, f.loss_mask, strict=True)]}
             for f in rows
         ])  # fmt: skip
+        if packing == "4d":
+            segment = torch.cumsum(flat.pop("position_ids") == 0, dim=1)  # 1, 1, 2, 2, 2, ...
+            keep = (segment[:, None, :, None] == segment[:, None, None, :]) & torch.ones(
+                segment.shape[1], segment.shape[1], dtype=torch.bool).tril()  # fmt: skip
+            flat["attention_mask"] = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)
+        return flat
 
     class RowWeighted(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -158,7 +166,7 @@ def train_plain(out: Path, rows: int = 24, batch: int = 4, epochs: float = 1.0, 
                              per_device_train_batch_size=batch, remove_unused_columns=False, report_to=[],
                              save_strategy="no", use_cpu=True, seed=0)  # fmt: skip
     trainer = (RowWeighted if row_weights else Trainer)(
-        model=model, args=args, train_dataset=data, data_collator=flatten_rows if flatten else collate_rows,
+        model=model, args=args, train_dataset=data, data_collator=flatten_rows if packing else collate_rows,
         callbacks=[GradianCallback()],
     )  # fmt: skip
     trainer.train()

@@ -49,6 +49,22 @@ def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path, proj_dim) ->
     np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
 
 
+@pytest.mark.parametrize(("reentrant", "proj_dim"), [(True, None), (True, 8), (False, 8)])
+def test_gradient_checkpointing_records_the_pass_at_fixed_weights(tmp_path, reentrant, proj_dim) -> None:
+    """Gradient checkpointing, reentrant (LLaMA-Factory's default: the forward runs without gradients and each layer
+    is recomputed in the backward, where the capture takes its calls) or not (recomputed calls the forward already
+    holds are not taken twice): at learning rate 0 the record scores as the pass, exact or projected."""
+    from callback_train import train
+
+    opts = {} if proj_dim is None else {"proj_dim": proj_dim}
+    sft = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
+    run = train(tmp_path / "run", True, epochs=1, rows=16, batch=4, lr=0.0, random_init=True, options=opts, sft=sft)
+    cb = _attribute(run, tmp_path / "cb", query="all", **opts)
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass", **opts)
+    assert cb.settings["gradient_source"] == "callback", cb.notes
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+
+
 def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> None:
     """Killed at step 20 of 24 (checkpoints every 3 steps, shards of 16 rows) and resumed from checkpoint-18: the
     shard written before, the rows buffered at the checkpoint and the rest make a record that scores as the pass."""
@@ -153,14 +169,13 @@ def _own_loss(tmp_path: Path) -> Path:
 def _flattened(tmp_path: Path) -> Path:
     from callback_train import train_plain
 
-    return train_plain(tmp_path / "run", flatten=True)
+    return train_plain(tmp_path / "run", packing="flatten")
 
 
-def _reentrant(tmp_path: Path) -> Path:
-    from callback_train import train
+def _mask_4d(tmp_path: Path) -> Path:
+    from callback_train import train_plain
 
-    sft = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}}
-    return train(tmp_path / "run", True, epochs=1, rows=16, batch=4, sft=sft)
+    return train_plain(tmp_path / "run", packing="4d")
 
 
 @pytest.mark.parametrize(("trained", "says"), [
@@ -168,15 +183,15 @@ def _reentrant(tmp_path: Path) -> Path:
     (_dft, "loss_type='dft'"),
     (_own_loss, "was never called with `labels`"),
     (_flattened, "6 micro-batch(es) were packed"),
-    (_reentrant, "4 micro-batch(es) had no LoRA gradient to read"),
+    (_mask_4d, "6 micro-batch(es) were packed"),
 ], ids=["rows-weighted-compute_loss", "trl-dft", "trl-compute_loss_func", "flattening-collator",
-        "reentrant-checkpointing"])  # fmt: skip
+        "4d-mask-packing"])  # fmt: skip
 def test_a_training_whose_gradients_are_not_the_passs_leaves_no_record(tmp_path, caplog, trained, says) -> None:
     """A trainer whose loss is not the summed token cross-entropy times one constant (rows weighed in its own
     ``compute_loss``, TRL's DFT, a ``compute_loss_func`` that calls the model without labels), whose batches pack
-    several rows into one sequence (transformers' ``DataCollatorWithFlattening``: seen in the position ids), or
-    whose backward gives no LoRA gradient to read (reentrant checkpointing): the callback warns and leaves no record,
-    so attribute computes its pass instead of scoring other gradients."""
+    several rows into one sequence (transformers' ``DataCollatorWithFlattening``: seen in the position ids; a
+    block-diagonal 4D mask, as LLaMA-Factory's neat packing gives the model): the callback warns and leaves no
+    record, so attribute computes its pass instead of scoring other gradients, and the training completes."""
     with caplog.at_level("WARNING", logger="gradian"):
         run = trained(tmp_path)
     assert any(says in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
@@ -318,3 +333,22 @@ def test_capture_reads_the_trainers_backward_as_the_collector_does(proj_dim) -> 
         np.testing.assert_allclose(got.G[name].double(), g, rtol=1e-5, atol=1e-6 * float(g.abs().max()), err_msg=name)
         np.testing.assert_allclose(got.A[name], col.A[name], rtol=1e-9, err_msg=name)
         np.testing.assert_allclose(got.S[name], col.S[name], rtol=1e-5, atol=1e-6 * float(col.S[name].abs().max()))
+
+
+def test_packed_batches_are_told_from_padded_ones_by_trls_own_collator() -> None:
+    """TRL's collator: padding-free batches (position ids restart inside the one sequence) are packed; padded batches
+    with position ids (0 on the padding) and without them are not, nor is a left-padded one."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from gradian.integrations.capture import packed
+
+    rows = [{"input_ids": [5, 6, 7, 8]}, {"input_ids": [9, 10]}]
+    free = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(rows)
+    padded = DataCollatorForLanguageModeling(pad_token_id=0, return_position_ids=True)(rows)
+    plain = DataCollatorForLanguageModeling(pad_token_id=0)(rows)
+    assert packed(free.get("attention_mask", torch.ones_like(free["input_ids"])), free["position_ids"])
+    assert padded["position_ids"].tolist()[1] == [0, 1, 0, 0]
+    assert not packed(padded["attention_mask"], padded["position_ids"])
+    assert not packed(plain["attention_mask"], plain.get("position_ids"))
+    assert not packed(torch.tensor([[0, 0, 1, 1]]), torch.tensor([[1, 1, 0, 1]]))  # left padding
+    assert packed(torch.tensor([[1, 1, 2, 2, 0]]), None)  # a mask numbering segments (LLaMA-Factory's neat packing)

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from gradian.integrations.capture import MISFIT_MAX
+from gradian.integrations.capture import MISFIT_MAX, error_line
 from gradian.options import CallbackOptions
 
 log = logging.getLogger("gradian")
@@ -54,7 +54,10 @@ class GradianCallback(TrainerCallback):
         if not blocks:
             log.warning("GradianCallback records nothing: %s", why)
             return
-        self._rec = _Recording.start(self.options, args, state, model, blocks, train_dataloader, epoch, epochs)
+        try:
+            self._rec = _Recording.start(self.options, args, state, model, blocks, train_dataloader, epoch, epochs)
+        except Exception as e:  # noqa: BLE001 - the training goes on without a record
+            log.warning("GradianCallback records nothing: %s", error_line(e))
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._rec is not None:
@@ -77,7 +80,11 @@ class GradianCallback(TrainerCallback):
     def _finish(self, state: Any) -> None:
         if self._rec is not None:
             rec, self._rec = self._rec, None
-            rec.finish(state)
+            try:
+                rec.finish(state)
+            except Exception as e:  # noqa: BLE001 - the training ends as it would without the callback
+                log.warning("GradianCallback: the record was not finished (%s); `gradian attribute` will compute "
+                            "the pass", error_line(e))  # fmt: skip
 
 
 def _unsupported(args: Any) -> str | None:
@@ -132,18 +139,21 @@ class _Recording:
         return cls(capture, col, writer, root, info, keys, done * int(args.gradient_accumulation_steps))
 
     def take(self) -> None:
-        if self.misfit is not None:
+        if self.misfit is not None or self.capture.failed is not None:
             return
         self.col.covariance = self.batch % self.info["covariance_every"] == 0
-        b = self.capture.take(self.col)
-        if b is None:
-            return
-        if b.misfit > MISFIT_MAX:  # a custom loss: these gradients are not the ones attribute scores
-            self.misfit = b.misfit
-            self.capture.__exit__(None, None, None)
-            return
-        self.batch += 1
-        self.writer.add(b)
+        try:
+            b = self.capture.take(self.col)
+            if b is None:
+                return
+            if b.misfit > MISFIT_MAX:  # a custom loss: these gradients are not the ones attribute scores
+                self.misfit = b.misfit
+                self.capture.__exit__(None, None, None)
+                return
+            self.batch += 1
+            self.writer.add(b)
+        except Exception as e:  # noqa: BLE001 - the recording must not stop the training (a full disk, say)
+            self.capture.failed = error_line(e)
 
     def finish(self, state: Any) -> None:
         from gradian.attribute.recorded import weight_norms
@@ -171,11 +181,13 @@ class _Recording:
     def _unusable(self) -> str | None:
         """Why this rank's recorded rows are not the gradients attribute would score, or None."""
         c = self.capture
+        if c.failed is not None:
+            return f"the recording stopped on an error ({c.failed})"
         if self.misfit is not None:
             return (f"the trainer's loss is not the summed token cross-entropy times one constant (its gradient at "
                     f"the model's output is {self.misfit:.2f} off: a custom loss?)")  # fmt: skip
         if c.packed:
-            return f"{c.packed} micro-batch(es) were packed (several rows in one sequence)"
+            return f"{c.packed} micro-batch(es) were packed (several rows in one sequence, or a 4D attention mask)"
         if c.missed:
             return f"{c.missed} micro-batch(es) had no LoRA gradient to read (reentrant gradient checkpointing?)"
         if c.headless:

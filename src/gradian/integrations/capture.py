@@ -9,6 +9,8 @@ as the gradient of its *summed* token loss, the convention of :mod:`gradian.attr
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +40,41 @@ PROBE_TOKENS = 16  # label positions of a probed row (two rows) whose logits and
 MISFIT_MAX = 0.05  # above: the trainer's loss is not the summed token cross-entropy times a constant
 
 
+def error_line(e: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    msg = str(e).splitlines()[0][:200] if str(e) else ""
+    return f"{type(e).__name__}: {msg}"
+
+
+def _guarded(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A hook that never raises into the training: the first error stops the recording (``Capture.failed``)."""
+
+    @functools.wraps(hook)
+    def run(self: Capture, *args: Any) -> None:
+        if self.failed is not None:
+            return
+        try:
+            hook(self, *args)
+        except Exception as e:  # noqa: BLE001 - whatever it is, the trainer's own step must go on
+            self.failed = error_line(e)
+            self.reset()
+
+    return run
+
+
 def packed(attention_mask: torch.Tensor, position_ids: Any) -> bool:
     """Whether a batch holds several rows in one sequence: position ids that restart inside a row (TRL's
     padding-free batches, transformers' ``DataCollatorWithFlattening``, Axolotl's sample packing) or an attention
-    mask numbering each row's segments (LLaMA-Factory's neat packing)."""
+    mask numbering each row's segments, or a 4D one (LLaMA-Factory's neat packing hands the model either)."""
+    if attention_mask.dim() != 2:  # a 4D mask: LLaMA-Factory's neat packing (block-diagonal), or one of its kind
+        return True
     if attention_mask.numel() and int(attention_mask.max()) > 1:
         return True
-    if isinstance(position_ids, torch.Tensor) and position_ids.dim() == 2 and position_ids.shape[1] > 1:
-        return bool((position_ids[:, 1:] < position_ids[:, :-1]).any())
-    return False
+    if not isinstance(position_ids, torch.Tensor) or position_ids.dim() != 2 or position_ids.shape[1] < 2:
+        return False
+    on = attention_mask.bool() if attention_mask.shape == position_ids.shape else torch.ones_like(position_ids).bool()
+    both = on[:, 1:] & on[:, :-1]  # padding's position ids (0 on the right, say) are no restart
+    return bool(((position_ids[:, 1:] < position_ids[:, :-1]) & both).any())
 
 
 class Capture:
@@ -59,11 +87,13 @@ class Capture:
         self.missed = 0  # micro-batches whose backward reached no LoRA output the forward hooks saw
         self.headless = 0  # micro-batches whose output gave no logits or log-probabilities (a fused loss kernel)
         self.packed = 0  # micro-batches with several rows in one sequence (position ids restart inside a row)
+        self.failed: str | None = None  # the error that stopped the recording
         self.reset()
 
     def reset(self) -> None:
         self._last: tuple[torch.Tensor, tuple, torch.Tensor] | None = None  # the last lora_A input, its projection
         self.calls: list[tuple[Block, torch.Tensor, torch.Tensor]] = []
+        self._held: set[str] = set()  # the blocks whose call this micro-batch holds
         self.deltas: list[torch.Tensor | None] = []
         self.batch: dict[str, torch.Tensor] | None = None
         self.logits: torch.Tensor | None = None  # at the probed positions; None with a fused head (log-probabilities)
@@ -86,6 +116,7 @@ class Capture:
     def _live(self) -> bool:
         return torch.is_grad_enabled() and self.model.training
 
+    @_guarded
     def _on_call(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         if not self._live():
             return
@@ -100,6 +131,7 @@ class Capture:
                 return
             self.batch = {"input_ids": ids.detach(), "attention_mask": am.detach(), "labels": labels.detach()}
 
+    @_guarded
     def _on_output(self, module: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
         if self.batch is None:
             return
@@ -124,6 +156,7 @@ class Capture:
         bs = [torch.full_like(t, int(b)) for b, t in zip(rows[[0, -1]].unique(), picked, strict=True)]
         return torch.cat(bs), torch.cat(picked)
 
+    @_guarded
     def _set_dlogits(self, g: torch.Tensor) -> None:
         # full logits: their gradient at the probed positions only
         self.dlogits = self._probed(g) if self.logits is not None else g.detach()
@@ -133,13 +166,17 @@ class Capture:
         b, t = self._probe or (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
         return x.detach()[b, t].clone()
 
+    @_guarded
     def _on_block(self, b: Block, inp: tuple, out: torch.Tensor) -> None:
         """Keep what the block's per-row gradient needs until the backward reaches it: its input, projected at once
         when the block's input side is projected (lora_A), and its output's shape only (a zero-stride view; the
         gradient comes from the output's hook, projected when the output side is, lora_B). So the recording holds
         no full-width activation the trainer itself would have freed (gradient checkpointing frees them)."""
-        if self.batch is None or not out.requires_grad or self.dlogits is not None:
-            return  # not recording, or gradient checkpointing recomputing the forward inside the backward
+        if self.batch is None or not out.requires_grad:
+            return  # not recording, or a reentrant checkpoint's forward (no gradient there: taken at its recompute)
+        if self.dlogits is not None and b.name in self._held:
+            return  # non-reentrant checkpointing recomputing, inside the backward, a call the forward already holds
+        self._held.add(b.name)
         j = len(self.calls)
         a, shape = inp[0].detach(), tuple(out.shape)
         if b.proj is not None and b.kind == "A":
@@ -169,6 +206,7 @@ class Capture:
             P = self._projs[key] = b.proj.to(device=like.device, dtype=dt)
         return P
 
+    @_guarded
     def _set_delta(self, j: int, b: Block, g: torch.Tensor) -> None:
         g = g.detach()
         if b.proj is not None and b.kind == "B":
