@@ -189,7 +189,7 @@ class _Recording:
         if c.packed:
             return f"{c.packed} micro-batch(es) were packed (several rows in one sequence, or a 4D attention mask)"
         if c.missed:
-            return f"{c.missed} micro-batch(es) had no LoRA gradient to read (reentrant gradient checkpointing?)"
+            return f"{c.missed} micro-batch(es) had no LoRA gradient to read (a frozen adapter?)"
         if c.headless:
             return (f"{c.headless} micro-batch(es) gave no logits to read the loss from (a fused loss kernel such as "
                     f"Liger's fused linear cross-entropy)")  # fmt: skip

@@ -217,7 +217,7 @@ class Capture:
     def take(self, col: GradientCollector) -> Batch | None:
         """The last micro-batch's rows once its backward ran (None when there is none), and forget it."""
         if self.batch is not None and self.dlogits is not None and not self.calls:
-            self.missed += 1  # reentrant gradient checkpointing: the LoRA outputs seen had no gradient
+            self.missed += 1  # the LoRA outputs seen had no gradient (a frozen adapter)
         if self.batch is not None and self.dlogits is None:
             self.headless += 1  # e.g. Liger's fused linear cross-entropy: the loss without the logits
         if self.batch is None or self.dlogits is None or not self.calls:
