@@ -26,6 +26,16 @@ def _attribute(run: Path, out: Path, **kw):
                              out=out, generations=0, token_harm=0, **kw)  # fmt: skip
 
 
+def _record_scores_as_the_pass(run: Path, tmp_path: Path, **kw):
+    """Attribute ``run`` from its record and with its own pass (every eval item): the record must be used and score
+    the rows as the pass does. Returns both results."""
+    cb = _attribute(run, tmp_path / "cb", query="all", **kw)
+    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass", **kw)
+    assert cb.settings["gradient_source"] == "callback", cb.notes
+    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    return cb, ps
+
+
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
     return float(np.corrcoef(ra, rb)[0, 1])
@@ -41,12 +51,9 @@ def test_recorded_gradients_are_the_pass_at_fixed_weights(tmp_path, proj_dim) ->
     run = train(tmp_path / "run", True, epochs=2, rows=24, lr=0.0, batch=4, accum=2, random_init=True, options=opts)
     rec = json.loads((run / "gradian-record" / "record.json").read_text())
     assert (rec["epoch"], rec["epochs"], rec["first_step"], rec["last_step"]) == (2, 2, 4, 6)
-    cb = _attribute(run, tmp_path / "cb", query="all", **opts)
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass", **opts)
-    assert cb.settings["gradient_source"] == "callback" and cb.settings["train_rows_computed"] == 0
-    assert ps.settings["gradient_source"] == "pass"
+    cb, ps = _record_scores_as_the_pass(run, tmp_path, **opts)
+    assert cb.settings["train_rows_computed"] == 0 and ps.settings["gradient_source"] == "pass"
     assert any("recorded by GradianCallback during epoch 2 of 2" in n for n in cb.notes)
-    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
 
 
 @pytest.mark.parametrize(("reentrant", "proj_dim"), [(True, None), (True, 8), (False, 8)])
@@ -59,10 +66,7 @@ def test_gradient_checkpointing_records_the_pass_at_fixed_weights(tmp_path, reen
     opts = {} if proj_dim is None else {"proj_dim": proj_dim}
     sft = {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": reentrant}}
     run = train(tmp_path / "run", True, epochs=1, rows=16, batch=4, lr=0.0, random_init=True, options=opts, sft=sft)
-    cb = _attribute(run, tmp_path / "cb", query="all", **opts)
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass", **opts)
-    assert cb.settings["gradient_source"] == "callback", cb.notes
-    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    _record_scores_as_the_pass(run, tmp_path, **opts)
 
 
 def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> None:
@@ -76,10 +80,7 @@ def test_a_run_resumed_inside_the_last_epoch_completes_the_record(tmp_path) -> N
         train(tmp_path / "run", True, crash_at=20, **kw)
     assert not (tmp_path / "run" / "gradian-record" / "record.json").exists()
     run = train(tmp_path / "run", True, resume=True, **kw)
-    cb = _attribute(run, tmp_path / "cb", query="all")
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
-    assert cb.settings["gradient_source"] == "callback"
-    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    _record_scores_as_the_pass(run, tmp_path)
 
 
 def _shards(run: Path, rank: int = 0) -> list:
@@ -125,10 +126,7 @@ def test_the_plain_transformers_trainer_records_the_pass_at_fixed_weights(tmp_pa
     from callback_train import train_plain
 
     run = train_plain(tmp_path / "run")
-    cb = _attribute(run, tmp_path / "cb", query="all")
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
-    assert cb.settings["gradient_source"] == "callback", cb.notes
-    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    _record_scores_as_the_pass(run, tmp_path)
 
 
 def test_a_record_says_which_training_noise_its_gradients_carry(tmp_path) -> None:
@@ -244,10 +242,7 @@ def test_two_torchrun_ranks_record_one_store_each(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((run / "gradian-record" / "record.json").read_text())
     assert rec["world"] == 2 and len(set(rec["stores"])) == 2
-    cb = _attribute(run, tmp_path / "cb", query="all")
-    ps = _attribute(run, tmp_path / "ps", query="all", gradients="pass")
-    assert cb.settings["gradient_source"] == "callback"
-    np.testing.assert_allclose(cb.scores, ps.scores, rtol=1e-3, atol=1e-6 * np.abs(ps.scores).max())
+    _record_scores_as_the_pass(run, tmp_path)
     # covariance sums from a share: each rank counts its own 3 micro-batches and takes the first of every 3
     sub = tmp_path / "sub"
     proc = subprocess.run([*argv[:5], str(sub), *argv[6:], "--covariance-rows", "4"], env=env, capture_output=True,

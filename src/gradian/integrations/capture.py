@@ -152,9 +152,9 @@ class Capture:
         rows = valid.any(1).nonzero().flatten()
         if not len(rows):
             return None
-        picked = [valid[int(b)].nonzero().flatten()[:PROBE_TOKENS] for b in rows[[0, -1]].unique()]
-        bs = [torch.full_like(t, int(b)) for b, t in zip(rows[[0, -1]].unique(), picked, strict=True)]
-        return torch.cat(bs), torch.cat(picked)
+        probed = rows[[0, -1]].unique()
+        at = [valid[int(b)].nonzero().flatten()[:PROBE_TOKENS] for b in probed]
+        return torch.cat([torch.full_like(t, int(b)) for b, t in zip(probed, at, strict=True)]), torch.cat(at)
 
     @_guarded
     def _set_dlogits(self, g: torch.Tensor) -> None:
